@@ -1,0 +1,57 @@
+#!/bin/sh
+# Creates .venv and installs what pyproject.toml lists, only when something is missing or changed.
+# Usage: sh roles/bootstrap.sh [run|test]
+# PSCLUSTER_TF_PACKAGE replaces the CPU wheel, e.g. PSCLUSTER_TF_PACKAGE='tensorflow[and-cuda]==2.21.0' on GPU hosts.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv="$root/.venv"
+purpose="${1:-run}"
+tf_package="${PSCLUSTER_TF_PACKAGE:-}"
+
+say() { echo "[bootstrap] $*" >&2; }
+
+find_python() {
+    for candidate in "${PYTHON:-}" python3.11 python3; do
+        [ -n "$candidate" ] || continue
+        if command -v "$candidate" >/dev/null 2>&1 &&
+            "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+            command -v "$candidate"; return 0
+        fi
+    done
+    say "error: Python 3.11 not found; install python3.11 or set PYTHON=/path/to/python3.11"
+    exit 2
+}
+
+if [ ! -x "$venv/bin/python" ]; then
+    say "creating $venv"
+    "$(find_python)" -m venv "$venv"
+fi
+
+stamp_file="$venv/.pscluster-$purpose"
+stamp="$(cat "$root/pyproject.toml" "$0" | cksum)|$tf_package"
+for done_file in "$stamp_file" "$venv/.pscluster-test"; do  # a test install holds everything a run needs
+    if [ -f "$done_file" ] && [ "$(cat "$done_file")" = "$stamp" ]; then
+        exit 0
+    fi
+done
+
+# Reads the pins from pyproject.toml so they live in one place; tf-keras goes in separately (see pyproject.toml).
+requirements=$("$venv/bin/python" - "$root/pyproject.toml" "$purpose" "$tf_package" <<'PY'
+import sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+deps = list(project["dependencies"])
+if sys.argv[2] == "test":
+    deps += project["optional-dependencies"]["test"]
+if sys.argv[3]:
+    deps = [sys.argv[3] if d.startswith("tensorflow-cpu") else d for d in deps]
+print("\n".join(deps))
+PY
+)
+keras=$(echo "$requirements" | grep '^tf-keras')
+others=$(echo "$requirements" | grep -v '^tf-keras')
+say "installing into .venv ($purpose): $(echo $others) $keras"
+# shellcheck disable=SC2086
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check $others
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "$keras"
+echo "$stamp" > "$stamp_file"
+say "done"

@@ -1,0 +1,291 @@
+"""cluster.json → a frozen, validated ClusterConfig; every problem in the file is reported at once."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import json
+import re
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from coordinator.options import TrainingOptions, parse_training_options
+from roles.errors import Problem, UserError
+
+JOBS = ("chief", "worker", "ps", "evaluator")
+TRAINING_JOBS = ("chief", "worker", "ps")
+TOP_LEVEL_KEYS = ("$schema", "cluster", "hosts", "training", "launcher", "security")
+LOOPBACK_NAMES = ("localhost",)
+
+HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+ADDRESS = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\[\]]+):(?P<port>[^:]*)$")
+USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+SAFE_PATH = re.compile(r"^[A-Za-z0-9_./~+-]+$")
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Address:
+    """A `host:port` from the cluster section."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def is_loopback(self) -> bool:
+        return self.host in LOOPBACK_NAMES or _ip_is(self.host, "is_loopback")
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One process of the cluster: its job, index and address."""
+
+    job: str
+    index: int
+    address: Address
+
+    @property
+    def name(self) -> str:
+        return f"{self.job}:{self.index}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HostSettings:
+    """How the launcher reaches a host and what that host's tasks may use."""
+
+    ssh_user: str | None = None
+    ssh_port: int = 22
+    workdir: str | None = None
+    python: str = ".venv/bin/python"
+    gpus: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LauncherSettings:
+    """Where the launcher keeps each task's log and pid files, and how long it waits for ports."""
+
+    logs_dir: str = "logs"
+    ready_timeout_s: float = 60.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClusterConfig:
+    """The whole validated cluster.json; nothing downstream reads the JSON again."""
+
+    source: Path
+    jobs: Mapping[str, tuple[Address, ...]]
+    hosts: Mapping[str, HostSettings]
+    training: TrainingOptions
+    launcher: LauncherSettings
+    allow_public_addresses: bool = False
+
+    def tasks(self, jobs: tuple[str, ...] = JOBS) -> list[Task]:
+        return [Task(job, i, a) for job in jobs for i, a in enumerate(self.jobs.get(job, ()))]
+
+    def task(self, job: str, index: Any) -> Task:
+        """Looks a task up, raising a UserError naming the valid indices when it does not exist."""
+        if job not in JOBS:
+            raise UserError(Problem("--role", job, "unknown role", f"use one of {', '.join(JOBS)}"))
+        addresses = self.jobs.get(job, ())
+        if not (isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(addresses)):
+            valid = f"0..{len(addresses) - 1}" if addresses else "none"
+            raise UserError(Problem("--index", index, f"{self.source.name} has {len(addresses)} {job} task(s)",
+                                    f"use an index in {valid}"))
+        return Task(job, index, addresses[index])
+
+    def host(self, name: str) -> HostSettings:
+        return self.hosts.get(name, HostSettings())
+
+    def path(self, relative: str) -> Path:
+        """Resolves a path from the file against the directory that holds cluster.json."""
+        return (self.source.parent / Path(relative).expanduser()).resolve()
+
+
+def load(path: str | Path) -> ClusterConfig:
+    """Reads and validates cluster.json, raising one UserError that lists every problem."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as error:
+        raise UserError(Problem("file", str(path), f"cannot be read ({error.strerror})",
+                                "pass --cluster with the path of an existing cluster.json")) from None
+    except json.JSONDecodeError as error:
+        raise UserError(Problem(f"line {error.lineno} column {error.colno}", error.msg, "invalid JSON",
+                                "fix the JSON syntax there (a trailing comma or a missing quote?)"),
+                        source=str(path)) from None
+    return parse(raw, path)
+
+
+def parse(raw: Any, source: Path) -> ClusterConfig:
+    """Validates an already-decoded cluster.json document."""
+    if not isinstance(raw, dict):
+        raise UserError(Problem("document", type(raw).__name__, "must be a JSON object",
+                                "start from the shipped cluster.json"), source=str(source))
+    problems = [Problem(key, raw[key], "unknown top-level key", f"use only {', '.join(TOP_LEVEL_KEYS)}")
+                for key in raw if key not in TOP_LEVEL_KEYS]
+    security = _section(raw, "security", problems)
+    allow_public = security.get("allow_public_addresses", False)
+    if not isinstance(allow_public, bool):
+        problems.append(Problem("security.allow_public_addresses", allow_public, "must be true or false",
+                                "use false unless the cluster must span public addresses"))
+        allow_public = False
+    jobs = _parse_cluster(raw.get("cluster"), allow_public is True, problems)
+    hosts = _parse_hosts(_section(raw, "hosts", problems), problems)
+    _check_gpus_suffice(jobs, hosts, problems)
+    launcher = _parse_dataclass(LauncherSettings, _section(raw, "launcher", problems), "launcher", problems)
+    training = TrainingOptions()
+    try:
+        training = parse_training_options(_section(raw, "training", problems))
+    except UserError as error:
+        problems.extend(error.problems)
+    if problems:
+        raise UserError(problems, source=str(source))
+    return ClusterConfig(source=source.resolve(), jobs=MappingProxyType(jobs), hosts=MappingProxyType(hosts),
+                         training=training, launcher=launcher, allow_public_addresses=allow_public)
+
+
+def _section(raw: dict, key: str, problems: list[Problem]) -> dict:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        problems.append(Problem(key, value, "must be a JSON object", f'use "{key}": {{...}} or leave it out'))
+        return {}
+    return value
+
+
+def _parse_cluster(cluster: Any, allow_public: bool, problems: list[Problem]) -> dict[str, tuple[Address, ...]]:
+    if not isinstance(cluster, dict):
+        problems.append(Problem("cluster", cluster, "must be an object of job name -> list of host:port",
+                                'use e.g. "cluster": {"chief": ["localhost:2220"], ...}'))
+        return {}
+    jobs: dict[str, tuple[Address, ...]] = {}
+    for job, entries in cluster.items():
+        if job not in JOBS:
+            problems.append(Problem(f"cluster.{job}", entries, "unknown job name", f"use only {', '.join(JOBS)}"))
+        elif not isinstance(entries, list):
+            problems.append(Problem(f"cluster.{job}", entries, "must be a list of host:port strings",
+                                    f'use e.g. "{job}": ["localhost:2222"]'))
+        else:
+            parsed = [_parse_address(f"cluster.{job}[{i}]", e, allow_public, problems) for i, e in enumerate(entries)]
+            jobs[job] = tuple(a for a in parsed if a is not None)
+    _check_counts(cluster, problems)
+    _check_duplicates(jobs, problems)
+    return jobs
+
+
+def _parse_address(field: str, entry: Any, allow_public: bool, problems: list[Problem]) -> Address | None:
+    match = ADDRESS.match(entry) if isinstance(entry, str) else None
+    if not match:
+        problems.append(Problem(field, entry, "is not host:port", 'use e.g. "localhost:2222" or "10.0.0.5:2222"'))
+        return None
+    host, port_text = match["host"], match["port"]
+    if not (port_text.isdigit() and 1 <= int(port_text) <= 65535):
+        problems.append(Problem(field, entry, "port must be an integer in 1-65535", "pick a free port, e.g. 2222"))
+        return None
+    bare = host.strip("[]")
+    if not (HOSTNAME.match(bare) or _ip(bare)):
+        problems.append(Problem(field, entry, "host has characters that are not allowed",
+                                "use a host name of letters, digits, '-' and '.', or an IP address"))
+        return None
+    if _ip(bare) and not allow_public and _ip(bare).is_global:
+        problems.append(Problem(field, entry, "is a public address; TensorFlow servers listen on every interface "
+                                "and have no authentication", 'use private addresses, or set '
+                                '"security": {"allow_public_addresses": true} if you mean it'))
+    return Address(bare, int(port_text))
+
+
+def _check_counts(cluster: dict, problems: list[Problem]) -> None:
+    def count(job):  # a job that is not a list was reported already; do not report it twice
+        entries = cluster.get(job, [])
+        return len(entries) if isinstance(entries, list) else None
+
+    if count("chief") not in (1, None):
+        problems.append(Problem("cluster.chief", cluster.get("chief"), "needs exactly one chief (the coordinator)",
+                                'list one address, e.g. "chief": ["localhost:2220"]'))
+    for job in ("worker", "ps"):
+        if count(job) == 0:
+            problems.append(Problem(f"cluster.{job}", cluster.get(job), f"needs at least one {job}",
+                                    f'list one or more, e.g. "{job}": ["localhost:2222"]'))
+    if (count("evaluator") or 0) > 1:
+        problems.append(Problem("cluster.evaluator", cluster.get("evaluator"), "allows at most one evaluator",
+                                "keep one address"))
+
+
+def _check_duplicates(jobs: dict[str, tuple[Address, ...]], problems: list[Problem]) -> None:
+    seen: dict[tuple[str, int], str] = {}
+    for job, addresses in jobs.items():
+        for index, address in enumerate(addresses):
+            key = ("loopback" if address.is_loopback else address.host, address.port)
+            if key in seen:
+                problems.append(Problem(f"cluster.{job}[{index}]", str(address), f"is also used by {seen[key]}",
+                                        "give every task its own host:port"))
+            seen.setdefault(key, f"cluster.{job}[{index}]")
+
+
+def _parse_hosts(hosts: dict, problems: list[Problem]) -> dict[str, HostSettings]:
+    parsed = {}
+    for name, raw in hosts.items():
+        field = f"hosts.{name}"
+        if not (HOSTNAME.match(name) or _ip(name)):
+            problems.append(Problem(field, name, "is not a valid host name", "use the host exactly as in cluster"))
+        elif not isinstance(raw, dict):
+            problems.append(Problem(field, raw, "must be an object", 'use e.g. {"ssh_user": "alice"}'))
+        else:
+            parsed[name] = _parse_dataclass(HostSettings, raw, field, problems)
+    return parsed
+
+
+_SETTING_CHECKS = {
+    "ssh_user": (lambda v: v is None or (isinstance(v, str) and USER.match(v)),
+                 "user names may hold only a-z, 0-9, '_' and '-'", "fix the user name"),
+    "ssh_port": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 65535,
+                 "must be an integer in 1-65535", "use 22 unless sshd listens elsewhere"),
+    "workdir": (lambda v: v is None or (isinstance(v, str) and SAFE_PATH.match(v)),
+                "paths may hold only letters, digits and _ . / ~ + -", "use a plain path without spaces"),
+    "python": (lambda v: isinstance(v, str) and SAFE_PATH.match(v),
+               "paths may hold only letters, digits and _ . / ~ + -", "use e.g. .venv/bin/python"),
+    "gpus": (lambda v: isinstance(v, list) and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0
+                                                   for g in v),
+             "must be a list of non-negative GPU ids", "use e.g. [0, 1], or [] for CPU only"),
+    "logs_dir": (lambda v: isinstance(v, str) and SAFE_PATH.match(v),
+                 "paths may hold only letters, digits and _ . / ~ + -", "use e.g. logs"),
+    "ready_timeout_s": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
+                        "must be a positive number of seconds", "use e.g. 60"),
+}
+
+
+def _parse_dataclass(cls, raw: dict, field: str, problems: list[Problem]):
+    names = [f.name for f in dataclasses.fields(cls)]
+    values = {}
+    for key, value in raw.items():
+        if key not in names:
+            problems.append(Problem(f"{field}.{key}", value, "unknown setting", f"use only {', '.join(names)}"))
+        elif not _SETTING_CHECKS[key][0](value):
+            problems.append(Problem(f"{field}.{key}", value, *_SETTING_CHECKS[key][1:]))
+        else:
+            values[key] = tuple(value) if isinstance(value, list) else value
+    return cls(**values)
+
+
+def _check_gpus_suffice(jobs, hosts: dict[str, HostSettings], problems: list[Problem]) -> None:
+    """One worker process per GPU: a host that lists GPUs needs one for each of its workers."""
+    for name, settings in hosts.items():
+        workers = sum(1 for a in jobs.get("worker", ()) if a.host == name)
+        if settings.gpus and workers > len(settings.gpus):
+            problems.append(Problem(f"hosts.{name}.gpus", list(settings.gpus),
+                                    f"has fewer GPUs than the {workers} workers on {name}",
+                                    "list one GPU per worker, or run fewer workers on that host"))
+
+
+def _ip(text: str):
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _ip_is(text: str, attribute: str) -> bool:
+    ip = _ip(text)
+    return bool(ip and getattr(ip, attribute))

@@ -1,0 +1,54 @@
+"""User errors: one line per problem (field, bad value, fix) and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+from typing import Any, Callable
+
+USER_ERROR_EXIT_CODE = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One mistake in the user's input, phrased so it can be fixed without reading code."""
+
+    field: str
+    value: Any
+    problem: str
+    fix: str
+
+    def line(self, source: str = "") -> str:
+        where = f"{source}: " if source else ""
+        return f"error: {where}{self.field} = {self.value!r}: {self.problem}; {self.fix}"
+
+
+class UserError(Exception):
+    """Raised for mistakes the user can fix; carries every problem found, not just the first."""
+
+    def __init__(self, problems: list[Problem] | Problem, source: str = ""):
+        self.problems = [problems] if isinstance(problems, Problem) else list(problems)
+        self.source = source
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        return [p.line(self.source) for p in self.problems]
+
+
+def exit_on_user_error(prefix: str = "") -> Callable:
+    """Decorates an entrypoint so a UserError prints its lines to stderr and exits 2."""
+
+    def decorate(main: Callable) -> Callable:
+        @functools.wraps(main)
+        def wrapper(*args, **kwargs):
+            try:
+                return main(*args, **kwargs)
+            except UserError as error:
+                for line in error.lines():
+                    print(f"{prefix}{line}", file=sys.stderr, flush=True)
+                sys.exit(USER_ERROR_EXIT_CODE)
+
+        return wrapper
+
+    return decorate

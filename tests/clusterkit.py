@@ -1,0 +1,74 @@
+"""Test helpers: free loopback ports, generated cluster files, and a scan for processes a test left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+from roles.process import has_live_thread
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports that were free on 127.0.0.1 a moment ago (held open together so they are distinct)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def cluster_document(*, workers: int = 2, ps: int = 2, evaluator: bool = True, training: dict | None = None,
+                     logs_dir: str = "logs") -> dict:
+    """A valid all-loopback cluster.json document on fresh ports."""
+    ports = iter(free_ports(1 + workers + ps + int(evaluator)))
+    cluster = {"chief": [f"localhost:{next(ports)}"],
+               "worker": [f"localhost:{next(ports)}" for _ in range(workers)],
+               "ps": [f"localhost:{next(ports)}" for _ in range(ps)]}
+    if evaluator:
+        cluster["evaluator"] = [f"localhost:{next(ports)}"]
+    return {"cluster": cluster, "launcher": {"logs_dir": logs_dir, "ready_timeout_s": 60},
+            "training": training or {}}
+
+
+def write_cluster(directory: Path, document: dict, name: str = "cluster.json") -> Path:
+    path = directory / name
+    path.write_text(json.dumps(document, indent=2))
+    return path
+
+
+def run_module(module: str, *args: str, timeout_s: float = 120, env: dict | None = None,
+               cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """Runs `python -m module args` from the project root with the project's venv."""
+    return subprocess.run([PYTHON, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout_s, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes whose arguments contain `text` (e.g. a test's temporary directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline and has_live_thread(int(entry.name)):
+            found.append(f"{entry.name}: {cmdline}")
+    return found
+
+
+def assert_no_traceback(output: str) -> None:
+    assert "Traceback" not in output, output
+

@@ -1,0 +1,194 @@
+"""cluster.json validation: every mistake gives one line naming field, value and fix, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+
+import pytest
+
+from clusterkit import ROOT, assert_no_traceback, cluster_document, run_module, write_cluster
+from roles import config as cluster_config
+from roles import taskspec
+from coordinator.options import TrainingOptions
+
+BASE = {
+    "cluster": {"chief": ["localhost:3000"], "worker": ["localhost:3001", "localhost:3002"],
+                "ps": ["localhost:3003", "localhost:3004"], "evaluator": ["localhost:3005"]},
+}
+
+
+def mutated(change) -> dict:
+    document = copy.deepcopy(BASE)
+    change(document)
+    return document
+
+
+def set_path(*keys, value):
+    def change(document):
+        node = document
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = value
+    return change
+
+
+# (case id, change to BASE, text the single error line must hold)
+CASES = [
+    ("unknown top-level key", set_path("clustre", value={}), "clustre = {}: unknown top-level key"),
+    ("unknown job", set_path("cluster", "master", value=["localhost:3010"]), "cluster.master"),
+    ("no chief", set_path("cluster", "chief", value=[]), "needs exactly one chief"),
+    ("two chiefs", set_path("cluster", "chief", value=["localhost:3010", "localhost:3011"]),
+     "needs exactly one chief"),
+    ("no ps", lambda d: d["cluster"].pop("ps"), "needs at least one ps"),
+    ("no worker", set_path("cluster", "worker", value=[]), "needs at least one worker"),
+    ("two evaluators", set_path("cluster", "evaluator", value=["localhost:3010", "localhost:3011"]),
+     "at most one evaluator"),
+    ("not host:port", set_path("cluster", "ps", value=["localhost"]), "'localhost': is not host:port"),
+    ("job not a list", set_path("cluster", "ps", value="localhost:3003"), "must be a list"),
+    ("port not a number", set_path("cluster", "ps", value=["localhost:http"]), "port must be an integer in 1-65535"),
+    ("port zero", set_path("cluster", "ps", value=["localhost:0"]), "port must be an integer in 1-65535"),
+    ("port too large", set_path("cluster", "ps", value=["localhost:70000"]), "port must be an integer in 1-65535"),
+    ("same address twice", set_path("cluster", "ps", value=["localhost:3001"]), "is also used by cluster.worker[0]"),
+    ("loopback aliases collide", set_path("cluster", "ps", value=["127.0.0.1:3001"]), "is also used by"),
+    ("shell text in host", set_path("cluster", "ps", value=["a;reboot:3003"]), "characters that are not allowed"),
+    ("command substitution in host", set_path("cluster", "ps", value=["$(id):3003"]), "not allowed"),
+    ("public address", set_path("cluster", "ps", value=["8.8.8.8:3003"]), "is a public address"),
+    ("bad allow flag", set_path("security", "allow_public_addresses", value="yes"), "must be true or false"),
+    ("shell text in user", set_path("hosts", "localhost", "ssh_user", value="bob;ls"), "hosts.localhost.ssh_user"),
+    ("space in workdir", set_path("hosts", "localhost", "workdir", value="/tmp/my dir"), "paths may hold only"),
+    ("substitution in python", set_path("hosts", "localhost", "python", value="$(curl x)"), "paths may hold only"),
+    ("ssh port", set_path("hosts", "localhost", "ssh_port", value=0), "hosts.localhost.ssh_port = 0"),
+    ("unknown host setting", set_path("hosts", "localhost", "passwd", value="x"), "unknown setting"),
+    ("negative gpu", set_path("hosts", "localhost", "gpus", value=[-1]), "non-negative GPU ids"),
+    ("gpu as string", set_path("hosts", "localhost", "gpus", value=["0"]), "non-negative GPU ids"),
+    ("gpu as bool", set_path("hosts", "localhost", "gpus", value=[True]), "non-negative GPU ids"),
+    ("fewer gpus than workers", set_path("hosts", "localhost", "gpus", value=[0]), "fewer GPUs than the 2 workers"),
+    ("unknown training option", set_path("training", "epoch", value=3), "training.epoch = 3: unknown training option"),
+    ("unknown model", set_path("training", "model", value="vgg"), "training.model = 'vgg': unknown model"),
+    ("zero epochs", set_path("training", "epochs", value=0), "training.epochs = 0: must be a positive integer"),
+    ("negative batch", set_path("training", "per_worker_batch", value=-8), "training.per_worker_batch = -8"),
+    ("one checkpoint kept", set_path("training", "keep_checkpoints", value=1), "keep at least 2"),
+    ("launcher setting", set_path("launcher", "ready_timeout_s", value=-1), "launcher.ready_timeout_s = -1"),
+]
+
+
+@pytest.mark.parametrize("case_id,change,expected", CASES, ids=[c[0] for c in CASES])
+def test_each_mistake_is_one_clear_line(tmp_path, case_id, change, expected):
+    with pytest.raises(cluster_config.UserError) as raised:
+        cluster_config.parse(mutated(change), tmp_path / "cluster.json")
+    lines = raised.value.lines()
+    assert len(lines) == 1, lines
+    assert expected in lines[0]
+    assert lines[0].startswith(f"error: {tmp_path / 'cluster.json'}: ")
+
+
+def test_all_problems_reported_together(tmp_path):
+    document = mutated(set_path("cluster", "ps", value=["localhost:0"]))
+    document["training"] = {"epochs": 0}
+    with pytest.raises(cluster_config.UserError) as raised:
+        cluster_config.parse(document, tmp_path / "c.json")
+    assert [line.split(": ")[2].split(" =")[0] for line in raised.value.lines()] == [
+        "cluster.ps[0]", "training.epochs"]
+
+
+def test_public_address_allowed_on_purpose(tmp_path):
+    document = mutated(set_path("cluster", "ps", value=["8.8.8.8:3003"]))
+    document["security"] = {"allow_public_addresses": True}
+    config = cluster_config.parse(document, tmp_path / "c.json")
+    assert str(config.task("ps", 0).address) == "8.8.8.8:3003"
+
+
+def test_cli_exit_code_and_no_traceback(tmp_path):
+    path = write_cluster(tmp_path, mutated(set_path("cluster", "ps", value=["localhost:99999"])))
+    result = run_module("roles.launch", "print_config", str(path))
+    assert result.returncode == 2
+    assert_no_traceback(result.stderr)
+    assert result.stderr.strip().splitlines() == [
+        f"[launcher] error: {path}: cluster.ps[0] = 'localhost:99999': port must be an integer in 1-65535; "
+        "pick a free port, e.g. 2222"]
+
+
+def test_bad_json_names_line_and_column(tmp_path):
+    path = tmp_path / "cluster.json"
+    path.write_text('{\n  "cluster": {\n    "chief": ["localhost:1"],\n  }\n}\n')
+    result = run_module("roles.launch", "print_config", str(path))
+    assert result.returncode == 2
+    assert_no_traceback(result.stderr)
+    assert "line 4 column 3" in result.stderr and "invalid JSON" in result.stderr
+
+
+def test_missing_file(tmp_path):
+    result = run_module("roles.launch", "print_config", str(tmp_path / "nope.json"))
+    assert result.returncode == 2
+    assert_no_traceback(result.stderr)
+    assert "cannot be read (No such file or directory)" in result.stderr
+
+
+def test_server_index_out_of_range(tmp_path):
+    path = write_cluster(tmp_path, cluster_document())
+    result = run_module("roles.server", "--role", "worker", "--index", "5", "--cluster", str(path))
+    assert result.returncode == 2
+    assert_no_traceback(result.stderr)
+    assert "error: --index = 5: cluster.json has 2 worker task(s); use an index in 0..1" in result.stderr
+
+
+def test_server_rejects_chief_role(tmp_path):
+    path = write_cluster(tmp_path, cluster_document())
+    result = run_module("roles.server", "--role", "chief", "--index", "0", "--cluster", str(path))
+    assert result.returncode == 2
+    assert "is not a server role; use ps or worker" in result.stderr
+
+
+def test_shipped_cluster_json_is_valid_and_all_localhost():
+    config = cluster_config.load(ROOT / "cluster.json")
+    counts = {job: len(config.jobs.get(job, ())) for job in cluster_config.JOBS}
+    assert counts == {"chief": 1, "worker": 2, "ps": 2, "evaluator": 1}
+    assert all(task.address.is_loopback for task in config.tasks())
+
+
+def test_tf_config_keeps_evaluator_out_of_training_cluster(tmp_path):
+    config = cluster_config.parse(copy.deepcopy(BASE), tmp_path / "c.json")
+    chief = taskspec.tf_config(config, config.task("chief", 0))
+    assert set(chief["cluster"]) == {"chief", "worker", "ps"}
+    assert chief["task"] == {"type": "chief", "index": 0}
+    evaluator = taskspec.tf_config(config, config.task("evaluator", 0))
+    assert evaluator == {"cluster": {"evaluator": ["localhost:3005"]}, "task": {"type": "evaluator", "index": 0}}
+
+
+def test_environment_per_task(tmp_path):
+    document = mutated(set_path("hosts", "localhost", "gpus", value=[3, 5, 7]))
+    config = cluster_config.parse(document, tmp_path / "c.json")
+    base = {"PATH": "/bin", "https_proxy": "http://proxy:3128", "HTTP_PROXY": "x"}
+    env = {t.name: taskspec.task_environment(config, t, base) for t in config.tasks()}
+    assert [env[n]["CUDA_VISIBLE_DEVICES"] for n in ("ps:0", "chief:0", "worker:0", "worker:1", "evaluator:0")] \
+        == ["-1", "-1", "3", "5", "7"]
+    for variables in env.values():
+        assert variables["GRPC_FAIL_FAST"] == "use_caller"
+        assert variables["TF_USE_LEGACY_KERAS"] == "1"
+        assert variables["PATH"] == "/bin"
+        assert "https_proxy" not in variables and "HTTP_PROXY" not in variables
+    assert json.loads(env["worker:1"]["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
+
+
+def test_print_config_shows_every_task_without_starting_any(tmp_path):
+    path = write_cluster(tmp_path, cluster_document())
+    result = run_module("roles.launch", "print_config", str(path))
+    assert result.returncode == 0, result.stderr
+    for name in ("chief:0", "worker:0", "worker:1", "ps:0", "ps:1", "evaluator:0"):
+        assert f"# {name} on localhost" in result.stdout
+    assert "-m roles.server --role ps --index 1 --cluster" in result.stdout
+    assert "export GRPC_FAIL_FAST=use_caller" in result.stdout
+
+
+def test_schema_names_exactly_the_settings_the_loader_knows():
+    schema = json.loads((ROOT / "roles" / "cluster.schema.json").read_text())["properties"]
+    assert sorted(schema) == sorted(cluster_config.TOP_LEVEL_KEYS)
+    assert tuple(schema["cluster"]["properties"]) == cluster_config.JOBS
+    for section, cls in (("launcher", cluster_config.LauncherSettings), ("training", TrainingOptions)):
+        assert list(schema[section]["properties"]) == [f.name for f in dataclasses.fields(cls)]
+        defaults = {k: v["default"] for k, v in schema[section]["properties"].items()}
+        assert defaults == json.loads(json.dumps(dataclasses.asdict(cls()))), section
+    host = schema["hosts"]["additionalProperties"]["properties"]
+    assert list(host) == [f.name for f in dataclasses.fields(cluster_config.HostSettings)]
