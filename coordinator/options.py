@@ -14,29 +14,33 @@ OPTIMIZER_NAMES = ("adam", "sgd", "rmsprop")
 USER_MODEL_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
+def _option(default, help_text: str):
+    return dataclasses.field(default=default, metadata={"help": help_text})
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainingOptions:
     """What to train and how; every field can come from cluster.json's `training` or the command line."""
 
-    model: str = "cnn"
-    dataset: str = "digits"
-    data_dir: str | None = None
-    epochs: int = 4
-    per_worker_batch: int = 32
-    steps_per_epoch: int | None = None
-    steps_per_execution: int = 10
-    optimizer: str = "adam"
-    learning_rate: float = 1e-3
-    lr_decay_epochs: tuple[int, ...] = (2, 3)
-    lr_decay_factor: float = 0.1
-    loss: str = "sparse_categorical_crossentropy"
-    metrics: tuple[str, ...] = ("accuracy",)
-    output_dir: str = "output"
-    min_shard_bytes: int = 256 * 1024
-    max_shards: int | None = None
-    keep_checkpoints: int = 3
-    probe_timeout_s: float = 60.0
-    seed: int = 0
+    model: str = _option("cnn", "cnn, mlp, resnet, mobilenet_v2, or package.module:function returning a tf_keras model")
+    dataset: str = _option("digits", "digits (embedded, real) or synthetic")
+    data_dir: str | None = _option(None, "directory of a file-based data set")
+    epochs: int = _option(4, "epochs to train in all (a resumed run finishes the same plan)")
+    per_worker_batch: int = _option(32, "examples per worker per step; the global batch is this times workers")
+    steps_per_epoch: int | None = _option(None, "steps per epoch; null derives it as train examples // global batch")
+    steps_per_execution: int = _option(10, "steps each worker runs per remote call")
+    optimizer: str = _option("adam", "adam, sgd or rmsprop")
+    learning_rate: float = _option(1e-3, "initial learning rate")
+    lr_decay_epochs: tuple[int, ...] = _option((2, 3), "epochs (1-based) from which the rate is multiplied by lr_decay_factor")
+    lr_decay_factor: float = _option(0.1, "factor applied at each of lr_decay_epochs")
+    loss: str = _option("sparse_categorical_crossentropy", "Keras loss name")
+    metrics: tuple[str, ...] = _option(("accuracy",), "Keras metric names")
+    output_dir: str = _option("output", "checkpoints, TensorBoard logs, exported model and summary (chief's disk)")
+    min_shard_bytes: int = _option(256 * 1024, "MinSizePartitioner: smallest shard of a variable, in bytes")
+    max_shards: int | None = _option(None, "MinSizePartitioner: most shards per variable; null means one per ps")
+    keep_checkpoints: int = _option(3, "newest checkpoints kept (older ones go once the evaluator has read them)")
+    probe_timeout_s: float = _option(60.0, "seconds to wait for every ps and worker port before giving up")
+    seed: int = _option(0, "random seed for model initialisation and shuffling")
 
 
 FIELD_NAMES = tuple(f.name for f in dataclasses.fields(TrainingOptions))
@@ -114,7 +118,14 @@ def parse_training_options(raw: Mapping[str, Any], field_prefix: str = "training
     return TrainingOptions(**values)
 
 
+def options_help() -> str:
+    """One docstring `Args:` line per option, for --help."""
+    return "\n".join(f"  {f.name}: {f.metadata['help']}" for f in dataclasses.fields(TrainingOptions))
+
+
 def with_overrides(options: TrainingOptions, overrides: Mapping[str, Any]) -> TrainingOptions:
     """Applies command-line overrides on top of the file's options, validating them the same way."""
+    listed = ("lr_decay_epochs", "metrics")  # Fire turns `--metrics accuracy` into a plain string
+    overrides = {k: [v] if k in listed and not isinstance(v, (list, tuple)) else v for k, v in overrides.items()}
     merged = {**dataclasses.asdict(options), **overrides}
     return parse_training_options(merged, field_prefix="--")

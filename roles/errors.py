@@ -7,7 +7,8 @@ import functools
 import sys
 from typing import Any, Callable
 
-USER_ERROR_EXIT_CODE = 2
+USER_ERROR_EXIT_CODE = 2  # the launcher does not restart a task that exits with it
+CLUSTER_UNAVAILABLE_EXIT_CODE = 3  # a task this one needs did not answer; restarting may help
 
 
 @dataclasses.dataclass(frozen=True)

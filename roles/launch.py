@@ -1,10 +1,12 @@
-"""`python -m roles.launch up|down|print_config CLUSTER`: start, stop and inspect a cluster's local tasks."""
+"""`python -m roles.launch run|up|down|print_config CLUSTER`: run, start, stop and inspect a cluster's local tasks."""
 
 from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import fire
@@ -44,24 +46,24 @@ def _require_local(tasks: list[Task]) -> None:
                          for t in remote])
 
 
-def start_task(config: ClusterConfig, task: Task) -> process.PidRecord:
+def start_task(config: ClusterConfig, task: Task) -> tuple[subprocess.Popen | None, process.PidRecord]:
     """Starts one task in its own process group, unless its pid file names a process that still runs."""
     existing = process.PidRecord.read(pid_path(config, task))
     if existing and process.is_running(existing):
         say(f"{task.name} already running (pid {existing.pid})")
-        return existing
+        return None, existing
     env = taskspec.task_environment(config, task, os.environ)
-    _, record = process.start(taskspec.task_command(config, task), cwd=taskspec.PROJECT_ROOT, env=env,
-                              log_path=log_path(config, task), pid_path=pid_path(config, task))
+    child, record = process.start(taskspec.task_command(config, task), cwd=taskspec.PROJECT_ROOT, env=env,
+                                  log_path=log_path(config, task), pid_path=pid_path(config, task))
     say(f"{task.name} started (pid {record.pid}), log {log_path(config, task)}")
-    return record
+    return child, record
 
 
 def start_servers(config: ClusterConfig) -> dict[Task, process.PidRecord]:
     """Starts every ps and worker and waits until all their ports answer; on failure stops them again."""
     tasks = config.tasks(SERVER_JOBS)
     _require_local(tasks)
-    records = {task: start_task(config, task) for task in tasks}
+    records = {task: start_task(config, task)[1] for task in tasks}
     all_alive = lambda: all(process.is_running(r) for r in records.values())  # noqa: E731
     silent = probe.wait_until_listening(tasks, config.launcher.ready_timeout_s, alive=all_alive)
     dead = [t for t, r in records.items() if not process.is_running(r)]
@@ -90,8 +92,54 @@ def stop_all(config: ClusterConfig) -> list[str]:
     return report
 
 
+def follow_logs(paths: list[Path], finished) -> None:
+    """Echoes new lines of the given log files (already prefixed with their task) until `finished()`."""
+    offsets = {path: path.stat().st_size if path.exists() else 0 for path in paths}
+    while True:
+        done = finished()
+        for path in paths:
+            if path.exists():
+                with open(path, "rb") as handle:
+                    handle.seek(offsets[path])
+                    chunk = handle.read()
+                offsets[path] += len(chunk)
+                sys.stderr.write(chunk.decode(errors="replace"))
+        sys.stderr.flush()
+        if done:
+            return
+        time.sleep(0.2)
+
+
+def run_job(config: ClusterConfig) -> int:
+    """Starts ps and workers, runs the chief to its end while showing its log, then stops every task."""
+    _require_local(config.tasks())
+    started = time.monotonic()
+    try:
+        start_servers(config)
+        chief_task = config.task("chief", 0)
+        chief, _ = start_task(config, chief_task)
+        if chief is None:
+            raise UserError(Problem("chief", chief_task.name, "is already running from an earlier launch",
+                                    "wait for it or stop it with `sh kill.sh`"))
+        follow_logs([log_path(config, chief_task)], finished=lambda: chief.poll() is not None)
+        code = chief.wait()
+    except KeyboardInterrupt:
+        say("interrupted: stopping every task")
+        code = 130
+    finally:
+        for line in stop_all(config):
+            say(line)
+    say(f"chief exited with code {code} after {time.monotonic() - started:.0f} s")
+    return code
+
+
 class Launcher:
     """Starts, stops and shows the tasks of a cluster described by cluster.json."""
+
+    @exit_on_user_error("[launcher] ")
+    def run(self, cluster: str = "cluster.json") -> None:
+        """Runs the whole job of CLUSTER: ps and workers, then the chief to a trained and exported model."""
+        sys.exit(run_job(cluster_config.load(cluster)))
 
     @exit_on_user_error("[launcher] ")
     def up(self, cluster: str = "cluster.json") -> None:

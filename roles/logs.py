@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 
 _FORMAT = "[{task}] %(asctime)s %(levelname_short)s%(message)s"
 
@@ -29,6 +30,7 @@ def quiet_tensorflow() -> None:
     """Keeps TensorFlow's and absl's Python warnings out of the task's log; errors still show."""
     for name in ("tensorflow", "absl", "h5py"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"(tf_keras|tensorflow|keras)\.")
     try:
         from absl import logging as absl_logging
 

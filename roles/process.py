@@ -92,7 +92,7 @@ def _group_alive(pgid: int) -> bool:
 def stop(record: PidRecord, *, grace_s: float = 10.0) -> str:
     """Stops the process group of `record`: SIGTERM, wait up to `grace_s`, then SIGKILL. Returns what happened."""
     if not is_running(record):
-        return "not running"
+        return "had already exited"
     pgid = record.pid  # started with start_new_session, so the leader's pid is the group id
     os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s

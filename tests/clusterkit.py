@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 from roles.process import has_live_thread
@@ -72,3 +73,28 @@ def processes_mentioning(text: str) -> list[str]:
 def assert_no_traceback(output: str) -> None:
     assert "Traceback" not in output, output
 
+
+
+def read_scalars(event_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in a TensorBoard run directory, as tag -> [(step, value)] in file order."""
+    import tensorflow as tf  # imported here: most tests never need TensorFlow in the test process
+
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(event_dir.glob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                number = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
+                scalars.setdefault(value.tag, []).append((event.step, number))
+    return scalars
+
+
+def wait_for_line(path: Path, text: str, timeout_s: float, process=None) -> bool:
+    """Polls a log file until a line holds `text`; stops early if `process` exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return True
+        if process is not None and process.poll() is not None:
+            return False
+        time.sleep(0.05)
+    return False

@@ -1,4 +1,4 @@
-"""Shared fixtures: every test's files live under pytest's temporary directory, and nothing may outlive a test."""
+"""Shared fixtures: one real ps/worker cluster per test module that asks for it; nothing may outlive a test."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clusterkit import processes_mentioning  # noqa: E402
+from clusterkit import cluster_document, processes_mentioning, write_cluster  # noqa: E402
+from roles import config as cluster_config  # noqa: E402
+from roles import launch  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -19,3 +21,17 @@ def no_leftover_processes(tmp_path):
     yield
     leftovers = processes_mentioning(str(tmp_path))
     assert not leftovers, f"processes left running: {leftovers}"
+
+
+@pytest.fixture(scope="module")
+def shared_servers(tmp_path_factory):
+    """2 ps and 2 workers on loopback, started once per module by the launcher; yields the cluster.json path."""
+    directory = tmp_path_factory.mktemp("cluster")
+    path = write_cluster(directory, cluster_document(evaluator=False, logs_dir=str(directory / "logs")))
+    config = cluster_config.load(path)
+    launch.start_servers(config)
+    try:
+        yield path
+    finally:
+        launch.stop_all(config)
+        assert processes_mentioning(str(directory)) == []

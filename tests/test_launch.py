@@ -1,12 +1,13 @@
-"""run.sh and kill.sh as a user runs them: tasks come up, go down, and nothing is left behind."""
+"""run.sh and kill.sh as a user runs them: the job runs to an exported model, and nothing is left behind."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
 
-from clusterkit import ROOT, cluster_document, processes_mentioning, write_cluster
+from clusterkit import ROOT, cluster_document, processes_mentioning, run_module, write_cluster
 from roles import config as cluster_config
 from roles import probe
 
@@ -14,14 +15,14 @@ pytestmark = pytest.mark.cluster
 
 
 def sh(script: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["sh", str(ROOT / script), *args], capture_output=True, text=True, timeout=300,
+    return subprocess.run(["sh", str(ROOT / script), *args], capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL)
 
 
-def test_run_then_kill_leaves_nothing(tmp_path):
+def test_up_then_kill_leaves_nothing(tmp_path):
     path = write_cluster(tmp_path, cluster_document(logs_dir=str(tmp_path / "logs")))
     servers = cluster_config.load(path).tasks(("ps", "worker"))
-    up = sh("run.sh", str(path))
+    up = run_module("roles.launch", "up", str(path))
     assert up.returncode == 0, up.stderr
     assert "ready: ps:0, ps:1, worker:0, worker:1" in up.stderr
     assert probe.wait_until_listening(servers, timeout_s=5) == []
@@ -36,3 +37,17 @@ def test_run_then_kill_leaves_nothing(tmp_path):
 
     again = sh("kill.sh", str(path))
     assert again.returncode == 0 and "nothing to stop" in again.stderr
+
+
+def test_run_sh_trains_to_an_exported_model(tmp_path):
+    training = {"epochs": 2, "lr_decay_epochs": [], "output_dir": str(tmp_path / "output")}
+    path = write_cluster(tmp_path, cluster_document(evaluator=False, logs_dir=str(tmp_path / "logs"),
+                                                    training=training))
+    result = sh("run.sh", str(path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "[chief:0]" in result.stderr and "train | epoch 2/2" in result.stderr
+    summary = json.loads((tmp_path / "output" / "summary.json").read_text())
+    assert summary["status"] == "complete"
+    assert (tmp_path / "output" / "model" / "model.h5").exists()
+    assert processes_mentioning(str(path)) == []
+    assert "nothing to stop" in sh("kill.sh", str(path)).stderr

@@ -1,0 +1,86 @@
+"""Per-epoch checkpoints on the chief's disk: the coordinator resumes from them and the evaluator reads them.
+
+One series `ckpt-<epoch>` (model and optimizer) serves both needs. The retention rule agreed with the
+evaluator: the newest `keep` checkpoints stay; an older one is deleted only once the evaluator has listed it
+in `evaluated.json` beside them (or when the cluster has no evaluator).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import tensorflow as tf
+
+EVALUATED_FILE = "evaluated.json"
+PREFIX = "ckpt-"
+
+
+def checkpoint_epoch(path: str) -> int:
+    """The epoch a `.../ckpt-<epoch>` prefix holds."""
+    match = re.search(rf"{PREFIX}(\d+)$", path)
+    if not match:
+        raise ValueError(f"not a checkpoint prefix: {path}")
+    return int(match.group(1))
+
+
+def listed_checkpoints(directory: Path) -> list[str]:
+    """Complete checkpoints in save order, as named by the `checkpoint` state file (written after the data)."""
+    state = tf.train.get_checkpoint_state(str(directory))
+    return list(state.all_model_checkpoint_paths) if state else []
+
+
+def evaluated_names(directory: Path) -> set[str]:
+    """Names (`ckpt-3`) the evaluator has recorded as evaluated."""
+    try:
+        return set(json.loads((directory / EVALUATED_FILE).read_text())["evaluated"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+class EpochCheckpoints:
+    """Writes, lists, restores and prunes `ckpt-<epoch>` through the chief's CPU, so ps never write files."""
+
+    def __init__(self, directory: Path, *, model, optimizer, keep: int, has_evaluator: bool, io_device: str):
+        self.directory = directory
+        self.keep = keep
+        self.has_evaluator = has_evaluator
+        self.options = tf.train.CheckpointOptions(experimental_io_device=io_device)
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def latest_path(self) -> str | None:
+        paths = listed_checkpoints(self.directory)
+        return paths[-1] if paths else None
+
+    def restore_latest(self) -> int:
+        """Restores the newest checkpoint, if any, and returns the number of epochs it completed."""
+        paths = listed_checkpoints(self.directory)
+        if not paths:
+            return 0
+        self.checkpoint.read(paths[-1], options=self.options).assert_existing_objects_matched()
+        return checkpoint_epoch(paths[-1])
+
+    def save(self, epoch: int) -> str:
+        prefix = str(self.directory / f"{PREFIX}{epoch}")
+        self.checkpoint.write(prefix, options=self.options)
+        paths = [p for p in listed_checkpoints(self.directory) if checkpoint_epoch(p) < epoch] + [prefix]
+        self._record(self._prune(paths))
+        return prefix
+
+    def _prune(self, paths: list[str]) -> list[str]:
+        evaluated = evaluated_names(self.directory)
+        kept = []
+        for index, path in enumerate(paths):
+            old = index < len(paths) - self.keep
+            if old and (not self.has_evaluator or Path(path).name in evaluated):
+                for file in tf.io.gfile.glob(path + ".*"):
+                    tf.io.gfile.remove(file)
+            else:
+                kept.append(path)
+        return kept
+
+    def _record(self, paths: list[str]) -> None:
+        tf.compat.v1.train.update_checkpoint_state(str(self.directory), Path(paths[-1]).name,
+                                                   [Path(p).name for p in paths])

@@ -1,0 +1,48 @@
+"""Whole-weight models from checkpoints, exported as .h5 (h5py), SavedModel and .keras for use with no cluster.
+
+Partitioned variables cannot be saved to .h5 directly (two shards share a name) and an .h5 of shards does not
+load into an unpartitioned model, so export restores the checkpoint into an unpartitioned copy of the model:
+checkpoints store each sharded variable whole, whatever the partitioning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from coordinator import models
+from coordinator.options import TrainingOptions
+
+H5_NAME = "model.h5"
+SAVED_MODEL_NAME = "saved_model"
+KERAS_NAME = "model.keras"
+
+
+def restore_whole(options: TrainingOptions, input_shape, num_classes: int, checkpoint_path: str, *,
+                  device: str | None = None, io_device: str | None = None) -> tf_keras.Model:
+    """An unpartitioned, compiled model holding the weights of `checkpoint_path`."""
+    with tf.device(device) if device else contextlib.nullcontext():
+        model = models.build(options.model, input_shape, num_classes)
+        models.compile_model(model, options)
+    read_options = tf.train.CheckpointOptions(experimental_io_device=io_device) if io_device else None
+    tf.train.Checkpoint(model=model).read(checkpoint_path, options=read_options).expect_partial()
+    return model
+
+
+def export(model: tf_keras.Model, directory: Path) -> dict[str, str]:
+    """Writes the three formats into `directory` and returns their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {"h5": directory / H5_NAME, "saved_model": directory / SAVED_MODEL_NAME, "keras": directory / KERAS_NAME}
+    model.save(paths["h5"], save_format="h5")
+    model.save(paths["saved_model"], save_format="tf")
+    model.save(paths["keras"])
+    return {name: str(path) for name, path in paths.items()}
+
+
+def reference_inputs(split: tf.data.Dataset, count: int = 16) -> np.ndarray:
+    """The first `count` inputs of a split, to check that an exported model predicts as the trained one."""
+    return np.stack([x for x, _ in split.take(count).as_numpy_iterator()])

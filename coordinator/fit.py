@@ -1,0 +1,117 @@
+"""One training run on the chief: strategy, model, resume, fit with callbacks, export and summary."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from coordinator import export, models, strategy
+from coordinator.callbacks import EpochReport, SaveEachEpoch, StepDecay
+from coordinator.checkpoints import EpochCheckpoints
+from coordinator.options import TrainingOptions
+from data import load_source
+from roles.config import ClusterConfig
+
+SUMMARY_NAME = "summary.json"
+
+
+def read_summary(output: Path) -> dict:
+    try:
+        return json.loads((output / SUMMARY_NAME).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_summary(output: Path, summary: dict) -> None:
+    """Replaces summary.json atomically, so a reader never sees half of it."""
+    output.mkdir(parents=True, exist_ok=True)
+    partial = output / (SUMMARY_NAME + ".partial")
+    partial.write_text(json.dumps(summary, indent=2))
+    partial.replace(output / SUMMARY_NAME)
+
+
+def variable_placement(model) -> dict[str, list[str]]:
+    """Each trainable variable's devices: several for a variable the partitioner split over ps."""
+    placement: dict[str, list[str]] = {}
+    for variable in model.trainable_variables:  # a split variable is listed as its parts, `<name>/part_<k>`
+        placement.setdefault(variable.name.split("/part_")[0].removesuffix(":0"), []).append(variable.device)
+    return placement
+
+
+def _build_model(config: ClusterConfig, options: TrainingOptions, source, log):
+    pss = strategy.build(config, options)
+    tf_keras.utils.set_random_seed(options.seed)
+    with pss.scope():
+        model = models.build(options.model, source.input_shape, source.num_classes)
+        models.compile_model(model, options, steps_per_execution=options.steps_per_execution)
+        model.optimizer.build(model.trainable_variables)  # slots exist before restore, so it is not deferred
+    for name, devices in variable_placement(model).items():
+        if len(devices) > 1:
+            log.info("%s split into %d shards on %s", name, len(devices),
+                     ", ".join(d.split("/device")[0].removeprefix("/job:") for d in devices))
+    return model
+
+
+def run_training(config: ClusterConfig, options: TrainingOptions, log) -> dict:
+    """Trains (or resumes) to `options.epochs`, exports the model and returns the run summary it wrote."""
+    output = config.path(options.output_dir)
+    source = load_source(options.dataset, options.data_dir, options.seed)
+    global_batch = options.per_worker_batch * len(config.jobs["worker"])
+    steps_per_epoch = options.steps_per_epoch or source.steps_per_epoch(global_batch)
+    log.info("%s: %d training examples, global batch %d (%d per worker), %d steps per epoch",
+             source.name, source.sizes["train"], global_batch, options.per_worker_batch, steps_per_epoch)
+
+    strategy.wait_for_cluster(config, options.probe_timeout_s, log)
+    model = _build_model(config, options, source, log)
+    checkpoints = EpochCheckpoints(output / "checkpoints", model=model, optimizer=model.optimizer,
+                                   keep=options.keep_checkpoints, has_evaluator=bool(config.jobs.get("evaluator")),
+                                   io_device=strategy.CHIEF_CPU)
+    done = checkpoints.restore_latest()
+    if done >= options.epochs and read_summary(output).get("status") == "complete":
+        log.info("already complete: %d of %d epochs are in %s; nothing to train", done, options.epochs, output)
+        return read_summary(output)
+    if done:
+        log.info("resuming after epoch %d (optimizer step %d)", done, int(model.optimizer.iterations.numpy()))
+    _write_summary(output, {"status": "running", "epochs": options.epochs})  # the evaluator waits while running
+
+    started = time.monotonic()
+    history = model.fit(
+        tf_keras.utils.experimental.DatasetCreator(source.train_dataset_fn(global_batch, options.seed)),
+        epochs=options.epochs, initial_epoch=done, steps_per_epoch=steps_per_epoch, verbose=0,
+        callbacks=[StepDecay(options), SaveEachEpoch(checkpoints),
+                   EpochReport(log, output / "tensorboard" / "train", epochs=options.epochs,
+                               steps_per_epoch=steps_per_epoch, global_batch=global_batch)])
+    train_seconds = time.monotonic() - started
+    final_metrics = {k: float(v[-1]) for k, v in history.history.items()} if history.history else {}
+    return _export_and_summarise(config, options, model, source, output, log, final_metrics=final_metrics,
+                                 train_seconds=train_seconds, steps_per_epoch=steps_per_epoch,
+                                 global_batch=global_batch, checkpoint=checkpoints.latest_path())
+
+
+def _export_and_summarise(config, options, model, source, output: Path, log, **facts) -> dict:
+    whole = export.restore_whole(options, source.input_shape, source.num_classes, facts["checkpoint"],
+                                 device=strategy.CHIEF_CPU, io_device=strategy.CHIEF_CPU)
+    inputs = export.reference_inputs(source.split("test"))
+    trained = model(inputs, training=False).numpy()
+    exported = whole(inputs, training=False).numpy()
+    log.info("export check: largest difference between trained and exported predictions %.2e",
+             float(np.abs(trained - exported).max()))
+    paths = export.export(whole, output / "model")
+    np.savez(output / "model" / "reference_predictions.npz", inputs=inputs, predictions=trained)
+    summary = {
+        "status": "complete", "options": json.loads(json.dumps(options.__dict__)),
+        "epochs": options.epochs, "optimizer_steps": int(model.optimizer.iterations.numpy()),
+        "steps_per_epoch": facts["steps_per_epoch"], "global_batch": facts["global_batch"],
+        "workers": len(config.jobs["worker"]), "ps": len(config.jobs["ps"]),
+        "train_seconds": round(facts["train_seconds"], 2), "final_metrics": facts["final_metrics"],
+        "checkpoint": facts["checkpoint"], "model": paths, "tensorboard": str(output / "tensorboard"),
+        "variable_placement": variable_placement(model),
+    }
+    _write_summary(output, summary)
+    log.info("model exported to %s (.h5, SavedModel, .keras); summary %s", output / "model", output / SUMMARY_NAME)
+    return summary

@@ -1,0 +1,118 @@
+"""The model zoo (cnn, mlp, resnet, mobilenet_v2) and user models given as `package.module:function`."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import tf_keras
+from tf_keras import layers
+
+from coordinator.options import TrainingOptions
+from roles.errors import Problem, UserError
+
+
+def _as_image(inputs, input_shape):
+    """Gives flat or 2-D inputs a channel axis so convolutional models accept any image source."""
+    if len(input_shape) == 3:
+        return inputs
+    side = int(round(input_shape[0] ** 0.5)) if len(input_shape) == 1 else input_shape[0]
+    width = input_shape[1] if len(input_shape) == 2 else side
+    return layers.Reshape((side, width, 1))(inputs)
+
+
+def cnn(input_shape, num_classes):
+    """The small CNN of TensorFlow's multi-worker tutorial: Conv2D 32 → Flatten → Dense 128 → classes."""
+    inputs = tf_keras.Input(shape=input_shape)
+    x = layers.Conv2D(32, 3, activation="relu")(_as_image(inputs, input_shape))
+    x = layers.Flatten()(x)
+    x = layers.Dense(128, activation="relu")(x)
+    return tf_keras.Model(inputs, layers.Dense(num_classes, activation="softmax")(x), name="cnn")
+
+
+def mlp(input_shape, num_classes):
+    """Two hidden dense layers over the flattened input."""
+    inputs = tf_keras.Input(shape=input_shape)
+    x = layers.Flatten()(inputs)
+    x = layers.Dense(256, activation="relu")(x)
+    x = layers.Dense(128, activation="relu")(x)
+    return tf_keras.Model(inputs, layers.Dense(num_classes, activation="softmax")(x), name="mlp")
+
+
+def _residual_block(x, filters, stride):
+    shortcut = x
+    y = layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False)(x)
+    y = layers.ReLU()(layers.BatchNormalization()(y))
+    y = layers.Conv2D(filters, 3, padding="same", use_bias=False)(y)
+    y = layers.BatchNormalization()(y)
+    if stride != 1 or shortcut.shape[-1] != filters:
+        shortcut = layers.BatchNormalization()(layers.Conv2D(filters, 1, strides=stride, use_bias=False)(x))
+    return layers.ReLU()(layers.Add()([y, shortcut]))
+
+
+def resnet(input_shape, num_classes):
+    """A small ResNet for 32×32 images: three stages of two basic blocks (16, 32, 64 filters)."""
+    inputs = tf_keras.Input(shape=input_shape)
+    x = layers.Conv2D(16, 3, padding="same", use_bias=False)(_as_image(inputs, input_shape))
+    x = layers.ReLU()(layers.BatchNormalization()(x))
+    for stage, filters in enumerate((16, 32, 64)):
+        x = _residual_block(x, filters, stride=1 if stage == 0 else 2)
+        x = _residual_block(x, filters, stride=1)
+    x = layers.GlobalAveragePooling2D()(x)
+    return tf_keras.Model(inputs, layers.Dense(num_classes, activation="softmax")(x), name="resnet")
+
+
+def mobilenet_v2(input_shape, num_classes):
+    """MobileNetV2 backbone (weights=None) with a pooled dense head; small or grey images are adapted to it."""
+    inputs = tf_keras.Input(shape=input_shape)
+    x = _as_image(inputs, input_shape)
+    if x.shape[1] < 32 or x.shape[2] < 32:
+        x = layers.Resizing(max(32, x.shape[1]), max(32, x.shape[2]))(x)
+    if x.shape[-1] != 3:
+        x = layers.Conv2D(3, 1, name="to_rgb")(x)
+    backbone = tf_keras.applications.MobileNetV2(input_shape=tuple(x.shape[1:]), include_top=False, weights=None)
+    x = layers.GlobalAveragePooling2D()(backbone(x))
+    x = layers.Dropout(0.2)(x)
+    return tf_keras.Model(inputs, layers.Dense(num_classes, activation="softmax")(x), name="mobilenet_v2")
+
+
+ZOO = {"cnn": cnn, "mlp": mlp, "resnet": resnet, "mobilenet_v2": mobilenet_v2}
+
+
+def _user_function(spec: str):
+    module_name, function_name = spec.split(":")
+    try:
+        return getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as error:
+        raise UserError(Problem("training.model", spec, f"cannot be loaded ({error})",
+                                "make the module importable from the project directory and name a function "
+                                "that returns a tf_keras model")) from None
+
+
+def build(name: str, input_shape, num_classes: int) -> tf_keras.Model:
+    """Builds the named model; a user function gets input_shape and num_classes if it takes them."""
+    if name in ZOO:
+        return ZOO[name](tuple(input_shape), num_classes)
+    function = _user_function(name)
+    accepted = inspect.signature(function).parameters
+    kwargs = {k: v for k, v in (("input_shape", tuple(input_shape)), ("num_classes", num_classes))
+              if k in accepted}
+    model = function(**kwargs)
+    if not isinstance(model, tf_keras.Model):
+        raise UserError(Problem("training.model", name, f"returned {type(model).__name__}, not a tf_keras model",
+                                "build the model with `import tf_keras` (Keras 3 cannot train under "
+                                "ParameterServerStrategy)"))
+    return model
+
+
+def make_optimizer(options: TrainingOptions):
+    classes = {"adam": tf_keras.optimizers.Adam, "sgd": tf_keras.optimizers.SGD,
+               "rmsprop": tf_keras.optimizers.RMSprop}
+    return classes[options.optimizer](learning_rate=options.learning_rate)
+
+
+def compile_model(model, options: TrainingOptions, **kwargs) -> None:
+    """Compiles with the options' optimizer, loss and metrics (a user model's own optimizer and loss are kept)."""
+    optimizer = model.optimizer if getattr(model, "optimizer", None) is not None else make_optimizer(options)
+    loss = getattr(model, "loss", None) or options.loss
+    model.compile(optimizer=optimizer, loss=loss, metrics=list(options.metrics), **kwargs)

@@ -1,0 +1,35 @@
+"""ParameterServerStrategy over the cluster, built only after every ps and worker port answers."""
+
+from __future__ import annotations
+
+import sys
+
+import tensorflow as tf
+
+from coordinator.options import TrainingOptions
+from roles import probe
+from roles.config import ClusterConfig
+from roles.errors import CLUSTER_UNAVAILABLE_EXIT_CODE
+
+CHIEF_CPU = "/job:chief/replica:0/task:0/device:CPU:0"
+
+
+def wait_for_cluster(config: ClusterConfig, timeout_s: float, log) -> None:
+    """Exits with code 3 naming each silent task: TensorFlow itself would hang on a missing ps or worker."""
+    tasks = config.tasks(("ps", "worker"))
+    log.info("waiting up to %.0f s for %s", timeout_s, ", ".join(f"{t.name}@{t.address}" for t in tasks))
+    silent = probe.wait_until_listening(tasks, timeout_s)
+    if silent:
+        for task in silent:
+            print(f"error: {task.name} at {task.address} did not answer within {timeout_s:.0f} s; start it "
+                  "(sh run.sh starts every task) or fix its address in cluster.json", file=sys.stderr)
+        sys.exit(CLUSTER_UNAVAILABLE_EXIT_CODE)
+
+
+def build(config: ClusterConfig, options: TrainingOptions) -> tf.distribute.experimental.ParameterServerStrategy:
+    """The strategy, with variables above `min_shard_bytes` split over up to `max_shards` (default: every ps)."""
+    shards = options.max_shards or len(config.jobs["ps"])
+    partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+        min_shard_bytes=options.min_shard_bytes, max_shards=shards)
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
