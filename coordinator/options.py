@@ -7,6 +7,7 @@ import re
 from typing import Any, Mapping
 
 from roles.errors import Problem, UserError
+from roles.fields import Check, is_int, is_number, optional_positive_int, parse_section, positive_int, positive_number
 
 MODEL_NAMES = ("cnn", "mlp", "resnet", "mobilenet_v2")
 DATASET_NAMES = ("digits", "synthetic")
@@ -25,13 +26,13 @@ class TrainingOptions:
     model: str = _option("cnn", "cnn, mlp, resnet, mobilenet_v2, or package.module:function returning a tf_keras model")
     dataset: str = _option("digits", "digits (embedded, real) or synthetic")
     data_dir: str | None = _option(None, "directory of a file-based data set")
-    epochs: int = _option(4, "epochs to train in all (a resumed run finishes the same plan)")
+    epochs: int = _option(6, "epochs to train in all (a resumed run finishes the same plan)")
     per_worker_batch: int = _option(32, "examples per worker per step; the global batch is this times workers")
     steps_per_epoch: int | None = _option(None, "steps per epoch; null derives it as train examples // global batch")
     steps_per_execution: int = _option(10, "steps each worker runs per remote call")
     optimizer: str = _option("adam", "adam, sgd or rmsprop")
     learning_rate: float = _option(1e-3, "initial learning rate")
-    lr_decay_epochs: tuple[int, ...] = _option((2, 3), "epochs (1-based) from which the rate is multiplied by lr_decay_factor")
+    lr_decay_epochs: tuple[int, ...] = _option((4, 6), "epochs (1-based) from which the rate is multiplied by lr_decay_factor")
     lr_decay_factor: float = _option(0.1, "factor applied at each of lr_decay_epochs")
     loss: str = _option("sparse_categorical_crossentropy", "Keras loss name")
     metrics: tuple[str, ...] = _option(("accuracy",), "Keras metric names")
@@ -46,81 +47,50 @@ class TrainingOptions:
 FIELD_NAMES = tuple(f.name for f in dataclasses.fields(TrainingOptions))
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _positive_int(value: Any) -> bool:
-    return _is_int(value) and value > 0
-
-
-def _optional_positive_int(value: Any) -> bool:
-    return value is None or _positive_int(value)
-
-
 def _model_name(value: Any) -> bool:
     return isinstance(value, str) and (value in MODEL_NAMES or bool(USER_MODEL_PATTERN.match(value)))
 
 
-def _int_list(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and all(_positive_int(v) for v in value)
+def _non_empty_text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
 
 
-def _str_list(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and all(isinstance(v, str) and v for v in value)
-
-
-# field -> (accepts the value, what it must be, how to fix)
-_CHECKS: dict[str, tuple[Any, str, str]] = {
-    "model": (_model_name, f"unknown model", f"use one of {', '.join(MODEL_NAMES)} or 'package.module:function'"),
-    "dataset": (lambda v: v in DATASET_NAMES, "unknown dataset", f"use one of {', '.join(DATASET_NAMES)}"),
-    "data_dir": (lambda v: v is None or (isinstance(v, str) and v), "must be a path", "give a directory or null"),
-    "epochs": (_positive_int, "must be a positive integer", "use e.g. 4"),
-    "per_worker_batch": (_positive_int, "must be a positive integer", "use e.g. 32"),
-    "steps_per_epoch": (_optional_positive_int, "must be a positive integer or null",
-                        "use null to derive it from the data set size"),
-    "steps_per_execution": (_positive_int, "must be a positive integer", "use e.g. 10"),
-    "optimizer": (lambda v: v in OPTIMIZER_NAMES, "unknown optimizer", f"use one of {', '.join(OPTIMIZER_NAMES)}"),
-    "learning_rate": (lambda v: _is_number(v) and v > 0, "must be a positive number", "use e.g. 0.001"),
-    "lr_decay_epochs": (_int_list, "must be a list of positive epoch numbers", "use e.g. [2, 3] or []"),
-    "lr_decay_factor": (lambda v: _is_number(v) and 0 < v <= 1, "must be in (0, 1]", "use e.g. 0.1"),
-    "loss": (lambda v: isinstance(v, str) and v, "must be a Keras loss name", "use e.g. sparse_categorical_crossentropy"),
-    "metrics": (_str_list, "must be a list of Keras metric names", "use e.g. [\"accuracy\"]"),
-    "output_dir": (lambda v: isinstance(v, str) and v, "must be a path", "give a directory, e.g. output"),
-    "min_shard_bytes": (_positive_int, "must be a positive integer", "use e.g. 262144 (256 KiB)"),
-    "max_shards": (_optional_positive_int, "must be a positive integer or null",
-                   "use null for one shard per ps"),
-    "keep_checkpoints": (lambda v: _is_int(v) and v >= 2, "must be an integer >= 2",
-                         "keep at least 2 so the evaluator can read one while the next is written"),
-    "probe_timeout_s": (lambda v: _is_number(v) and v > 0, "must be a positive number of seconds", "use e.g. 60"),
-    "seed": (_is_int, "must be an integer", "use e.g. 0"),
+CHECKS = {
+    "model": Check(_model_name, "unknown model",
+                   f"use one of {', '.join(MODEL_NAMES)} or 'package.module:function'"),
+    "dataset": Check(lambda v: v in DATASET_NAMES, "unknown dataset", f"use one of {', '.join(DATASET_NAMES)}"),
+    "data_dir": Check(lambda v: v is None or _non_empty_text(v), "must be a path", "give a directory or null"),
+    "epochs": Check(positive_int, "must be a positive integer", "use e.g. 4"),
+    "per_worker_batch": Check(positive_int, "must be a positive integer", "use e.g. 32"),
+    "steps_per_epoch": Check(optional_positive_int, "must be a positive integer or null",
+                             "use null to derive it from the data set size"),
+    "steps_per_execution": Check(positive_int, "must be a positive integer", "use e.g. 10"),
+    "optimizer": Check(lambda v: v in OPTIMIZER_NAMES, "unknown optimizer",
+                       f"use one of {', '.join(OPTIMIZER_NAMES)}"),
+    "learning_rate": Check(positive_number, "must be a positive number", "use e.g. 0.001"),
+    "lr_decay_epochs": Check(lambda v: isinstance(v, (list, tuple)) and all(positive_int(e) for e in v),
+                             "must be a list of positive epoch numbers", "use e.g. [4, 6] or []"),
+    "lr_decay_factor": Check(lambda v: is_number(v) and 0 < v <= 1, "must be in (0, 1]", "use e.g. 0.1"),
+    "loss": Check(_non_empty_text, "must be a Keras loss name", "use e.g. sparse_categorical_crossentropy"),
+    "metrics": Check(lambda v: isinstance(v, (list, tuple)) and all(_non_empty_text(m) for m in v),
+                     "must be a list of Keras metric names", 'use e.g. ["accuracy"]'),
+    "output_dir": Check(_non_empty_text, "must be a path", "give a directory, e.g. output"),
+    "min_shard_bytes": Check(positive_int, "must be a positive integer", "use e.g. 262144 (256 KiB)"),
+    "max_shards": Check(optional_positive_int, "must be a positive integer or null", "use null for one shard per ps"),
+    "keep_checkpoints": Check(lambda v: is_int(v) and v >= 2, "must be an integer >= 2",
+                              "keep at least 2 so the evaluator can read one while the next is written"),
+    "probe_timeout_s": Check(positive_number, "must be a positive number of seconds", "use e.g. 60"),
+    "seed": Check(is_int, "must be an integer", "use e.g. 0"),
 }
 
 
 def parse_training_options(raw: Mapping[str, Any], field_prefix: str = "training.") -> TrainingOptions:
     """Builds TrainingOptions from a mapping, raising one UserError that lists every bad field."""
-    problems = []
-    for key in raw:
-        if key not in FIELD_NAMES:
-            problems.append(Problem(f"{field_prefix}{key}", raw[key], "unknown training option",
-                                    f"remove it or use one of: {', '.join(FIELD_NAMES)}"))
-    for key, value in raw.items():
-        if key in _CHECKS and not _CHECKS[key][0](value):
-            _, problem, fix = _CHECKS[key]
-            problems.append(Problem(f"{field_prefix}{key}", value, problem, fix))
+    problems: list[Problem] = []
+    options = parse_section(TrainingOptions, raw, CHECKS, field_prefix, problems)
     if problems:
         raise UserError(problems)
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
-    return TrainingOptions(**values)
-
-
-def options_help() -> str:
-    """One docstring `Args:` line per option, for --help."""
-    return "\n".join(f"  {f.name}: {f.metadata['help']}" for f in dataclasses.fields(TrainingOptions))
+    return options
 
 
 def with_overrides(options: TrainingOptions, overrides: Mapping[str, Any]) -> TrainingOptions:

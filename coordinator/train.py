@@ -9,10 +9,11 @@ import sys
 
 import fire
 
-from coordinator.options import FIELD_NAMES, TrainingOptions, options_help, with_overrides
+from coordinator.options import FIELD_NAMES, TrainingOptions, with_overrides
 from roles import config as cluster_config
 from roles import taskspec
 from roles.errors import Problem, UserError, exit_on_user_error
+from roles.fields import field_help
 from roles.logs import quiet_tensorflow, task_logger
 
 
@@ -52,7 +53,7 @@ Resumes from the last per-epoch checkpoint in OUTPUT_DIR/checkpoints; a finished
 
 Args:
   cluster: path of cluster.json.
-{options_help()}
+{field_help(TrainingOptions)}
 """
 train.__signature__ = inspect.Signature(
     [inspect.Parameter("cluster", inspect.Parameter.KEYWORD_ONLY, default="cluster.json")]

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from coordinator.options import TrainingOptions, parse_training_options
 from roles.errors import Problem, UserError
+from roles.fields import Check, is_int, parse_section, positive_number
 
 JOBS = ("chief", "worker", "ps", "evaluator")
 TRAINING_JOBS = ("chief", "worker", "ps")
@@ -135,7 +136,8 @@ def parse(raw: Any, source: Path) -> ClusterConfig:
     jobs = _parse_cluster(raw.get("cluster"), allow_public is True, problems)
     hosts = _parse_hosts(_section(raw, "hosts", problems), problems)
     _check_gpus_suffice(jobs, hosts, problems)
-    launcher = _parse_dataclass(LauncherSettings, _section(raw, "launcher", problems), "launcher", problems)
+    launcher = parse_section(LauncherSettings, _section(raw, "launcher", problems), LAUNCHER_CHECKS, "launcher.",
+                             problems)
     training = TrainingOptions()
     try:
         training = parse_training_options(_section(raw, "training", problems))
@@ -233,40 +235,33 @@ def _parse_hosts(hosts: dict, problems: list[Problem]) -> dict[str, HostSettings
         elif not isinstance(raw, dict):
             problems.append(Problem(field, raw, "must be an object", 'use e.g. {"ssh_user": "alice"}'))
         else:
-            parsed[name] = _parse_dataclass(HostSettings, raw, field, problems)
+            parsed[name] = parse_section(HostSettings, raw, HOST_CHECKS, f"{field}.", problems)
     return parsed
 
 
-_SETTING_CHECKS = {
-    "ssh_user": (lambda v: v is None or (isinstance(v, str) and USER.match(v)),
-                 "user names may hold only a-z, 0-9, '_' and '-'", "fix the user name"),
-    "ssh_port": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 65535,
-                 "must be an integer in 1-65535", "use 22 unless sshd listens elsewhere"),
-    "workdir": (lambda v: v is None or (isinstance(v, str) and SAFE_PATH.match(v)),
-                "paths may hold only letters, digits and _ . / ~ + -", "use a plain path without spaces"),
-    "python": (lambda v: isinstance(v, str) and SAFE_PATH.match(v),
-               "paths may hold only letters, digits and _ . / ~ + -", "use e.g. .venv/bin/python"),
-    "gpus": (lambda v: isinstance(v, list) and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0
-                                                   for g in v),
-             "must be a list of non-negative GPU ids", "use e.g. [0, 1], or [] for CPU only"),
-    "logs_dir": (lambda v: isinstance(v, str) and SAFE_PATH.match(v),
-                 "paths may hold only letters, digits and _ . / ~ + -", "use e.g. logs"),
-    "ready_timeout_s": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
-                        "must be a positive number of seconds", "use e.g. 60"),
+def _safe_path(example: str) -> Check:
+    return Check(lambda v: isinstance(v, str) and bool(SAFE_PATH.match(v)),
+                 "paths may hold only letters, digits and _ . / ~ + -", f"use a plain path, e.g. {example}")
+
+
+def _or_null(check: Check) -> Check:
+    return Check(lambda v: v is None or check.accepts(v), check.problem, check.fix)
+
+
+HOST_CHECKS = {
+    "ssh_user": Check(lambda v: v is None or (isinstance(v, str) and bool(USER.match(v))),
+                      "user names may hold only a-z, 0-9, '_' and '-'", "fix the user name"),
+    "ssh_port": Check(lambda v: is_int(v) and 1 <= v <= 65535, "must be an integer in 1-65535",
+                      "use 22 unless sshd listens elsewhere"),
+    "workdir": _or_null(_safe_path("/srv/pscluster")),
+    "python": _safe_path(".venv/bin/python"),
+    "gpus": Check(lambda v: isinstance(v, list) and all(is_int(g) and g >= 0 for g in v),
+                  "must be a list of non-negative GPU ids", "use e.g. [0, 1], or [] for CPU only"),
 }
-
-
-def _parse_dataclass(cls, raw: dict, field: str, problems: list[Problem]):
-    names = [f.name for f in dataclasses.fields(cls)]
-    values = {}
-    for key, value in raw.items():
-        if key not in names:
-            problems.append(Problem(f"{field}.{key}", value, "unknown setting", f"use only {', '.join(names)}"))
-        elif not _SETTING_CHECKS[key][0](value):
-            problems.append(Problem(f"{field}.{key}", value, *_SETTING_CHECKS[key][1:]))
-        else:
-            values[key] = tuple(value) if isinstance(value, list) else value
-    return cls(**values)
+LAUNCHER_CHECKS = {
+    "logs_dir": _safe_path("logs"),
+    "ready_timeout_s": Check(positive_number, "must be a positive number of seconds", "use e.g. 60"),
+}
 
 
 def _check_gpus_suffice(jobs, hosts: dict[str, HostSettings], problems: list[Problem]) -> None:

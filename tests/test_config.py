@@ -65,7 +65,7 @@ CASES = [
     ("gpu as string", set_path("hosts", "localhost", "gpus", value=["0"]), "non-negative GPU ids"),
     ("gpu as bool", set_path("hosts", "localhost", "gpus", value=[True]), "non-negative GPU ids"),
     ("fewer gpus than workers", set_path("hosts", "localhost", "gpus", value=[0]), "fewer GPUs than the 2 workers"),
-    ("unknown training option", set_path("training", "epoch", value=3), "training.epoch = 3: unknown training option"),
+    ("unknown training option", set_path("training", "epoch", value=3), "training.epoch = 3: unknown setting"),
     ("unknown model", set_path("training", "model", value="vgg"), "training.model = 'vgg': unknown model"),
     ("zero epochs", set_path("training", "epochs", value=0), "training.epochs = 0: must be a positive integer"),
     ("negative batch", set_path("training", "per_worker_batch", value=-8), "training.per_worker_batch = -8"),

@@ -1,0 +1,56 @@
+"""Settings sections as frozen dataclasses: each field checked by a predicate with its own problem and fix."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, NamedTuple
+
+from roles.errors import Problem
+
+
+class Check(NamedTuple):
+    """Accepts a value, or says what it must be and how to fix it."""
+
+    accepts: Callable[[Any], bool]
+    problem: str
+    fix: str
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def positive_int(value: Any) -> bool:
+    return is_int(value) and value > 0
+
+
+def optional_positive_int(value: Any) -> bool:
+    return value is None or positive_int(value)
+
+
+def positive_number(value: Any) -> bool:
+    return is_number(value) and value > 0
+
+
+def field_help(cls) -> str:
+    """One docstring `Args:` line per field (from its `help` metadata), for --help."""
+    return "\n".join(f"  {f.name}: {f.metadata.get('help', '')}" for f in dataclasses.fields(cls))
+
+
+def parse_section(cls, raw: Mapping[str, Any], checks: Mapping[str, Check], field_prefix: str,
+                  problems: list[Problem]):
+    """Builds `cls` from `raw`; unknown keys and failed checks go to `problems` and those fields keep defaults."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    values = {}
+    for key, value in raw.items():
+        if key not in names:
+            problems.append(Problem(f"{field_prefix}{key}", value, "unknown setting", f"use one of: {', '.join(names)}"))
+        elif key in checks and not checks[key].accepts(value):
+            problems.append(Problem(f"{field_prefix}{key}", value, checks[key].problem, checks[key].fix))
+        else:
+            values[key] = tuple(value) if isinstance(value, list) else value
+    return cls(**values)
