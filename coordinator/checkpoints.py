@@ -25,6 +25,14 @@ def checkpoint_epoch(path: str) -> int:
     return int(match.group(1))
 
 
+def checkpoint_step(path: str) -> int:
+    """The optimizer step stored in a checkpoint (the step its TensorBoard points belong at)."""
+    for key, _ in tf.train.list_variables(path):
+        if key.startswith("optimizer/") and re.search(r"/_?iter(ations)?/\.ATTRIBUTES/VARIABLE_VALUE$", key):
+            return int(tf.train.load_variable(path, key))
+    raise ValueError(f"{path} holds no optimizer step")
+
+
 def listed_checkpoints(directory: Path) -> list[str]:
     """Complete checkpoints in save order, as named by the `checkpoint` state file (written after the data)."""
     state = tf.train.get_checkpoint_state(str(directory))

@@ -14,26 +14,9 @@ from coordinator import export, models, strategy
 from coordinator.callbacks import EpochReport, SaveEachEpoch, StepDecay
 from coordinator.checkpoints import EpochCheckpoints
 from coordinator.options import TrainingOptions
+from coordinator.summary import COMPLETE, RUNNING, SUMMARY_NAME, read_summary, write_summary
 from data import load_source
 from roles.config import ClusterConfig
-
-SUMMARY_NAME = "summary.json"
-
-
-def read_summary(output: Path) -> dict:
-    try:
-        return json.loads((output / SUMMARY_NAME).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_summary(output: Path, summary: dict) -> None:
-    """Replaces summary.json atomically, so a reader never sees half of it."""
-    output.mkdir(parents=True, exist_ok=True)
-    partial = output / (SUMMARY_NAME + ".partial")
-    partial.write_text(json.dumps(summary, indent=2))
-    partial.replace(output / SUMMARY_NAME)
-
 
 def variable_placement(model) -> dict[str, list[str]]:
     """Each trainable variable's devices: several for a variable the partitioner split over ps."""
@@ -72,12 +55,12 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> dict:
                                    keep=options.keep_checkpoints, has_evaluator=bool(config.jobs.get("evaluator")),
                                    io_device=strategy.CHIEF_CPU)
     done = checkpoints.restore_latest()
-    if done >= options.epochs and read_summary(output).get("status") == "complete":
+    if done >= options.epochs and read_summary(output).get("status") == COMPLETE:
         log.info("already complete: %d of %d epochs are in %s; nothing to train", done, options.epochs, output)
         return read_summary(output)
     if done:
         log.info("resuming after epoch %d (optimizer step %d)", done, int(model.optimizer.iterations.numpy()))
-    _write_summary(output, {"status": "running", "epochs": options.epochs})  # the evaluator waits while running
+    write_summary(output, {"status": RUNNING, "epochs": options.epochs})  # the evaluator waits while running
 
     started = time.monotonic()
     history = model.fit(
@@ -104,7 +87,7 @@ def _export_and_summarise(config, options, model, source, output: Path, log, **f
     paths = export.export(whole, output / "model")
     np.savez(output / "model" / "reference_predictions.npz", inputs=inputs, predictions=trained)
     summary = {
-        "status": "complete", "options": json.loads(json.dumps(options.__dict__)),
+        "status": COMPLETE, "options": json.loads(json.dumps(options.__dict__)),
         "epochs": options.epochs, "optimizer_steps": int(model.optimizer.iterations.numpy()),
         "steps_per_epoch": facts["steps_per_epoch"], "global_batch": facts["global_batch"],
         "workers": len(config.jobs["worker"]), "ps": len(config.jobs["ps"]),
@@ -112,6 +95,6 @@ def _export_and_summarise(config, options, model, source, output: Path, log, **f
         "checkpoint": facts["checkpoint"], "model": paths, "tensorboard": str(output / "tensorboard"),
         "variable_placement": variable_placement(model),
     }
-    _write_summary(output, summary)
+    write_summary(output, summary)
     log.info("model exported to %s (.h5, SavedModel, .keras); summary %s", output / "model", output / SUMMARY_NAME)
     return summary

@@ -11,12 +11,13 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from coordinator.options import TrainingOptions, parse_training_options
+from evaluator.options import EvaluationOptions, parse_evaluation_options
 from roles.errors import Problem, UserError
 from roles.fields import Check, is_int, parse_section, positive_number
 
 JOBS = ("chief", "worker", "ps", "evaluator")
 TRAINING_JOBS = ("chief", "worker", "ps")
-TOP_LEVEL_KEYS = ("$schema", "cluster", "hosts", "training", "launcher", "security")
+TOP_LEVEL_KEYS = ("$schema", "cluster", "hosts", "training", "evaluation", "launcher", "security")
 LOOPBACK_NAMES = ("localhost",)
 
 HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
@@ -80,6 +81,7 @@ class ClusterConfig:
     jobs: Mapping[str, tuple[Address, ...]]
     hosts: Mapping[str, HostSettings]
     training: TrainingOptions
+    evaluation: EvaluationOptions
     launcher: LauncherSettings
     allow_public_addresses: bool = False
 
@@ -138,15 +140,21 @@ def parse(raw: Any, source: Path) -> ClusterConfig:
     _check_gpus_suffice(jobs, hosts, problems)
     launcher = parse_section(LauncherSettings, _section(raw, "launcher", problems), LAUNCHER_CHECKS, "launcher.",
                              problems)
-    training = TrainingOptions()
-    try:
-        training = parse_training_options(_section(raw, "training", problems))
-    except UserError as error:
-        problems.extend(error.problems)
+    training = _parse_or_collect(parse_training_options, _section(raw, "training", problems), problems)
+    evaluation = _parse_or_collect(parse_evaluation_options, _section(raw, "evaluation", problems), problems)
     if problems:
         raise UserError(problems, source=str(source))
     return ClusterConfig(source=source.resolve(), jobs=MappingProxyType(jobs), hosts=MappingProxyType(hosts),
-                         training=training, launcher=launcher, allow_public_addresses=allow_public)
+                         training=training, evaluation=evaluation, launcher=launcher,
+                         allow_public_addresses=allow_public)
+
+
+def _parse_or_collect(parse, raw: dict, problems: list[Problem]):
+    try:
+        return parse(raw)
+    except UserError as error:
+        problems.extend(error.problems)
+        return None
 
 
 def _section(raw: dict, key: str, problems: list[Problem]) -> dict:

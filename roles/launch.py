@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -15,6 +16,7 @@ from roles import config as cluster_config
 from roles import probe, process, taskspec
 from roles.config import ClusterConfig, Task
 from roles.errors import Problem, UserError, exit_on_user_error
+from coordinator.summary import COMPLETE, read_summary
 
 SERVER_JOBS = ("ps", "worker")
 
@@ -110,27 +112,55 @@ def follow_logs(paths: list[Path], finished) -> None:
         time.sleep(0.2)
 
 
+def _start_fresh(config: ClusterConfig, task: Task) -> subprocess.Popen:
+    child, _ = start_task(config, task)
+    if child is None:
+        raise UserError(Problem(task.job, task.name, "is already running from an earlier launch",
+                                "wait for it or stop it with `sh kill.sh`"))
+    return child
+
+
+def _final_report(config: ClusterConfig, codes: dict[str, int], wall_s: float) -> list[str]:
+    """The end-of-run lines: outcome per task, metrics, model paths and the TensorBoard command."""
+    output = config.path(config.training.output_dir)
+    summary = read_summary(output)
+    lines = [f"{name}: exit {code}" for name, code in codes.items()]
+    if summary.get("status") == COMPLETE:
+        metrics = ", ".join(f"{k} {v:.4f}" for k, v in summary["final_metrics"].items())
+        lines.append(f"trained {summary['epochs']} epochs, {summary['optimizer_steps']} steps in "
+                     f"{summary['train_seconds']:.0f} s; last epoch: {metrics}")
+        lines.append(f"model: {summary['model']['h5']} (also saved_model/ and model.keras)")
+    best_path = output / "best_model" / "best.json"
+    if best_path.exists():
+        best = json.loads(best_path.read_text())
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in best["metrics"].items())
+        lines.append(f"best: {best['checkpoint']} at step {best['step']} ({shown}) in {best_path.parent}")
+    lines.append(f"wall time {wall_s:.0f} s; curves: tensorboard --logdir {output / 'tensorboard'}")
+    return lines
+
+
 def run_job(config: ClusterConfig) -> int:
-    """Starts ps and workers, runs the chief to its end while showing its log, then stops every task."""
+    """Starts ps and workers, then the chief and the evaluator, follows them to the end, then stops every task."""
     _require_local(config.tasks())
     started = time.monotonic()
+    children: dict[str, subprocess.Popen] = {}
     try:
         start_servers(config)
-        chief_task = config.task("chief", 0)
-        chief, _ = start_task(config, chief_task)
-        if chief is None:
-            raise UserError(Problem("chief", chief_task.name, "is already running from an earlier launch",
-                                    "wait for it or stop it with `sh kill.sh`"))
-        follow_logs([log_path(config, chief_task)], finished=lambda: chief.poll() is not None)
-        code = chief.wait()
+        for task in config.tasks(("chief", "evaluator")):
+            children[task.name] = _start_fresh(config, task)
+        chief = children["chief:0"]
+        follow_logs([log_path(config, t) for t in config.tasks(("chief", "evaluator"))],
+                    finished=lambda: chief.poll() not in (None, 0) or all(c.poll() is not None
+                                                                          for c in children.values()))
     except KeyboardInterrupt:
         say("interrupted: stopping every task")
-        code = 130
     finally:
         for line in stop_all(config):
             say(line)
-    say(f"chief exited with code {code} after {time.monotonic() - started:.0f} s")
-    return code
+    codes = {name: child.wait() for name, child in children.items()}
+    for line in _final_report(config, codes, time.monotonic() - started):
+        say(line)
+    return next((code for code in codes.values() if code != 0), 0) if codes else 1
 
 
 class Launcher:
@@ -138,7 +168,7 @@ class Launcher:
 
     @exit_on_user_error("[launcher] ")
     def run(self, cluster: str = "cluster.json") -> None:
-        """Runs the whole job of CLUSTER: ps and workers, then the chief to a trained and exported model."""
+        """Runs the whole job of CLUSTER: ps and workers, the chief to an exported model, the evaluator to the end."""
         sys.exit(run_job(cluster_config.load(cluster)))
 
     @exit_on_user_error("[launcher] ")

@@ -98,3 +98,20 @@ def wait_for_line(path: Path, text: str, timeout_s: float, process=None) -> bool
             return False
         time.sleep(0.05)
     return False
+
+
+def derive_cluster(base: Path, directory: Path, *, evaluator: bool = True, **sections) -> Path:
+    """A copy of cluster file `base` (same ps and worker addresses) with an evaluator and other sections."""
+    document = json.loads(base.read_text())
+    if evaluator:
+        document["cluster"]["evaluator"] = [f"localhost:{free_ports(1)[0]}"]
+    for name, values in sections.items():
+        document[name] = {**document.get(name, {}), **values}
+    return write_cluster(directory, document)
+
+
+def start_module(module: str, *args: str, log_path: Path) -> subprocess.Popen:
+    """Starts `python -m module args` from the project root, its output going to `log_path`."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen([PYTHON, "-m", module, *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)

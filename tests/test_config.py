@@ -12,6 +12,7 @@ from clusterkit import ROOT, assert_no_traceback, cluster_document, run_module, 
 from roles import config as cluster_config
 from roles import taskspec
 from coordinator.options import TrainingOptions
+from evaluator.options import EvaluationOptions
 
 BASE = {
     "cluster": {"chief": ["localhost:3000"], "worker": ["localhost:3001", "localhost:3002"],
@@ -186,7 +187,8 @@ def test_schema_names_exactly_the_settings_the_loader_knows():
     schema = json.loads((ROOT / "roles" / "cluster.schema.json").read_text())["properties"]
     assert sorted(schema) == sorted(cluster_config.TOP_LEVEL_KEYS)
     assert tuple(schema["cluster"]["properties"]) == cluster_config.JOBS
-    for section, cls in (("launcher", cluster_config.LauncherSettings), ("training", TrainingOptions)):
+    for section, cls in (("launcher", cluster_config.LauncherSettings), ("training", TrainingOptions),
+                         ("evaluation", EvaluationOptions)):
         assert list(schema[section]["properties"]) == [f.name for f in dataclasses.fields(cls)]
         defaults = {k: v["default"] for k, v in schema[section]["properties"].items()}
         assert defaults == json.loads(json.dumps(dataclasses.asdict(cls()))), section

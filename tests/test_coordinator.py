@@ -36,7 +36,7 @@ def run_chief(cluster: Path, output: Path, *options: str) -> subprocess.Complete
 def trained(shared_servers, tmp_path_factory):
     """One full run shared by the checks below: 3 epochs of the CNN on the embedded digits."""
     output = tmp_path_factory.mktemp("trained") / "output"
-    result = run_chief(shared_servers, output, "--epochs", "3", "--lr_decay_epochs", "[3]")
+    result = run_chief(shared_servers, output, "--epochs", "3", "--lr_decay_epochs", "[3]", "--keep_checkpoints", "2")
     assert result.returncode == 0, result.stderr[-4000:]
     return output, result.stderr
 
@@ -69,7 +69,7 @@ def test_tensorboard_has_train_scalars_at_optimizer_steps(trained):
 
 def test_checkpoints_on_the_chiefs_disk(trained):
     names = sorted(p.name for p in (trained[0] / "checkpoints").glob("*.index"))
-    assert names == ["ckpt-1.index", "ckpt-2.index", "ckpt-3.index"]  # keep_checkpoints=3
+    assert names == ["ckpt-2.index", "ckpt-3.index"]  # keep_checkpoints=2 and no evaluator to wait for
 
 
 def test_large_layer_is_sharded_over_both_ps(trained):
@@ -90,7 +90,7 @@ def test_exports_load_in_a_plain_process_and_predict_the_same(trained):
 
 
 def test_finished_run_is_not_trained_again(shared_servers, trained):
-    again = run_chief(shared_servers, trained[0], "--epochs", "3", "--lr_decay_epochs", "[3]")
+    again = run_chief(shared_servers, trained[0], "--epochs", "3", "--lr_decay_epochs", "[3]", "--keep_checkpoints", "2")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "already complete: 3 of 3 epochs" in again.stderr
     assert "train | epoch" not in again.stderr

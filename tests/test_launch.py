@@ -39,15 +39,18 @@ def test_up_then_kill_leaves_nothing(tmp_path):
     assert again.returncode == 0 and "nothing to stop" in again.stderr
 
 
-def test_run_sh_trains_to_an_exported_model(tmp_path):
+def test_run_sh_trains_evaluates_and_exports(tmp_path):
     training = {"epochs": 2, "lr_decay_epochs": [], "output_dir": str(tmp_path / "output")}
-    path = write_cluster(tmp_path, cluster_document(evaluator=False, logs_dir=str(tmp_path / "logs"),
-                                                    training=training))
+    document = cluster_document(logs_dir=str(tmp_path / "logs"), training=training)
+    path = write_cluster(tmp_path, {**document, "evaluation": {"poll_s": 0.5}})
     result = sh("run.sh", str(path))
     assert result.returncode == 0, result.stderr[-4000:]
     assert "[chief:0]" in result.stderr and "train | epoch 2/2" in result.stderr
+    assert "[evaluator:0]" in result.stderr and "eval | ckpt-2" in result.stderr
     summary = json.loads((tmp_path / "output" / "summary.json").read_text())
     assert summary["status"] == "complete"
     assert (tmp_path / "output" / "model" / "model.h5").exists()
+    assert (tmp_path / "output" / "best_model" / "best.json").exists()
+    assert "[launcher] best: ckpt-" in result.stderr and "tensorboard --logdir" in result.stderr
     assert processes_mentioning(str(path)) == []
     assert "nothing to stop" in sh("kill.sh", str(path)).stderr

@@ -1,0 +1,138 @@
+"""Follows the coordinator's checkpoints: evaluates each once, writes validation scalars, exports the best."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import tensorflow as tf
+
+from coordinator import export, models
+from coordinator.checkpoints import checkpoint_epoch, checkpoint_step, listed_checkpoints
+from coordinator.options import TrainingOptions
+from coordinator.summary import training_finished
+from evaluator.options import EvaluationOptions
+from evaluator.state import EvaluationState
+from roles.errors import Problem, UserError
+
+BEST_DIR = "best_model"
+BEST_RECORD = "best.json"
+UNREADABLE = (tf.errors.NotFoundError, tf.errors.DataLossError, tf.errors.FailedPreconditionError, OSError)
+
+
+def metrics_line(label: str, metrics: dict) -> str:
+    return f"{label} | " + " | ".join(f"{name} {value:.4f}" for name, value in metrics.items())
+
+
+class SidecarEvaluator:
+    """Evaluates every checkpoint the coordinator writes, exactly once, on the validation split.
+
+    What the trainer must save (coordinator/checkpoints.py and coordinator/summary.py do): `ckpt-<epoch>`
+    prefixes named in the `checkpoint` state file of OUTPUT/checkpoints, each holding `model` and `optimizer`
+    (whose step places the TensorBoard point), and OUTPUT/summary.json whose status becomes "complete" with
+    the planned epochs once training has finished.
+    """
+
+    def __init__(self, *, training: TrainingOptions, evaluation: EvaluationOptions, source, output: Path, log):
+        self.training, self.evaluation, self.output, self.log = training, evaluation, output, log
+        self.checkpoint_dir = output / "checkpoints"
+        self.model = models.build(training.model, source.input_shape, source.num_classes)
+        models.compile_model(self.model, training)
+        self.dataset = source.eval_dataset("validation", evaluation.batch)
+        self.state = EvaluationState.load(self.checkpoint_dir)
+        self.writer = tf.summary.create_file_writer(str(output / "tensorboard" / "validation"))
+
+    def run(self) -> int:
+        """Evaluates until training is marked complete and every checkpoint is done; 1 if it waited in vain."""
+        if self.state.evaluated:
+            self.log.info("resuming: %d checkpoints already done (%s)", len(self.state.evaluated),
+                          ", ".join(self.state.evaluated))
+        last_news = time.monotonic()
+        while True:
+            finished = training_finished(self.output, self.training.epochs)  # read before listing: no race
+            pending = self._pending()
+            for path in pending:
+                self._evaluate(path)
+            if pending:
+                last_news = time.monotonic()
+            elif finished:
+                self.log.info("training complete and all %d checkpoints done; best %s", len(self.state.evaluated),
+                              self.state.best)
+                return 0
+            elif time.monotonic() - last_news > self.evaluation.idle_timeout_s:
+                self.log.error("no new checkpoint in %s for %.0f s and training is not marked complete in "
+                               "summary.json: is the chief running? (see logs/chief-0.log)", self.checkpoint_dir,
+                               self.evaluation.idle_timeout_s)
+                return 1
+            time.sleep(self.evaluation.poll_s)
+
+    def _pending(self) -> list[str]:
+        """Listed checkpoints not yet done, oldest first; epochs that vanished unread are reported as skipped."""
+        paths = listed_checkpoints(self.checkpoint_dir)
+        listed = {checkpoint_epoch(p) for p in paths}
+        done = {checkpoint_epoch(name) for name in self.state.evaluated}
+        for epoch in range(1, max(listed, default=0)):
+            if epoch not in listed and epoch not in done:
+                self._skip(f"ckpt-{epoch}", "deleted before it could be read")
+        return [p for p in paths if Path(p).name not in self.state.evaluated]
+
+    def _skip(self, name: str, reason: str) -> None:
+        self.log.warning("skipped %s: %s", name, reason)
+        self.state.skip(name, reason)
+        self.state.save()
+
+    def _read(self, path: str) -> tuple[int, dict] | None:
+        """Restores and evaluates one checkpoint, retrying while it is being written or removed."""
+        for attempt in range(1, self.evaluation.read_retries + 1):
+            try:
+                tf.train.Checkpoint(model=self.model).read(path).expect_partial()
+                step = checkpoint_step(path)
+                results = self.model.evaluate(self.dataset, verbose=0, return_dict=True)
+                return step, {f"val_{name}": float(value) for name, value in results.items()}
+            except UNREADABLE as error:
+                # the race: the chief may prune or rewrite a prefix between our listing and our read
+                self.log.warning("%s unreadable (attempt %d of %d): %s", Path(path).name, attempt,
+                                 self.evaluation.read_retries, str(error).splitlines()[0])
+                time.sleep(1.0)
+        return None
+
+    def _evaluate(self, path: str) -> None:
+        name = Path(path).name
+        outcome = self._read(path)
+        if outcome is None:
+            self._skip(name, f"unreadable after {self.evaluation.read_retries} attempts")
+            return
+        step, metrics = outcome
+        self._check_best_metric(metrics)
+        is_best = self._better_than_best(metrics)
+        if is_best:
+            self._export_best(name, step, metrics)
+        self.state.record(name, {"epoch": checkpoint_epoch(path), "step": step, "metrics": metrics})
+        if is_best:
+            self.state.best = name
+        self.state.save()
+        with self.writer.as_default(step=step):
+            for metric, value in metrics.items():
+                tf.summary.scalar(metric.removeprefix("val_"), value)  # same tags as train: one chart each
+        self.writer.flush()
+        self.log.info("%s | best %s", metrics_line(f"eval | {name} | step {step}", metrics), self.state.best)
+
+    def _check_best_metric(self, metrics: dict) -> None:
+        if self.evaluation.best_metric not in metrics:
+            raise UserError(Problem("evaluation.best_metric", self.evaluation.best_metric,
+                                    "is not among the metrics evaluated", f"use one of {', '.join(metrics)}"))
+
+    def _better_than_best(self, metrics: dict) -> bool:
+        if self.state.best is None:
+            return True
+        value = metrics[self.evaluation.best_metric]
+        best = self.state.results[self.state.best]["metrics"][self.evaluation.best_metric]
+        return value > best if self.evaluation.best_mode == "max" else value < best
+
+    def _export_best(self, name: str, step: int, metrics: dict) -> None:
+        directory = self.output / BEST_DIR
+        paths = export.export(self.model, directory)
+        record = {"checkpoint": name, "epoch": checkpoint_epoch(name), "step": step, "metrics": metrics,
+                  "best_metric": self.evaluation.best_metric, "best_mode": self.evaluation.best_mode, "model": paths}
+        (directory / BEST_RECORD).write_text(json.dumps(record, indent=2))

@@ -1,0 +1,45 @@
+"""The evaluator's options (cluster.json `evaluation`): which metric picks the best model, and how long to wait."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from roles.errors import Problem, UserError
+from roles.fields import Check, parse_section, positive_int, positive_number
+
+
+def _option(default, help_text: str):
+    return dataclasses.field(default=default, metadata={"help": help_text})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvaluationOptions:
+    """How the sidecar evaluator follows training."""
+
+    best_metric: str = _option("val_accuracy", "metric that picks the best checkpoint (val_<metric> or val_loss)")
+    best_mode: str = _option("max", "max or min: whether a larger best_metric is better")
+    idle_timeout_s: float = _option(600.0, "give up when no new checkpoint arrives for this long during training")
+    poll_s: float = _option(2.0, "seconds between looks at the checkpoint directory")
+    batch: int = _option(256, "evaluation batch size")
+    read_retries: int = _option(3, "attempts to read a checkpoint that is being written or removed")
+
+
+CHECKS = {
+    "best_metric": Check(lambda v: isinstance(v, str) and v.startswith("val_") and len(v) > 4,
+                         "must name a validation metric", "use val_accuracy, val_loss or val_<metric>"),
+    "best_mode": Check(lambda v: v in ("max", "min"), "must be max or min", "use max for accuracy, min for loss"),
+    "idle_timeout_s": Check(positive_number, "must be a positive number of seconds", "use e.g. 600"),
+    "poll_s": Check(positive_number, "must be a positive number of seconds", "use e.g. 2"),
+    "batch": Check(positive_int, "must be a positive integer", "use e.g. 256"),
+    "read_retries": Check(positive_int, "must be a positive integer", "use e.g. 3"),
+}
+
+
+def parse_evaluation_options(raw: Mapping[str, Any], field_prefix: str = "evaluation.") -> EvaluationOptions:
+    """Builds EvaluationOptions, raising one UserError that lists every bad field."""
+    problems: list[Problem] = []
+    options = parse_section(EvaluationOptions, raw, CHECKS, field_prefix, problems)
+    if problems:
+        raise UserError(problems)
+    return options

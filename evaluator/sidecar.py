@@ -1,0 +1,99 @@
+"""`python -m evaluator.sidecar [--cluster cluster.json]`: evaluate each checkpoint as training writes it.
+
+With `--checkpoint PATH` or `--model PATH` it evaluates once instead (e.g. `--split test` for the final report).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import fire
+
+from roles import config as cluster_config
+from roles import taskspec
+from roles.config import ClusterConfig, Task
+from roles.errors import Problem, UserError, exit_on_user_error
+from roles.logs import quiet_tensorflow, task_logger
+
+SPLITS = ("train", "validation", "test")
+
+
+def _prepare_process(config: ClusterConfig):
+    """The evaluator's environment: a TF_CONFIG holding only itself, so it never joins the training cluster."""
+    evaluators = config.tasks(("evaluator",))
+    task = evaluators[0] if evaluators else Task("evaluator", 0, config.jobs["chief"][0])
+    taskspec.apply_to_this_process(config, task)
+    if not evaluators:
+        os.environ.pop("TF_CONFIG", None)
+    log = task_logger(task.name)
+    quiet_tensorflow()
+    return log
+
+
+def _evaluate_once(config: ClusterConfig, log, *, checkpoint: str | None, model: str | None, split: str,
+                   output_json: str | None) -> None:
+    import tf_keras
+
+    from coordinator import export
+    from data import load_source
+    from evaluator.loop import metrics_line
+
+    options = config.training
+    source = load_source(options.dataset, options.data_dir, options.seed)
+    if model:
+        if not Path(model).exists():
+            raise UserError(Problem("--model", model, "does not exist", "give a .h5, .keras or SavedModel path"))
+        loaded = tf_keras.models.load_model(model)
+    else:
+        if not Path(checkpoint + ".index").exists():
+            raise UserError(Problem("--checkpoint", checkpoint, "is not a checkpoint prefix",
+                                    "give e.g. output/checkpoints/ckpt-6 (the part before .index)"))
+        loaded = export.restore_whole(options, source.input_shape, source.num_classes, checkpoint)
+    results = loaded.evaluate(source.eval_dataset(split, config.evaluation.batch), verbose=0, return_dict=True)
+    metrics = {f"{split}_{name}": float(value) for name, value in results.items()}
+    log.info(metrics_line(f"{split} | {Path(model or checkpoint).name}", metrics))
+    if output_json:
+        Path(output_json).write_text(json.dumps({"split": split, "source": model or checkpoint,
+                                                 "examples": source.sizes[split], "metrics": metrics}, indent=2))
+
+
+@exit_on_user_error()
+def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model: str | None = None,
+             split: str = "validation", output_json: str | None = None) -> None:
+    """Evaluates every checkpoint the chief writes into TensorBoard and keeps the best model; or one model once.
+
+    Follows OUTPUT_DIR/checkpoints of the training section until the run is complete and every checkpoint is
+    evaluated (exit 0), or gives up when none arrives within evaluation.idle_timeout_s (exit 1). It must see
+    the chief's output directory: run it on the chief's host.
+
+    Args:
+      cluster: path of cluster.json.
+      checkpoint: evaluate this checkpoint prefix once (e.g. output/checkpoints/ckpt-6) and exit.
+      model: evaluate this exported model (.h5, .keras or SavedModel) once and exit.
+      split: the split a one-off evaluation reads: train, validation or test.
+      output_json: also write a one-off evaluation's metrics to this JSON file.
+    """
+    if split not in SPLITS:
+        raise UserError(Problem("--split", split, "unknown split", f"use one of {', '.join(SPLITS)}"))
+    if checkpoint and model:
+        raise UserError(Problem("--model", model, "cannot be combined with --checkpoint", "give one of them"))
+    config = cluster_config.load(cluster)
+    log = _prepare_process(config)
+    if checkpoint or model:
+        _evaluate_once(config, log, checkpoint=checkpoint, model=model, split=split, output_json=output_json)
+        return
+    from data import load_source
+    from evaluator.loop import SidecarEvaluator
+
+    options = config.training
+    source = load_source(options.dataset, options.data_dir, options.seed)
+    evaluator = SidecarEvaluator(training=options, evaluation=config.evaluation, source=source,
+                                 output=config.path(options.output_dir), log=log)
+    sys.exit(evaluator.run())
+
+
+if __name__ == "__main__":
+    fire.Fire(evaluate)
