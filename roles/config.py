@@ -15,6 +15,7 @@ from evaluator.options import EvaluationOptions, parse_evaluation_options
 from roles.errors import Problem, UserError
 from roles.fields import Check, is_int, parse_section, positive_number
 
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 JOBS = ("chief", "worker", "ps", "evaluator")
 TRAINING_JOBS = ("chief", "worker", "ps")
 TOP_LEVEL_KEYS = ("$schema", "cluster", "hosts", "training", "evaluation", "launcher", "security")
@@ -67,10 +68,18 @@ class HostSettings:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LauncherSettings:
-    """Where the launcher keeps each task's log and pid files, and how long it waits for ports."""
+    """How the launcher reaches hosts, where tasks keep their files, and how it heals the cluster."""
 
     logs_dir: str = "logs"
     ready_timeout_s: float = 60.0
+    ssh_identity: str | None = None
+    ssh_known_hosts: str | None = None
+    ssh_host_keys: str = "accept-new"
+    ssh_connect_timeout_s: int = 10
+    max_restarts: int = 3
+    restart_backoff_s: float = 2.0
+    stall_timeout_s: float = 900.0
+    poll_s: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -103,8 +112,8 @@ class ClusterConfig:
         return self.hosts.get(name, HostSettings())
 
     def path(self, relative: str) -> Path:
-        """Resolves a path from the file against the directory that holds cluster.json."""
-        return (self.source.parent / Path(relative).expanduser()).resolve()
+        """Resolves a path from the file against the project directory (a remote host's workdir there)."""
+        return (PROJECT_ROOT / Path(relative).expanduser()).resolve()
 
 
 def load(path: str | Path) -> ClusterConfig:
@@ -269,6 +278,19 @@ HOST_CHECKS = {
 LAUNCHER_CHECKS = {
     "logs_dir": _safe_path("logs"),
     "ready_timeout_s": Check(positive_number, "must be a positive number of seconds", "use e.g. 60"),
+    "ssh_identity": _or_null(_safe_path("~/.ssh/id_ed25519")),
+    "ssh_known_hosts": _or_null(_safe_path("~/.ssh/known_hosts")),
+    "ssh_host_keys": Check(lambda v: v in ("accept-new", "strict"), "must be accept-new or strict",
+                           "use strict to refuse hosts missing from known_hosts, accept-new to record them "
+                           "on first contact"),
+    "ssh_connect_timeout_s": Check(lambda v: is_int(v) and v > 0, "must be a positive whole number of seconds",
+                                   "use e.g. 10"),
+    "max_restarts": Check(lambda v: is_int(v) and v >= 0, "must be a non-negative integer",
+                          "use e.g. 3 (0 turns healing off)"),
+    "restart_backoff_s": Check(positive_number, "must be a positive number of seconds", "use e.g. 2"),
+    "stall_timeout_s": Check(positive_number, "must be a positive number of seconds",
+                             "use more than one epoch's duration, e.g. 900"),
+    "poll_s": Check(positive_number, "must be a positive number of seconds", "use e.g. 1"),
 }
 
 

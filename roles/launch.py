@@ -1,10 +1,11 @@
-"""`python -m roles.launch run|up|down|print_config CLUSTER`: run, start, stop and inspect a cluster's local tasks."""
+"""`python -m roles.launch run|status|down|print_config CLUSTER`: the commands behind run.sh and kill.sh."""
 
 from __future__ import annotations
 
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -12,119 +13,56 @@ from pathlib import Path
 
 import fire
 
-from roles import config as cluster_config
-from roles import probe, process, taskspec
-from roles.config import ClusterConfig, Task
-from roles.errors import Problem, UserError, exit_on_user_error
 from coordinator.summary import COMPLETE, read_summary
+from roles import config as cluster_config
+from roles import process, taskspec
+from roles.config import ClusterConfig
+from roles.errors import USER_ERROR_EXIT_CODE, Problem, UserError, exit_on_user_error
+from roles.preflight import PreflightFailed, check_cluster
+from roles.status import render_status, write_status
+from roles.supervisor import RunFailed, Supervisor
 
-SERVER_JOBS = ("ps", "worker")
+LOG_FETCH_EVERY_S = 3.0
 
 
 def say(message: str) -> None:
-    print(f"[launcher] {message}", file=sys.stderr, flush=True)
+    print(f"[launcher] {time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
 
-def log_path(config: ClusterConfig, task: Task) -> Path:
-    return config.path(config.launcher.logs_dir) / f"{task.job}-{task.index}.log"
+def launcher_pid_path(config: ClusterConfig) -> Path:
+    return config.path(config.launcher.logs_dir) / "launcher.pid"
 
 
-def pid_path(config: ClusterConfig, task: Task) -> Path:
-    return config.path(config.launcher.logs_dir) / f"{task.job}-{task.index}.pid"
+class LogFollower:
+    """Echoes new lines of the chief's and evaluator's logs (already prefixed with their task)."""
 
+    def __init__(self, config: ClusterConfig):
+        logs = config.path(config.launcher.logs_dir)
+        self.paths = [logs / f"{t.job}-{t.index}.log" for t in config.tasks(("chief", "evaluator"))]
+        self.offsets = {path: path.stat().st_size if path.exists() else 0 for path in self.paths}
 
-def last_lines(path: Path, count: int = 5) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-count:])
-    except OSError:
-        return "(no log)"
-
-
-def _require_local(tasks: list[Task]) -> None:
-    remote = [t for t in tasks if not t.address.is_loopback]
-    if remote:
-        raise UserError([Problem(f"cluster.{t.job}[{t.index}]", str(t.address), "is not on this machine",
-                                 "use localhost addresses; starting tasks over ssh is not available yet")
-                         for t in remote])
-
-
-def start_task(config: ClusterConfig, task: Task) -> tuple[subprocess.Popen | None, process.PidRecord]:
-    """Starts one task in its own process group, unless its pid file names a process that still runs."""
-    existing = process.PidRecord.read(pid_path(config, task))
-    if existing and process.is_running(existing):
-        say(f"{task.name} already running (pid {existing.pid})")
-        return None, existing
-    env = taskspec.task_environment(config, task, os.environ)
-    child, record = process.start(taskspec.task_command(config, task), cwd=taskspec.PROJECT_ROOT, env=env,
-                                  log_path=log_path(config, task), pid_path=pid_path(config, task))
-    say(f"{task.name} started (pid {record.pid}), log {log_path(config, task)}")
-    return child, record
-
-
-def start_servers(config: ClusterConfig) -> dict[Task, process.PidRecord]:
-    """Starts every ps and worker and waits until all their ports answer; on failure stops them again."""
-    tasks = config.tasks(SERVER_JOBS)
-    _require_local(tasks)
-    records = {task: start_task(config, task)[1] for task in tasks}
-    all_alive = lambda: all(process.is_running(r) for r in records.values())  # noqa: E731
-    silent = probe.wait_until_listening(tasks, config.launcher.ready_timeout_s, alive=all_alive)
-    dead = [t for t, r in records.items() if not process.is_running(r)]
-    if silent or dead:
-        for task in dead or silent:
-            say(f"{task.name} did not come up; last lines of {log_path(config, task)}:\n"
-                f"{last_lines(log_path(config, task))}")
-        stop_all(config)
-        raise SystemExit(1)
-    say(f"ready: {', '.join(t.name for t in tasks)}")
-    return records
-
-
-def stop_all(config: ClusterConfig) -> list[str]:
-    """Stops every task that has a pid file, evaluator and chief first; returns one line per task."""
-    order = ("evaluator", "chief", "worker", "ps")
-    report = []
-    for task in sorted(config.tasks(), key=lambda t: order.index(t.job)):
-        path = pid_path(config, task)
-        record = process.PidRecord.read(path)
-        if record is None:
-            continue
-        outcome = process.stop(record)
-        path.unlink(missing_ok=True)
-        report.append(f"{task.name} (pid {record.pid}): {outcome}")
-    return report
-
-
-def follow_logs(paths: list[Path], finished) -> None:
-    """Echoes new lines of the given log files (already prefixed with their task) until `finished()`."""
-    offsets = {path: path.stat().st_size if path.exists() else 0 for path in paths}
-    while True:
-        done = finished()
-        for path in paths:
-            if path.exists():
-                with open(path, "rb") as handle:
-                    handle.seek(offsets[path])
-                    chunk = handle.read()
-                offsets[path] += len(chunk)
-                sys.stderr.write(chunk.decode(errors="replace"))
+    def echo_new_lines(self) -> None:
+        for path in self.paths:
+            if not path.exists():
+                continue
+            if path.stat().st_size < self.offsets[path]:
+                self.offsets[path] = 0  # a fresh copy fetched from a remote host
+            with open(path, "rb") as handle:
+                handle.seek(self.offsets[path])
+                chunk = handle.read()
+            cut = chunk.rfind(b"\n") + 1  # whole lines only
+            self.offsets[path] += cut
+            sys.stderr.write(chunk[:cut].decode(errors="replace"))
         sys.stderr.flush()
-        if done:
-            return
-        time.sleep(0.2)
 
 
-def _start_fresh(config: ClusterConfig, task: Task) -> subprocess.Popen:
-    child, _ = start_task(config, task)
-    if child is None:
-        raise UserError(Problem(task.job, task.name, "is already running from an earlier launch",
-                                "wait for it or stop it with `sh kill.sh`"))
-    return child
-
-
-def _final_report(config: ClusterConfig, codes: dict[str, int], wall_s: float) -> list[str]:
-    """The end-of-run lines: outcome per task, metrics, model paths and the TensorBoard command."""
+def final_report(config: ClusterConfig, supervisor: Supervisor, wall_s: float) -> list[str]:
+    """The end-of-run lines: outcome and restarts per task, metrics, model paths and the TensorBoard command."""
     output = config.path(config.training.output_dir)
+    lines = ["tasks: " + ", ".join(f"{r.task.name} {r.state.value}" + (f" (exit {r.exit_code})" if r.exit_code else "")
+                                   + (f" after {r.restarts} restarts" if r.restarts else "")
+                                   for r in supervisor.records.values())]
     summary = read_summary(output)
-    lines = [f"{name}: exit {code}" for name, code in codes.items()]
     if summary.get("status") == COMPLETE:
         metrics = ", ".join(f"{k} {v:.4f}" for k, v in summary["final_metrics"].items())
         lines.append(f"trained {summary['epochs']} epochs, {summary['optimizer_steps']} steps in "
@@ -139,48 +77,115 @@ def _final_report(config: ClusterConfig, codes: dict[str, int], wall_s: float) -
     return lines
 
 
+def _raise_on_sigterm(signum, _frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def run_job(config: ClusterConfig) -> int:
-    """Starts ps and workers, then the chief and the evaluator, follows them to the end, then stops every task."""
-    _require_local(config.tasks())
+    """Preflight, start in order, supervise to the end, stop every task, report; returns the exit code."""
     started = time.monotonic()
-    children: dict[str, subprocess.Popen] = {}
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    supervisor = Supervisor(config, say)
+    follower = LogFollower(config)
+    code, last_fetch = 1, 0.0
+
+    def tick():
+        nonlocal last_fetch
+        if time.monotonic() - last_fetch > LOG_FETCH_EVERY_S:
+            supervisor.fetch_logs()
+            last_fetch = time.monotonic()
+        follower.echo_new_lines()
+        write_status(config, supervisor, started)
+
     try:
-        start_servers(config)
-        for task in config.tasks(("chief", "evaluator")):
-            children[task.name] = _start_fresh(config, task)
-        chief = children["chief:0"]
-        follow_logs([log_path(config, t) for t in config.tasks(("chief", "evaluator"))],
-                    finished=lambda: chief.poll() not in (None, 0) or all(c.poll() is not None
-                                                                          for c in children.values()))
+        check_cluster(config, supervisor.hosts, say)
+        supervisor.start_cluster()
+        code = supervisor.run(on_tick=tick)
+    except PreflightFailed as failure:
+        for line in failure.lines:
+            say(f"preflight: {line}")
+        code = USER_ERROR_EXIT_CODE
+    except RunFailed as failure:
+        say(f"run failed: {failure}")
     except KeyboardInterrupt:
         say("interrupted: stopping every task")
+        code = 130
     finally:
-        for line in stop_all(config):
+        for line in supervisor.stop_everything():
             say(line)
-    codes = {name: child.wait() for name, child in children.items()}
-    for line in _final_report(config, codes, time.monotonic() - started):
+        supervisor.fetch_logs()
+        follower.echo_new_lines()
+        write_status(config, supervisor, started, finished=True)
+    for line in final_report(config, supervisor, time.monotonic() - started):
         say(line)
-    return next((code for code in codes.values() if code != 0), 0) if codes else 1
+    return code
+
+
+def start_in_background(config: ClusterConfig) -> None:
+    """Starts `run` in the background in its own session, with its output in logs/launcher.log."""
+    logs = config.path(config.launcher.logs_dir)
+    command = [sys.executable, "-m", "roles.launch", "run", str(config.source)]
+    _, record = process.start(command, cwd=taskspec.PROJECT_ROOT, env=dict(os.environ),
+                              log_path=logs / "launcher.log", pid_path=launcher_pid_path(config))
+    say(f"running in the background (pid {record.pid}); log {logs / 'launcher.log'}; "
+        f"`sh run.sh status {shlex.quote(str(config.source))}` shows it, `sh kill.sh` stops it")
+
+
+def stop_all(config: ClusterConfig) -> list[str]:
+    """Stops a background launcher first (so it cannot heal what we stop), then every task on every host."""
+    lines = []
+    record = process.PidRecord.read(launcher_pid_path(config))
+    if record and process.is_running(record):
+        lines.append(f"launcher (pid {record.pid}): {process.stop(record, grace_s=60)}")
+    launcher_pid_path(config).unlink(missing_ok=True)
+    return lines + Supervisor(config, say).stop_everything()
 
 
 class Launcher:
-    """Starts, stops and shows the tasks of a cluster described by cluster.json."""
+    """Runs, shows and stops the cluster described by cluster.json."""
 
     @exit_on_user_error("[launcher] ")
-    def run(self, cluster: str = "cluster.json") -> None:
-        """Runs the whole job of CLUSTER: ps and workers, the chief to an exported model, the evaluator to the end."""
-        sys.exit(run_job(cluster_config.load(cluster)))
+    def run(self, cluster: str = "cluster.json", detach: bool = False) -> None:
+        """Runs the whole job of CLUSTER: ps and workers, the chief to an exported model, the evaluator to the end.
+
+        Args:
+          cluster: path of cluster.json.
+          detach: run in the background (`sh run.sh --detach`); `sh run.sh status` shows it.
+        """
+        config = cluster_config.load(cluster)
+        running = process.PidRecord.read(launcher_pid_path(config))
+        if running and process.is_running(running) and running.pid != os.getpid():
+            raise UserError(Problem("launcher", running.pid, "already runs this cluster",
+                                    "see `sh run.sh status`, or stop it with `sh kill.sh`"))
+        if detach:
+            start_in_background(config)
+            return
+        sys.exit(run_job(config))
 
     @exit_on_user_error("[launcher] ")
     def up(self, cluster: str = "cluster.json") -> None:
-        """Starts every ps and worker of CLUSTER in the background and returns once their ports answer."""
-        start_servers(cluster_config.load(cluster))
+        """Starts only the ps and workers of CLUSTER, returns once their ports answer (run the chief yourself)."""
+        config = cluster_config.load(cluster)
+        supervisor = Supervisor(config, say)
+        try:
+            check_cluster(config, supervisor.hosts, say)
+            supervisor.start_servers()
+        except (PreflightFailed, RunFailed) as failure:
+            for line in getattr(failure, "lines", [str(failure)]):
+                say(line)
+            supervisor.stop_everything()
+            sys.exit(1)
+
+    @exit_on_user_error("[launcher] ")
+    def status(self, cluster: str = "cluster.json") -> None:
+        """Prints one row per task (host, pid, state, restarts, uptime, last log line) and the run's progress."""
+        print(render_status(cluster_config.load(cluster)))
 
     @exit_on_user_error("[launcher] ")
     def down(self, cluster: str = "cluster.json") -> None:
-        """Stops every task of CLUSTER that has a pid file (SIGTERM, then SIGKILL); safe to repeat."""
-        report = stop_all(cluster_config.load(cluster))
-        for line in report or ["nothing to stop"]:
+        """Stops every task of CLUSTER by pid file and process group, here and over ssh; safe to repeat."""
+        lines = stop_all(cluster_config.load(cluster))
+        for line in lines or ["nothing to stop"]:
             say(line)
 
     @exit_on_user_error("[launcher] ")

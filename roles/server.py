@@ -19,8 +19,8 @@ from roles.logs import quiet_tensorflow, task_logger
 SERVER_ROLES = ("ps", "worker")
 
 
-def check_port_free(port: int) -> None:
-    """Fails with one line when another process already listens on `port` (TensorFlow would dump gRPC errors)."""
+def port_in_use(port: int) -> bool:
+    """True when another process listens on `port` on any interface (as TensorFlow's server would)."""
     family = socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -31,9 +31,16 @@ def check_port_free(port: int) -> None:
         except OSError as error:
             if error.errno != errno.EADDRINUSE:
                 raise
-            raise UserError(Problem("port", port, "is already in use by another process",
-                                    f"stop it (e.g. `sh kill.sh`; `ss -ltnp 'sport = :{port}'` shows who) "
-                                    "or give this task another port in cluster.json")) from None
+            return True
+    return False
+
+
+def check_port_free(port: int) -> None:
+    """Fails with one line when the port is taken (TensorFlow would dump gRPC errors instead)."""
+    if port_in_use(port):
+        raise UserError(Problem("port", port, "is already in use by another process",
+                                f"stop it (e.g. `sh kill.sh`; `ss -ltnp 'sport = :{port}'` shows who) "
+                                "or give this task another port in cluster.json"))
 
 
 def _configure_devices(tf, role: str, log) -> None:

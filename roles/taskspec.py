@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Mapping
 
-from roles.config import TRAINING_JOBS, ClusterConfig, Task
+from roles.config import PROJECT_ROOT, TRAINING_JOBS, ClusterConfig, Task
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy",
                    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "GRPC_PROXY")
 ENTRYPOINTS = {"ps": "roles.server", "worker": "roles.server",

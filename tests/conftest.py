@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from clusterkit import cluster_document, processes_mentioning, write_cluster  # noqa: E402
 from roles import config as cluster_config  # noqa: E402
-from roles import launch  # noqa: E402
+from roles.supervisor import Supervisor  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -28,10 +28,10 @@ def shared_servers(tmp_path_factory):
     """2 ps and 2 workers on loopback, started once per module by the launcher; yields the cluster.json path."""
     directory = tmp_path_factory.mktemp("cluster")
     path = write_cluster(directory, cluster_document(evaluator=False, logs_dir=str(directory / "logs")))
-    config = cluster_config.load(path)
-    launch.start_servers(config)
+    supervisor = Supervisor(cluster_config.load(path), print)
+    supervisor.start_servers()
     try:
         yield path
     finally:
-        launch.stop_all(config)
+        supervisor.stop_everything()
         assert processes_mentioning(str(directory)) == []

@@ -51,6 +51,6 @@ def test_run_sh_trains_evaluates_and_exports(tmp_path):
     assert summary["status"] == "complete"
     assert (tmp_path / "output" / "model" / "model.h5").exists()
     assert (tmp_path / "output" / "best_model" / "best.json").exists()
-    assert "[launcher] best: ckpt-" in result.stderr and "tensorboard --logdir" in result.stderr
+    assert "best: ckpt-" in result.stderr and "tensorboard --logdir" in result.stderr
     assert processes_mentioning(str(path)) == []
     assert "nothing to stop" in sh("kill.sh", str(path)).stderr

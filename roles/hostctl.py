@@ -1,0 +1,149 @@
+"""The per-host agent: starts, stops and reports this host's tasks; the launcher calls it in-process or over ssh.
+
+Each task runs in its own session under a small `sh` wrapper that records the exit code, with three files in
+the logs directory: `<job>-<index>.log`, `.pid` (pid and start time, to never signal a reused pid) and `.exit`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import fire
+
+from roles import config as cluster_config
+from roles import process, taskspec
+from roles.config import ClusterConfig, Task
+from roles.server import port_in_use
+
+EXIT_WRAPPER = '"$@"; echo $? > {exit_file}'
+
+
+def task_file(config: ClusterConfig, task: Task, suffix: str) -> Path:
+    return config.path(config.launcher.logs_dir) / f"{task.job}-{task.index}.{suffix}"
+
+
+def last_line(path: Path) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, path.stat().st_size - 4096))
+            lines = handle.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def read_exit_code(config: ClusterConfig, task: Task) -> int | None:
+    try:
+        return int(task_file(config, task, "exit").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def start(config: ClusterConfig, task: Task) -> dict:
+    """Starts `task` detached unless it already runs; returns its status row."""
+    record = process.PidRecord.read(task_file(config, task, "pid"))
+    if record and process.is_running(record):
+        return status(config, task)
+    task_file(config, task, "exit").unlink(missing_ok=True)
+    wrapper = ["sh", "-c", EXIT_WRAPPER.format(exit_file=shlex.quote(str(task_file(config, task, "exit")))),
+               "sh", *taskspec.task_command(config, task)]
+    process.start(wrapper, cwd=taskspec.PROJECT_ROOT, env=taskspec.task_environment(config, task, os.environ),
+                  log_path=task_file(config, task, "log"), pid_path=task_file(config, task, "pid"))
+    return status(config, task)
+
+
+def status(config: ClusterConfig, task: Task) -> dict:
+    """One row: pid, whether it runs, its exit code once it ended, uptime and last log line."""
+    record = process.PidRecord.read(task_file(config, task, "pid"))
+    running = bool(record and process.is_running(record))
+    uptime = time.time() - task_file(config, task, "pid").stat().st_mtime if running else 0.0
+    return {"task": task.name, "pid": record.pid if record else None, "running": running,
+            "exit_code": None if running else read_exit_code(config, task), "uptime_s": round(uptime, 1),
+            "last_line": last_line(task_file(config, task, "log"))}
+
+
+def stop(config: ClusterConfig, task: Task) -> dict:
+    """Stops the task's whole process group (SIGTERM, then SIGKILL) and removes its pid file."""
+    record = process.PidRecord.read(task_file(config, task, "pid"))
+    outcome = process.stop(record) if record else "not started"
+    task_file(config, task, "pid").unlink(missing_ok=True)
+    return {"task": task.name, "pid": record.pid if record else None, "outcome": outcome}
+
+
+def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 1 << 30) -> list[str]:
+    """Problems that would stop these tasks on this host, one line each: busy ports, disk, unwritable output."""
+    problems = []
+    for task in tasks:
+        running = process.PidRecord.read(task_file(config, task, "pid"))
+        if task.job in ("ps", "worker") and port_in_use(task.address.port) and not (
+                running and process.is_running(running)):
+            problems.append(f"{task.name}: port {task.address.port} on {task.address.host} is already in use; "
+                            "stop what holds it (`sh kill.sh` if it is an old run) or change the port")
+    free = shutil.disk_usage(taskspec.PROJECT_ROOT).free
+    if free < min_free_bytes:
+        problems.append(f"only {free >> 20} MiB free under {taskspec.PROJECT_ROOT}; free at least "
+                        f"{min_free_bytes >> 20} MiB")
+    if any(t.job == "chief" for t in tasks):
+        output = config.path(config.training.output_dir)
+        try:
+            output.mkdir(parents=True, exist_ok=True)
+            probe = output / ".write-test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as error:
+            problems.append(f"chief:0: output_dir {output} is not writable ({error.strerror}); fix its "
+                            "permissions or set training.output_dir")
+    return problems
+
+
+def versions() -> dict:
+    """This host's Python and TensorFlow versions, without importing TensorFlow."""
+    from importlib import metadata
+
+    installed = {}
+    for package in ("tensorflow-cpu", "tensorflow", "tf-keras"):
+        try:
+            installed[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return {"python": ".".join(map(str, sys.version_info[:2])), **installed}
+
+
+class HostControl:
+    """What the launcher asks of one host; every command prints JSON on stdout."""
+
+    def _tasks(self, cluster: str, tasks: str):
+        config = cluster_config.load(cluster)
+        names = tasks.split(",") if isinstance(tasks, str) else list(tasks)
+        return config, [config.task(*_split(name)) for name in names]
+
+    def start(self, cluster: str, tasks: str):
+        config, selected = self._tasks(cluster, tasks)
+        print(json.dumps([start(config, t) for t in selected]))
+
+    def stop(self, cluster: str, tasks: str):
+        config, selected = self._tasks(cluster, tasks)
+        print(json.dumps([stop(config, t) for t in selected]))
+
+    def status(self, cluster: str, tasks: str):
+        config, selected = self._tasks(cluster, tasks)
+        print(json.dumps([status(config, t) for t in selected]))
+
+    def preflight(self, cluster: str, tasks: str):
+        config, selected = self._tasks(cluster, tasks)
+        print(json.dumps({"problems": preflight(config, selected), "versions": versions()}))
+
+
+def _split(name: str) -> tuple[str, int]:
+    job, index = name.split(":")
+    return job, int(index)
+
+
+if __name__ == "__main__":
+    fire.Fire(HostControl)

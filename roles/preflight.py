@@ -1,0 +1,49 @@
+"""Before anything starts: hosts made ready and checked, one line per problem, so a run fails fast and clearly."""
+
+from __future__ import annotations
+
+from roles import hostctl
+from roles.config import ClusterConfig
+from roles.hosts import HostUnreachable
+
+
+class PreflightFailed(Exception):
+    """Everything found wrong before starting, one line each."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+def exposure_warning(config: ClusterConfig) -> str | None:
+    """What is open to the network when tasks listen on non-loopback addresses (TensorFlow has no auth)."""
+    exposed = [t for t in config.tasks(("ps", "worker", "chief")) if not t.address.is_loopback]
+    if not exposed:
+        return None
+    return ("warning: TensorFlow servers listen on every interface with no authentication and run any graph "
+            f"they are sent; exposed: {', '.join(f'{t.name} port {t.address.port}' for t in exposed)}. "
+            "Keep these hosts on a private network.")
+
+
+def check_cluster(config: ClusterConfig, hosts: dict, say) -> None:
+    """Syncs remote hosts, then checks ports, disk, the chief's output and versions on every host."""
+    warning = exposure_warning(config)
+    if warning:
+        say(warning)
+    mine = hostctl.versions()
+    problems = []
+    for name, host in hosts.items():
+        tasks = [t for t in config.tasks() if t.address.host == name]
+        try:
+            host.prepare(say)
+            report = host.preflight(tasks)
+        except HostUnreachable as error:
+            problems.append(f"{error}; check that it is up, that sshd runs there and that `ssh {name}` works "
+                            "without a password (BatchMode)")
+            continue
+        problems += report["problems"]
+        if report["versions"] != mine:
+            problems.append(f"{name} has {report['versions']} but the launcher has {mine}; install the same "
+                            "versions there (sh roles/bootstrap.sh run in its workdir)")
+    if problems:
+        raise PreflightFailed(problems)

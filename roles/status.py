@@ -1,0 +1,73 @@
+"""The run's status file (`logs/status.json`), written by the launcher each tick and shown by `run.sh status`."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+from roles import process
+from roles.config import ClusterConfig
+
+STATUS_NAME = "status.json"
+EPOCH = re.compile(r"train \| epoch (\d+/\d+) \| step (\d+/\d+) \| ([\d.]+) steps/s")
+VALIDATION = re.compile(r"eval \| (ckpt-\d+) \| step \d+ \| (.*?) \| best")
+
+
+def _last_match(path: Path, pattern: re.Pattern) -> re.Match | None:
+    try:
+        lines = path.read_text(errors="replace").splitlines()[-200:]
+    except OSError:
+        return None
+    return next((m for m in map(pattern.search, reversed(lines)) if m), None)
+
+
+def run_progress(config: ClusterConfig) -> dict:
+    """Epoch, step and steps/s from the chief's last progress line; the last validation from the evaluator's."""
+    logs = config.path(config.launcher.logs_dir)
+    progress = {}
+    epoch = _last_match(logs / "chief-0.log", EPOCH)
+    if epoch:
+        progress.update(epoch=epoch[1], step=epoch[2], steps_per_s=float(epoch[3]))
+    validation = _last_match(logs / "evaluator-0.log", VALIDATION)
+    if validation:
+        progress["last_validation"] = f"{validation[1]}: {validation[2]}"
+    return progress
+
+
+def write_status(config: ClusterConfig, supervisor, started: float, finished: bool = False) -> None:
+    rows = [{"task": r.task.name, "host": r.task.address.host, "pid": r.pid, "state": r.state.value,
+             "restarts": r.restarts, "uptime_s": r.uptime_s, "last_line": r.last_line}
+            for r in supervisor.records.values()]
+    document = {"updated": time.time(), "wall_s": round(time.monotonic() - started, 1), "finished": finished,
+                "tasks": rows, "run": run_progress(config)}
+    path = config.path(config.launcher.logs_dir) / STATUS_NAME
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(document, indent=2))
+    partial.replace(path)
+
+
+def render_status(config: ClusterConfig) -> str:
+    """A table of tasks and a line of run progress, from the status file the launcher keeps."""
+    logs = config.path(config.launcher.logs_dir)
+    try:
+        document = json.loads((logs / STATUS_NAME).read_text())
+    except (OSError, ValueError):
+        return f"no run recorded in {logs} (start one with `sh run.sh`)"
+    launcher = process.PidRecord.read(logs / "launcher.pid")
+    age = time.time() - document["updated"]
+    if document["finished"]:
+        header = f"run finished {age:.0f} s ago"
+    elif launcher and process.is_running(launcher):
+        header = f"running for {document['wall_s']:.0f} s (launcher pid {launcher.pid}, updated {age:.0f} s ago)"
+    else:
+        header = f"launcher not running; last update {age:.0f} s ago (it was stopped, or runs in the foreground)"
+    lines = [header, f"{'task':<12} {'host':<15} {'pid':>7} {'state':<10} {'restarts':>8} {'uptime':>8}  last log line"]
+    for row in document["tasks"]:
+        lines.append(f"{row['task']:<12} {row['host']:<15} {str(row['pid'] or '-'):>7} {row['state']:<10} "
+                     f"{row['restarts']:>8} {row['uptime_s']:>7.0f}s  {row['last_line'][-70:]}")
+    run = document["run"]
+    if run:
+        lines.append(" | ".join(f"{key.replace('_', ' ')} {value}" for key, value in run.items()))
+    return "\n".join(lines)

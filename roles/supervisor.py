@@ -1,0 +1,239 @@
+"""Runs a cluster to the end: start in order, watch every task, heal by policy, stop everything."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import time
+
+from roles import probe
+from roles.config import ClusterConfig, Task
+from roles.errors import USER_ERROR_EXIT_CODE
+from roles.hosts import HostUnreachable, host_for
+
+SERVER_JOBS = ("ps", "worker")
+START_ORDER = ("ps", "worker", "chief", "evaluator")
+
+
+class TaskState(enum.Enum):
+    """A task's life in the supervisor.
+
+    STARTING → RUNNING → EXITED (finished its job: chief or evaluator with exit 0)
+    RUNNING → RESTARTING (died; waits its backoff) → STARTING
+    RUNNING → FAILED (user error, or restarts used up: the run stops)
+    any → LOST (its host stopped answering) → RUNNING/RESTARTING when the host answers again
+    any → STOPPED (the launcher stopped it at the end of the run)
+    """
+
+    STARTING = "starting"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    EXITED = "exited"
+    FAILED = "failed"
+    LOST = "lost"
+    STOPPED = "stopped"
+
+
+@dataclasses.dataclass
+class TaskRecord:
+    """What the supervisor knows of one task."""
+
+    task: Task
+    state: TaskState = TaskState.STARTING
+    restarts: int = 0
+    pid: int | None = None
+    exit_code: int | None = None
+    uptime_s: float = 0.0
+    last_line: str = ""
+    restart_at: float = 0.0
+    counts_as_restart: bool = True
+    log_changed_at: float = dataclasses.field(default_factory=time.monotonic)
+
+
+class RunFailed(Exception):
+    """The run cannot go on; the message names the first root cause."""
+
+
+class Supervisor:
+    """Starts the cluster's tasks in order and keeps them alive until the chief and evaluator are done."""
+
+    def __init__(self, config: ClusterConfig, say):
+        self.config, self.say = config, say
+        self.policy = config.launcher
+        self.hosts = {name: host_for(config, name) for name in {t.address.host for t in config.tasks()}}
+        self.records = {t.name: TaskRecord(t) for t in config.tasks()}
+        self.chief_done_at: float | None = None
+
+    # ----- starting -------------------------------------------------------------------------------------
+    def start_servers(self) -> None:
+        """Every ps and worker, returning once all their ports answer."""
+        self._start([self.records[t.name] for t in self.config.tasks(SERVER_JOBS)])
+        self._wait_for_servers(self.config.tasks(SERVER_JOBS))
+
+    def start_cluster(self) -> None:
+        """ps and workers until their ports answer, then the chief, then the evaluator."""
+        self.start_servers()
+        for job in ("chief", "evaluator"):
+            self._start([self.records[t.name] for t in self.config.tasks((job,))])
+
+    def _start(self, records: list[TaskRecord]) -> None:
+        by_host: dict[str, list[TaskRecord]] = {}
+        for record in records:
+            by_host.setdefault(record.task.address.host, []).append(record)
+        for name, group in by_host.items():
+            rows = self.hosts[name].start([r.task for r in group])
+            for record, row in zip(group, rows):
+                record.state, record.pid, record.exit_code = TaskState.STARTING, row["pid"], None
+                record.log_changed_at = time.monotonic()
+                self.say(f"{record.task.name} started on {name} (pid {row['pid']})")
+
+    def _wait_for_servers(self, tasks: list[Task]) -> None:
+        silent = probe.wait_until_listening(tasks, self.policy.ready_timeout_s)
+        if silent:
+            raise RunFailed("did not come up within {:.0f} s: {}".format(
+                self.policy.ready_timeout_s, ", ".join(f"{t.name} ({self.records[t.name].last_line or 'no log'})"
+                                                        for t in silent)))
+        for task in tasks:
+            self.records[task.name].state = TaskState.RUNNING
+        self.say("ready: " + ", ".join(t.name for t in tasks))
+
+    # ----- watching -------------------------------------------------------------------------------------
+    def run(self, on_tick=lambda: None) -> int:
+        """The loop: observe, heal, and return the chief's exit code once chief and evaluator are done."""
+        while True:
+            self._observe()
+            self._heal()
+            on_tick()
+            if self._finished():
+                return self.records["chief:0"].exit_code or 0
+            time.sleep(self.policy.poll_s)
+
+    def _observe(self) -> None:
+        for name, host in self.hosts.items():
+            records = [r for r in self.records.values() if r.task.address.host == name
+                       and r.state not in (TaskState.EXITED, TaskState.FAILED)]
+            if not records:
+                continue
+            try:
+                rows = host.status([r.task for r in records])
+            except HostUnreachable as error:
+                self._host_lost(records, str(error))
+                continue
+            for record, row in zip(records, rows):
+                self._update(record, row)
+
+    def _host_lost(self, records: list[TaskRecord], reason: str) -> None:
+        for record in records:
+            if record.state != TaskState.LOST:
+                self.say(f"{record.task.name} lost: {reason}")
+                record.state = TaskState.LOST
+
+    def _update(self, record: TaskRecord, row: dict) -> None:
+        if row["last_line"] != record.last_line:
+            record.last_line, record.log_changed_at = row["last_line"], time.monotonic()
+        record.pid, record.uptime_s = row["pid"], row["uptime_s"]
+        if row["running"]:
+            if record.state == TaskState.LOST:
+                self.say(f"{record.task.name} is back")
+            if record.state in (TaskState.LOST, TaskState.STARTING) and (
+                    record.task.job not in SERVER_JOBS or probe.answers(record.task.address.host,
+                                                                        record.task.address.port)):
+                record.state = TaskState.RUNNING
+        elif record.state in (TaskState.RUNNING, TaskState.STARTING, TaskState.LOST):
+            self._exited(record, row["exit_code"])
+
+    def _exited(self, record: TaskRecord, code: int | None) -> None:
+        record.exit_code = code
+        task = record.task
+        if task.job in ("chief", "evaluator") and code == 0:
+            record.state = TaskState.EXITED
+            self.say(f"{task.name} finished")
+            if task.job == "chief":
+                self.chief_done_at = time.monotonic()
+            return
+        what = f"{task.name} exited with code {code}" if code is not None else f"{task.name} died"
+        if code == USER_ERROR_EXIT_CODE:
+            record.state = TaskState.FAILED
+            raise RunFailed(f"{what} (a user error; not restarted): {record.last_line}")
+        if record.restarts >= self.policy.max_restarts:
+            record.state = TaskState.FAILED
+            raise RunFailed(f"{what} after {record.restarts} restarts (launcher.max_restarts); last log line: "
+                            f"{record.last_line}")
+        delay = self.policy.restart_backoff_s * 2 ** record.restarts
+        record.state, record.restart_at = TaskState.RESTARTING, time.monotonic() + delay
+        record.counts_as_restart = True
+        self.say(f"{what}; restarting in {delay:.0f} s (restart {record.restarts + 1} of {self.policy.max_restarts})")
+        if task.job == "ps":
+            self._hold_chief_for_ps()
+
+    def _hold_chief_for_ps(self) -> None:
+        """A lost ps takes its variables with it: stop the chief now, start it again once every ps is back."""
+        chief = self.records["chief:0"]
+        if chief.state in (TaskState.EXITED, TaskState.FAILED):
+            return
+        if chief.state != TaskState.RESTARTING:
+            self.hosts[chief.task.address.host].stop([chief.task])
+            self.say("chief:0 stopped until every ps is back; it will resume from its last checkpoint")
+        chief.state, chief.restart_at, chief.counts_as_restart = TaskState.RESTARTING, float("inf"), False
+
+    # ----- healing --------------------------------------------------------------------------------------
+    def _heal(self) -> None:
+        now = time.monotonic()
+        chief = self.records["chief:0"]
+        if chief.restart_at == float("inf") and all(
+                r.state == TaskState.RUNNING for r in self.records.values() if r.task.job == "ps"):
+            chief.restart_at = now  # every ps is back
+        for record in self.records.values():
+            if record.state == TaskState.RESTARTING and now >= record.restart_at:
+                record.restarts += int(record.counts_as_restart)
+                self._start([record])
+        self._watch_for_stall(now)
+
+    def _watch_for_stall(self, now: float) -> None:
+        chief = self.records["chief:0"]
+        silent_s = now - chief.log_changed_at
+        if chief.state == TaskState.LOST and silent_s > self.policy.stall_timeout_s:
+            raise RunFailed(f"chief:0's host {chief.task.address.host} has not answered for {silent_s:.0f} s")
+        if chief.state == TaskState.RUNNING and silent_s > self.policy.stall_timeout_s:
+            self.say(f"stall: chief:0 logged nothing for {silent_s:.0f} s (launcher.stall_timeout_s); restarting it")
+            self.hosts[chief.task.address.host].stop([chief.task])
+            self._exited(chief, None)
+
+    def _finished(self) -> bool:
+        if self.chief_done_at is None:
+            return False
+        evaluator = [r for r in self.records.values() if r.task.job == "evaluator"]
+        waiting = [r for r in evaluator if r.state not in (TaskState.EXITED, TaskState.FAILED)]
+        grace_s = self.config.evaluation.idle_timeout_s + 60
+        if waiting and time.monotonic() - self.chief_done_at > grace_s:
+            self.say(f"evaluator:0 still running {grace_s:.0f} s after training ended; stopping it")
+            return True
+        return not waiting
+
+    # ----- stopping -------------------------------------------------------------------------------------
+    def stop_everything(self) -> list[str]:
+        """Stops every task, evaluator and chief first, on every host that answers; returns one line each."""
+        lines = []
+        for job in reversed(START_ORDER):
+            for name, host in self.hosts.items():
+                tasks = [t for t in self.config.tasks((job,)) if t.address.host == name]
+                if not tasks:
+                    continue
+                try:
+                    rows = host.stop(tasks)
+                except HostUnreachable as error:
+                    lines += [f"{t.name}: not stopped, {error}" for t in tasks]
+                    continue
+                for row in rows:
+                    record = self.records[row["task"]]
+                    if row["outcome"] in ("stopped", "killed after SIGTERM was ignored"):
+                        record.state = TaskState.STOPPED
+                        lines.append(f"{row['task']} (pid {row['pid']}): {row['outcome']}")
+        return lines
+
+    def fetch_logs(self) -> None:
+        for host in self.hosts.values():
+            try:
+                host.fetch_logs()
+            except HostUnreachable:
+                pass
