@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 
-from clusterkit import ROOT, cluster_document, processes_mentioning, run_module, write_cluster
+from clusterkit import ROOT, cluster_document, processes_mentioning, run_module, wait_for_line, write_cluster
 from roles import config as cluster_config
 from roles import probe
 
@@ -54,3 +55,28 @@ def test_run_sh_trains_evaluates_and_exports(tmp_path):
     assert "best: ckpt-" in result.stderr and "tensorboard --logdir" in result.stderr
     assert processes_mentioning(str(path)) == []
     assert "nothing to stop" in sh("kill.sh", str(path)).stderr
+
+
+def test_status_while_detached_and_kill_stops_launcher_and_tasks(tmp_path):
+    training = {"epochs": 20, "steps_per_epoch": 100, "steps_per_execution": 1, "output_dir": str(tmp_path / "out")}
+    path = write_cluster(tmp_path, cluster_document(logs_dir=str(tmp_path / "logs"), training=training))
+    servers = cluster_config.load(path).tasks(("ps", "worker"))
+    started = sh("run.sh", "--detach", str(path))
+    assert started.returncode == 0 and "running in the background" in started.stderr, started.stderr
+    try:
+        assert wait_for_line(tmp_path / "logs" / "chief-0.log", "train | epoch 1/20", 240)
+        time.sleep(1.5)  # one more status write
+        status = sh("run.sh", "status", str(path))
+        assert status.returncode == 0, status.stderr
+        assert status.stdout.startswith("running for ")
+        for name in ("chief:0", "worker:0", "worker:1", "ps:0", "ps:1", "evaluator:0"):
+            assert any(line.startswith(name) and " running " in line for line in status.stdout.splitlines()), \
+                status.stdout
+        assert "epoch 1/20" in status.stdout and "steps per s" in status.stdout
+    finally:
+        down = sh("kill.sh", str(path))
+    assert down.returncode == 0, down.stderr
+    assert "launcher (pid" in down.stderr
+    assert processes_mentioning(str(path)) == []
+    assert [t for t in servers if probe.answers(t.address.host, t.address.port)] == []
+    assert sh("run.sh", "status", str(path)).stdout.startswith("run finished")
