@@ -93,6 +93,7 @@ class ClusterConfig:
     evaluation: EvaluationOptions
     launcher: LauncherSettings
     allow_public_addresses: bool = False
+    firewall: bool = False
 
     def tasks(self, jobs: tuple[str, ...] = JOBS) -> list[Task]:
         return [Task(job, i, a) for job in jobs for i, a in enumerate(self.jobs.get(job, ()))]
@@ -139,11 +140,20 @@ def parse(raw: Any, source: Path) -> ClusterConfig:
     problems = [Problem(key, raw[key], "unknown top-level key", f"use only {', '.join(TOP_LEVEL_KEYS)}")
                 for key in raw if key not in TOP_LEVEL_KEYS]
     security = _section(raw, "security", problems)
+    for key in security:
+        if key not in ("allow_public_addresses", "firewall"):
+            problems.append(Problem(f"security.{key}", security[key], "unknown setting",
+                                    "use allow_public_addresses or firewall"))
     allow_public = security.get("allow_public_addresses", False)
     if not isinstance(allow_public, bool):
         problems.append(Problem("security.allow_public_addresses", allow_public, "must be true or false",
                                 "use false unless the cluster must span public addresses"))
         allow_public = False
+    firewall = security.get("firewall", False)
+    if not isinstance(firewall, bool):
+        problems.append(Problem("security.firewall", firewall, "must be true or false",
+                                "use true to let only cluster members reach task ports (needs root)"))
+        firewall = False
     jobs = _parse_cluster(raw.get("cluster"), allow_public is True, problems)
     hosts = _parse_hosts(_section(raw, "hosts", problems), problems)
     _check_gpus_suffice(jobs, hosts, problems)
@@ -155,7 +165,7 @@ def parse(raw: Any, source: Path) -> ClusterConfig:
         raise UserError(problems, source=str(source))
     return ClusterConfig(source=source.resolve(), jobs=MappingProxyType(jobs), hosts=MappingProxyType(hosts),
                          training=training, evaluation=evaluation, launcher=launcher,
-                         allow_public_addresses=allow_public)
+                         allow_public_addresses=allow_public, firewall=firewall)
 
 
 def _parse_or_collect(parse, raw: dict, problems: list[Problem]):

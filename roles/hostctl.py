@@ -17,7 +17,7 @@ from pathlib import Path
 import fire
 
 from roles import config as cluster_config
-from roles import process, taskspec
+from roles import firewall, process, taskspec
 from roles.config import ClusterConfig, Task
 from roles.server import port_in_use
 
@@ -115,6 +115,17 @@ def versions() -> dict:
     return {"python": ".".join(map(str, sys.version_info[:2])), **installed}
 
 
+def firewall_on(config: ClusterConfig, tasks: list[Task]) -> dict:
+    """Lets only cluster members (and the launcher, when it came over ssh) reach these tasks' ports."""
+    listening = [t for t in tasks if t.job != "evaluator"]
+    launcher = os.environ.get("SSH_CLIENT", "").split()[:1]
+    return {"table": firewall.apply(config, listening, launcher), "ports": [t.address.port for t in listening]}
+
+
+def firewall_off(config: ClusterConfig) -> dict:
+    return {"table": firewall.table_name(config), "removed": firewall.remove(config)}
+
+
 class HostControl:
     """What the launcher asks of one host; every command prints JSON on stdout."""
 
@@ -134,6 +145,13 @@ class HostControl:
     def status(self, cluster: str, tasks: str):
         config, selected = self._tasks(cluster, tasks)
         print(json.dumps([status(config, t) for t in selected]))
+
+    def firewall_on(self, cluster: str, tasks: str):
+        config, selected = self._tasks(cluster, tasks)
+        print(json.dumps(firewall_on(config, selected)))
+
+    def firewall_off(self, cluster: str, tasks: str = ""):
+        print(json.dumps(firewall_off(cluster_config.load(cluster))))
 
     def preflight(self, cluster: str, tasks: str):
         config, selected = self._tasks(cluster, tasks)

@@ -42,6 +42,12 @@ class LocalHost:
     def preflight(self, tasks: list[Task]) -> dict:
         return {"problems": hostctl.preflight(self.config, tasks), "versions": hostctl.versions()}
 
+    def firewall_on(self, tasks: list[Task]) -> dict:
+        return hostctl.firewall_on(self.config, tasks)
+
+    def firewall_off(self) -> dict:
+        return hostctl.firewall_off(self.config)
+
     def fetch_logs(self) -> None:
         """The logs are already here."""
 
@@ -73,8 +79,9 @@ class SshHost:
         return result.stdout
 
     def _agent(self, command: str, tasks: list[Task]):
-        argv = [self.settings.python, "-m", "roles.hostctl", command, "--cluster", REMOTE_CLUSTER_FILE,
-                "--tasks", ",".join(t.name for t in tasks)]
+        argv = [self.settings.python, "-m", "roles.hostctl", command, "--cluster", REMOTE_CLUSTER_FILE]
+        if tasks:
+            argv += ["--tasks", ",".join(t.name for t in tasks)]
         return json.loads(self._ssh(remote.in_workdir(self.workdir, argv)).strip().splitlines()[-1])
 
     def prepare(self, say) -> None:
@@ -105,6 +112,12 @@ class SshHost:
 
     def preflight(self, tasks: list[Task]) -> dict:
         return self._agent("preflight", tasks)
+
+    def firewall_on(self, tasks: list[Task]) -> dict:
+        return self._agent("firewall_on", tasks)
+
+    def firewall_off(self) -> dict:
+        return self._agent("firewall_off", [])
 
     def fetch_logs(self) -> None:
         """Copies the host's task logs into the launcher's logs directory (kept after the run)."""

@@ -9,6 +9,7 @@ import time
 from roles import probe
 from roles.config import ClusterConfig, Task
 from roles.errors import USER_ERROR_EXIT_CODE
+from roles.firewall import FirewallError
 from roles.hosts import HostUnreachable, host_for
 
 SERVER_JOBS = ("ps", "worker")
@@ -66,7 +67,11 @@ class Supervisor:
 
     # ----- starting -------------------------------------------------------------------------------------
     def start_servers(self) -> None:
-        """Every ps and worker, returning once all their ports answer."""
+        """Every ps and worker (behind each host's allowlist if the firewall is on), once all their ports answer."""
+        if self.config.firewall:
+            for name, host in self.hosts.items():
+                rules = host.firewall_on([t for t in self.config.tasks() if t.address.host == name])
+                self.say(f"firewall on {name}: table {rules['table']} guards ports {rules['ports']}")
         self._start([self.records[t.name] for t in self.config.tasks(SERVER_JOBS)])
         self._wait_for_servers(self.config.tasks(SERVER_JOBS))
 
@@ -229,6 +234,18 @@ class Supervisor:
                     if row["outcome"] in ("stopped", "killed after SIGTERM was ignored"):
                         record.state = TaskState.STOPPED
                         lines.append(f"{row['task']} (pid {row['pid']}): {row['outcome']}")
+        return lines + self._remove_firewalls()
+
+    def _remove_firewalls(self) -> list[str]:
+        """Deletes this cluster's nftables table wherever one is left (also when the file no longer asks for it)."""
+        lines = []
+        for name, host in self.hosts.items():
+            try:
+                if host.firewall_off()["removed"]:
+                    lines.append(f"firewall on {name} removed")
+            except (HostUnreachable, FirewallError) as error:
+                if self.config.firewall:
+                    lines.append(f"firewall on {name} not removed: {error}")
         return lines
 
     def fetch_logs(self) -> None:
