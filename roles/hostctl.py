@@ -103,16 +103,19 @@ def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 1 
 
 
 def versions() -> dict:
-    """This host's Python and TensorFlow versions, without importing TensorFlow."""
+    """This host's Python, TensorFlow (CPU or CUDA wheel alike) and tf-keras versions, without importing them."""
     from importlib import metadata
 
-    installed = {}
-    for package in ("tensorflow-cpu", "tensorflow", "tf-keras"):
-        try:
-            installed[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            pass
-    return {"python": ".".join(map(str, sys.version_info[:2])), **installed}
+    def version(*packages: str) -> str | None:
+        for package in packages:
+            try:
+                return metadata.version(package)
+            except metadata.PackageNotFoundError:
+                continue
+        return None
+
+    return {"python": ".".join(map(str, sys.version_info[:2])),
+            "tensorflow": version("tensorflow-cpu", "tensorflow"), "tf-keras": version("tf-keras")}
 
 
 def firewall_on(config: ClusterConfig, tasks: list[Task]) -> dict:

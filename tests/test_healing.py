@@ -108,3 +108,17 @@ def test_user_error_is_not_restarted(tmp_path):
     assert "run failed: chief:0 exited with code 2 (a user error; not restarted)" in result.stderr
     assert "training.model = 'no_such_module:build': cannot be loaded" in result.stderr
     assert processes_mentioning(str(path)) == []
+
+
+def test_stall_watchdog_restarts_a_silent_chief_and_gives_up_when_it_stays_silent(tmp_path):
+    training = {"epochs": 2, "steps_per_epoch": 2000, "steps_per_execution": 1, "output_dir": str(tmp_path / "o")}
+    document = cluster_document(evaluator=False, logs_dir=str(tmp_path / "logs"), training=training)
+    document["launcher"].update(stall_timeout_s=4, max_restarts=1, restart_backoff_s=0.5, poll_s=0.5)
+    path = write_cluster(tmp_path, document)
+    result = subprocess.run(["sh", str(ROOT / "run.sh"), str(path)], capture_output=True, text=True, timeout=300,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 1
+    assert "stall: chief:0 logged nothing for" in result.stderr
+    assert "restarting in" in result.stderr
+    assert "run failed: chief:0 died after 1 restarts (launcher.max_restarts)" in result.stderr
+    assert processes_mentioning(str(path)) == []
