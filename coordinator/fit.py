@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import tensorflow as tf
 import tf_keras
 
 from coordinator import export, models, strategy

@@ -6,8 +6,8 @@ import dataclasses
 import re
 from typing import Any, Mapping
 
-from roles.errors import Problem, UserError
-from roles.fields import Check, is_int, is_number, optional_positive_int, parse_section, positive_int, positive_number
+from roles.fields import (Check, is_int, is_number, optional_positive_int, parse_or_raise, positive_int,
+                          positive_number)
 
 MODEL_NAMES = ("cnn", "mlp", "resnet", "mobilenet_v2")
 DATASET_NAMES = ("digits", "synthetic")
@@ -23,7 +23,8 @@ def _option(default, help_text: str):
 class TrainingOptions:
     """What to train and how; every field can come from cluster.json's `training` or the command line."""
 
-    model: str = _option("cnn", "cnn, mlp, resnet, mobilenet_v2, or package.module:function returning a tf_keras model")
+    model: str = _option("cnn", "cnn, mlp, resnet, mobilenet_v2, or package.module:function returning a "
+                                "tf_keras model")
     dataset: str = _option("digits", "digits (embedded, real) or synthetic")
     data_dir: str | None = _option(None, "directory of a file-based data set")
     epochs: int = _option(6, "epochs to train in all (a resumed run finishes the same plan)")
@@ -32,7 +33,8 @@ class TrainingOptions:
     steps_per_execution: int = _option(10, "steps each worker runs per remote call")
     optimizer: str = _option("adam", "adam, sgd or rmsprop")
     learning_rate: float = _option(1e-3, "initial learning rate")
-    lr_decay_epochs: tuple[int, ...] = _option((4, 6), "epochs (1-based) from which the rate is multiplied by lr_decay_factor")
+    lr_decay_epochs: tuple[int, ...] = _option((4, 6), "epochs (1-based) from which the rate is multiplied by "
+                                                       "lr_decay_factor")
     lr_decay_factor: float = _option(0.1, "factor applied at each of lr_decay_epochs")
     loss: str = _option("sparse_categorical_crossentropy", "Keras loss name")
     metrics: tuple[str, ...] = _option(("accuracy",), "Keras metric names")
@@ -86,11 +88,7 @@ CHECKS = {
 
 def parse_training_options(raw: Mapping[str, Any], field_prefix: str = "training.") -> TrainingOptions:
     """Builds TrainingOptions from a mapping, raising one UserError that lists every bad field."""
-    problems: list[Problem] = []
-    options = parse_section(TrainingOptions, raw, CHECKS, field_prefix, problems)
-    if problems:
-        raise UserError(problems)
-    return options
+    return parse_or_raise(TrainingOptions, raw, CHECKS, field_prefix)
 
 
 def with_overrides(options: TrainingOptions, overrides: Mapping[str, Any]) -> TrainingOptions:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from roles.errors import Problem, UserError
-from roles.fields import Check, parse_section, positive_int, positive_number
+from roles.fields import Check, parse_or_raise, positive_int, positive_number
 
 
 def _option(default, help_text: str):
@@ -38,8 +37,4 @@ CHECKS = {
 
 def parse_evaluation_options(raw: Mapping[str, Any], field_prefix: str = "evaluation.") -> EvaluationOptions:
     """Builds EvaluationOptions, raising one UserError that lists every bad field."""
-    problems: list[Problem] = []
-    options = parse_section(EvaluationOptions, raw, CHECKS, field_prefix, problems)
-    if problems:
-        raise UserError(problems)
-    return options
+    return parse_or_raise(EvaluationOptions, raw, CHECKS, field_prefix)

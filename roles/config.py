@@ -21,7 +21,8 @@ TRAINING_JOBS = ("chief", "worker", "ps")
 TOP_LEVEL_KEYS = ("$schema", "cluster", "hosts", "training", "evaluation", "launcher", "security")
 LOOPBACK_NAMES = ("localhost",)
 
-HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){LABEL}(\.{LABEL})*$")
 ADDRESS = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\[\]]+):(?P<port>[^:]*)$")
 USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./~+-]+$")

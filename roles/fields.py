@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, NamedTuple
 
-from roles.errors import Problem
+from roles.errors import Problem, UserError
 
 
 class Check(NamedTuple):
@@ -48,9 +48,19 @@ def parse_section(cls, raw: Mapping[str, Any], checks: Mapping[str, Check], fiel
     values = {}
     for key, value in raw.items():
         if key not in names:
-            problems.append(Problem(f"{field_prefix}{key}", value, "unknown setting", f"use one of: {', '.join(names)}"))
+            problems.append(Problem(f"{field_prefix}{key}", value, "unknown setting",
+                                    f"use one of: {', '.join(names)}"))
         elif key in checks and not checks[key].accepts(value):
             problems.append(Problem(f"{field_prefix}{key}", value, checks[key].problem, checks[key].fix))
         else:
             values[key] = tuple(value) if isinstance(value, list) else value
     return cls(**values)
+
+
+def parse_or_raise(cls, raw: Mapping[str, Any], checks: Mapping[str, Check], field_prefix: str):
+    """Builds `cls` from `raw`, raising one UserError that lists every bad field."""
+    problems: list[Problem] = []
+    parsed = parse_section(cls, raw, checks, field_prefix, problems)
+    if problems:
+        raise UserError(problems)
+    return parsed

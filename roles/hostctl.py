@@ -18,7 +18,7 @@ import fire
 
 from roles import config as cluster_config
 from roles import firewall, process, taskspec
-from roles.config import ClusterConfig, Task
+from roles.config import PROJECT_ROOT, ClusterConfig, Task
 from roles.server import port_in_use
 
 EXIT_WRAPPER = '"$@"; echo $? > {exit_file}'
@@ -53,7 +53,7 @@ def start(config: ClusterConfig, task: Task) -> dict:
     task_file(config, task, "exit").unlink(missing_ok=True)
     wrapper = ["sh", "-c", EXIT_WRAPPER.format(exit_file=shlex.quote(str(task_file(config, task, "exit")))),
                "sh", *taskspec.task_command(config, task)]
-    process.start(wrapper, cwd=taskspec.PROJECT_ROOT, env=taskspec.task_environment(config, task, os.environ),
+    process.start(wrapper, cwd=PROJECT_ROOT, env=taskspec.task_environment(config, task, os.environ),
                   log_path=task_file(config, task, "log"), pid_path=task_file(config, task, "pid"))
     return status(config, task)
 
@@ -85,9 +85,9 @@ def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 1 
                 running and process.is_running(running)):
             problems.append(f"{task.name}: port {task.address.port} on {task.address.host} is already in use; "
                             "stop what holds it (`sh kill.sh` if it is an old run) or change the port")
-    free = shutil.disk_usage(taskspec.PROJECT_ROOT).free
+    free = shutil.disk_usage(PROJECT_ROOT).free
     if free < min_free_bytes:
-        problems.append(f"only {free >> 20} MiB free under {taskspec.PROJECT_ROOT}; free at least "
+        problems.append(f"only {free >> 20} MiB free under {PROJECT_ROOT}; free at least "
                         f"{min_free_bytes >> 20} MiB")
     if any(t.job == "chief" for t in tasks):
         output = config.path(config.training.output_dir)

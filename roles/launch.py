@@ -6,7 +6,6 @@ import json
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ import fire
 from coordinator.summary import COMPLETE, read_summary
 from roles import config as cluster_config
 from roles import process, taskspec
-from roles.config import ClusterConfig
+from roles.config import PROJECT_ROOT, ClusterConfig
 from roles.errors import USER_ERROR_EXIT_CODE, Problem, UserError, exit_on_user_error
 from roles.preflight import PreflightFailed, check_cluster
 from roles.status import render_status, write_status
@@ -125,7 +124,7 @@ def start_in_background(config: ClusterConfig) -> None:
     """Starts `run` in the background in its own session, with its output in logs/launcher.log."""
     logs = config.path(config.launcher.logs_dir)
     command = [sys.executable, "-m", "roles.launch", "run", str(config.source)]
-    _, record = process.start(command, cwd=taskspec.PROJECT_ROOT, env=dict(os.environ),
+    _, record = process.start(command, cwd=PROJECT_ROOT, env=dict(os.environ),
                               log_path=logs / "launcher.log", pid_path=launcher_pid_path(config))
     say(f"running in the background (pid {record.pid}); log {logs / 'launcher.log'}; "
         f"`sh run.sh status {shlex.quote(str(config.source))}` shows it, `sh kill.sh` stops it")

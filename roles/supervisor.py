@@ -87,7 +87,7 @@ class Supervisor:
             by_host.setdefault(record.task.address.host, []).append(record)
         for name, group in by_host.items():
             rows = self.hosts[name].start([r.task for r in group])
-            for record, row in zip(group, rows):
+            for record, row in zip(group, rows, strict=True):
                 record.state, record.pid, record.exit_code = TaskState.STARTING, row["pid"], None
                 record.log_changed_at = time.monotonic()
                 self.say(f"{record.task.name} started on {name} (pid {row['pid']})")
@@ -124,7 +124,7 @@ class Supervisor:
             except HostUnreachable as error:
                 self._host_lost(records, str(error))
                 continue
-            for record, row in zip(records, rows):
+            for record, row in zip(records, rows, strict=True):
                 self._update(record, row)
 
     def _host_lost(self, records: list[TaskRecord], reason: str) -> None:

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Mapping
 
-from roles.config import PROJECT_ROOT, TRAINING_JOBS, ClusterConfig, Task
+from roles.config import TRAINING_JOBS, ClusterConfig, Task
 
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy",
                    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "GRPC_PROXY")

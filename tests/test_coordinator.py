@@ -90,7 +90,8 @@ def test_exports_load_in_a_plain_process_and_predict_the_same(trained):
 
 
 def test_finished_run_is_not_trained_again(shared_servers, trained):
-    again = run_chief(shared_servers, trained[0], "--epochs", "3", "--lr_decay_epochs", "[3]", "--keep_checkpoints", "2")
+    again = run_chief(shared_servers, trained[0], "--epochs", "3", "--lr_decay_epochs", "[3]",
+                      "--keep_checkpoints", "2")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "already complete: 3 of 3 epochs" in again.stderr
     assert "train | epoch" not in again.stderr

@@ -1,4 +1,4 @@
-"""Real ps and worker servers from a generated cluster.json: they serve a ParameterServerStrategy fit and stop cleanly."""
+"""Real ps and worker servers from a generated cluster.json serve a ParameterServerStrategy fit and stop cleanly."""
 
 from __future__ import annotations
 
