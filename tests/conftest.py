@@ -1,4 +1,4 @@
-"""Shared fixtures: one real ps/worker cluster per test module that asks for it; nothing may outlive a test."""
+"""Shared fixtures: a real ps/worker cluster or real hosts per test module that asks; nothing may outlive a test."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import netns  # noqa: E402
 from clusterkit import cluster_document, processes_mentioning, write_cluster  # noqa: E402
 from roles import config as cluster_config  # noqa: E402
 from roles.supervisor import Supervisor  # noqa: E402
@@ -35,3 +36,10 @@ def shared_servers(tmp_path_factory):
     finally:
         supervisor.stop_everything()
         assert processes_mentioning(str(directory)) == []
+
+
+@pytest.fixture(scope="module")
+def three_hosts():
+    """Three hosts in network namespaces, each with sshd and a private workdir, shared by a module's tests."""
+    with netns.create_hosts(3) as hosts:
+        yield hosts

@@ -4,5 +4,6 @@
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 sh "$root/roles/bootstrap.sh" test
+sh "$root/tests/system_packages.sh"  # sshd, rsync, nftables for the multi-host tests (root only)
 cd "$root"
 exec "$root/.venv/bin/python" -m pytest "$@"
