@@ -76,7 +76,7 @@ def stop(config: ClusterConfig, task: Task) -> dict:
     return {"task": task.name, "pid": record.pid if record else None, "outcome": outcome}
 
 
-def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 1 << 30) -> list[str]:
+def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 512 << 20) -> list[str]:
     """Problems that would stop these tasks on this host, one line each: busy ports, disk, unwritable output."""
     problems = []
     for task in tasks:

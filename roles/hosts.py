@@ -15,8 +15,16 @@ from roles.config import PROJECT_ROOT, Address, ClusterConfig, Task
 REMOTE_CLUSTER_FILE = ".pscluster/cluster.json"
 
 
-class HostUnreachable(Exception):
+class HostError(Exception):
+    """Something went wrong reaching or running the agent on a host; the message says which host and what."""
+
+
+class HostUnreachable(HostError):
     """The host did not answer over ssh (down, cut off, or refusing us)."""
+
+
+class AgentFailed(HostError):
+    """The host answered, but the agent there failed (e.g. its python lacks the project's packages)."""
 
 
 class LocalHost:
@@ -63,7 +71,9 @@ class SshHost:
         self.workdir = self.settings.workdir or str(PROJECT_ROOT)
         Path("~/.ssh").expanduser().mkdir(mode=0o700, exist_ok=True)  # for the shared connection's socket
 
-    def _ssh(self, remote_shell: str, timeout_s: float = 120) -> str:
+    def _ssh(self, remote_shell: str, timeout_s: float | None = None) -> str:
+        """Runs one remote shell string; a quick timeout by default, so a cut-off host cannot stall the launcher."""
+        timeout_s = timeout_s or 2 * self.config.launcher.ssh_connect_timeout_s + 20
         command = remote.ssh_command(self.name, self.settings, self.config.launcher, remote_shell)
         try:
             result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
@@ -74,8 +84,8 @@ class SshHost:
             reason = (result.stderr.strip().splitlines() or ["ssh failed"])[-1]
             raise HostUnreachable(f"{self.name}: {reason}")
         if result.returncode != 0:
-            raise RuntimeError(f"{self.name}: `{remote_shell}` failed ({result.returncode}): "
-                               f"{result.stderr.strip()[-500:]}")
+            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise AgentFailed(f"{self.name}: `{remote_shell}` failed with exit code {result.returncode}: {last}")
         return result.stdout
 
     def _agent(self, command: str, tasks: list[Task]):
@@ -126,7 +136,11 @@ class SshHost:
         local = self.config.path(logs)
         local.mkdir(parents=True, exist_ok=True)
         command = remote.rsync_pull(self.name, self.settings, self.config.launcher, remote_logs, str(local))
-        subprocess.run(command, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+        try:
+            subprocess.run(command, capture_output=True, stdin=subprocess.DEVNULL,
+                           timeout=2 * self.config.launcher.ssh_connect_timeout_s + 20)
+        except subprocess.TimeoutExpired:
+            pass  # best effort: the logs stay on the host until the next try
 
 
 def is_this_machine(name: str) -> bool:

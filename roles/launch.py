@@ -112,7 +112,7 @@ def run_job(config: ClusterConfig) -> int:
     finally:
         for line in supervisor.stop_everything():
             say(line)
-        supervisor.fetch_logs()
+        supervisor.fetch_logs(wait=True)
         follower.echo_new_lines()
         write_status(config, supervisor, started, finished=True)
     for line in final_report(config, supervisor, time.monotonic() - started):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from roles import hostctl
 from roles.config import ClusterConfig
-from roles.hosts import HostUnreachable
+from roles.hosts import AgentFailed, HostUnreachable
 
 
 class PreflightFailed(Exception):
@@ -40,6 +40,10 @@ def check_cluster(config: ClusterConfig, hosts: dict, say) -> None:
         except HostUnreachable as error:
             problems.append(f"{error}; check that it is up, that sshd runs there and that `ssh {name}` works "
                             "without a password (BatchMode)")
+            continue
+        except AgentFailed as error:
+            problems.append(f"{error}; check hosts.{name}.python (it needs the project's packages: "
+                            "leave it relative to bootstrap .venv there)")
             continue
         problems += report["problems"]
         if report["versions"] != mine:

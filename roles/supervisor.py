@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from roles import probe
 from roles.config import ClusterConfig, Task
 from roles.errors import USER_ERROR_EXIT_CODE
 from roles.firewall import FirewallError
-from roles.hosts import HostUnreachable, host_for
+from roles.hosts import AgentFailed, HostError, HostUnreachable, host_for
 
 SERVER_JOBS = ("ps", "worker")
 START_ORDER = ("ps", "worker", "chief", "evaluator")
@@ -48,11 +49,31 @@ class TaskRecord:
     last_line: str = ""
     restart_at: float = 0.0
     counts_as_restart: bool = True
+    started_at: float = 0.0
     log_changed_at: float = dataclasses.field(default_factory=time.monotonic)
 
 
 class RunFailed(Exception):
     """The run cannot go on; the message names the first root cause."""
+
+
+class BackgroundCalls:
+    """At most one call in flight per key, answered on a later tick: a slow host never stalls the loop."""
+
+    def __init__(self):
+        self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="host")
+        self.in_flight: dict[str, Future] = {}
+
+    def take(self, key: str, call) -> Future | None:
+        """The finished call for `key` if there is one; otherwise starts `call` (unless one runs) and returns None."""
+        future = self.in_flight.get(key)
+        if future is None:
+            self.in_flight[key] = self.executor.submit(call)
+            return None
+        if not future.done():
+            return None
+        del self.in_flight[key]
+        return future
 
 
 class Supervisor:
@@ -63,6 +84,7 @@ class Supervisor:
         self.policy = config.launcher
         self.hosts = {name: host_for(config, name) for name in {t.address.host for t in config.tasks()}}
         self.records = {t.name: TaskRecord(t) for t in config.tasks()}
+        self.background = BackgroundCalls()
         self.chief_done_at: float | None = None
 
     # ----- starting -------------------------------------------------------------------------------------
@@ -89,7 +111,7 @@ class Supervisor:
             rows = self.hosts[name].start([r.task for r in group])
             for record, row in zip(group, rows, strict=True):
                 record.state, record.pid, record.exit_code = TaskState.STARTING, row["pid"], None
-                record.log_changed_at = time.monotonic()
+                record.log_changed_at = record.started_at = time.monotonic()
                 self.say(f"{record.task.name} started on {name} (pid {row['pid']})")
 
     def _wait_for_servers(self, tasks: list[Task]) -> None:
@@ -115,16 +137,31 @@ class Supervisor:
 
     def _observe(self) -> None:
         for name, host in self.hosts.items():
-            records = [r for r in self.records.values() if r.task.address.host == name
-                       and r.state not in (TaskState.EXITED, TaskState.FAILED)]
-            if not records:
+            tasks = [r.task for r in self.records.values() if r.task.address.host == name
+                     and r.state not in (TaskState.EXITED, TaskState.FAILED)]
+            if not tasks:
+                continue
+            if not host.is_remote:
+                self._apply(host.status(tasks), asked_at=time.monotonic())
+                continue
+            answer = self.background.take(f"status {name}", lambda host=host, tasks=tasks: (
+                time.monotonic(), host.status(tasks)))
+            if answer is None:
                 continue
             try:
-                rows = host.status([r.task for r in records])
+                asked_at, rows = answer.result()
+                self._apply(rows, asked_at)
             except HostUnreachable as error:
-                self._host_lost(records, str(error))
-                continue
-            for record, row in zip(records, rows, strict=True):
+                self._host_lost([self.records[t.name] for t in tasks], str(error))
+            except AgentFailed as error:
+                raise RunFailed(str(error)) from None
+
+    def _apply(self, rows: list[dict], asked_at: float) -> None:
+        """Takes rows into the records, except rows asked before a task's latest start (they describe the past)."""
+        for row in rows:
+            record = self.records[row["task"]]
+            if record.started_at <= asked_at and record.state not in (
+                    TaskState.EXITED, TaskState.FAILED, TaskState.RESTARTING):
                 self._update(record, row)
 
     def _host_lost(self, records: list[TaskRecord], reason: str) -> None:
@@ -226,7 +263,7 @@ class Supervisor:
                     continue
                 try:
                     rows = host.stop(tasks)
-                except HostUnreachable as error:
+                except HostError as error:
                     lines += [f"{t.name}: not stopped, {error}" for t in tasks]
                     continue
                 for row in rows:
@@ -243,14 +280,17 @@ class Supervisor:
             try:
                 if host.firewall_off()["removed"]:
                     lines.append(f"firewall on {name} removed")
-            except (HostUnreachable, FirewallError) as error:
+            except (HostError, FirewallError) as error:
                 if self.config.firewall:
                     lines.append(f"firewall on {name} not removed: {error}")
         return lines
 
-    def fetch_logs(self) -> None:
-        for host in self.hosts.values():
-            try:
+    def fetch_logs(self, wait: bool = False) -> None:
+        """Copies remote logs here in the background (or now, with `wait`, at the end of a run)."""
+        for name, host in self.hosts.items():
+            if not host.is_remote:
+                continue
+            if wait:
                 host.fetch_logs()
-            except HostUnreachable:
-                pass
+            else:
+                self.background.take(f"logs {name}", host.fetch_logs)

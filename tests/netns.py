@@ -263,7 +263,7 @@ def _check_logins(hosts: NamespaceHosts) -> None:
     logins = [subprocess.Popen(hosts.ssh_command(address, "true"), stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
               for address in hosts.addresses]
-    for address, login in zip(hosts.addresses, logins):
+    for address, login in zip(hosts.addresses, logins, strict=True):
         output, _ = login.communicate(timeout=STEP_TIMEOUT_S)
         if login.returncode != 0:
             raise HostSetupError(f"ssh to {address} failed ({output.strip()}); sshd's log is in "

@@ -1,0 +1,115 @@
+"""The launcher across real hosts (network namespaces with sshd, no shared filesystem): run, lose a host, firewall.
+
+Layout: the chief and evaluator on the launcher's own address; ps:0 on host 0; ps:1 and worker:0 on host 1;
+worker:1 on host 2; host 3 is outside the cluster. Every host sees its workdir (where logs and outputs go) as
+a private tmpfs, so checkpoints can only be on the chief's disk if the chief writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+import netns
+from clusterkit import ROOT, free_ports, processes_mentioning, wait_for_line, write_cluster
+
+pytestmark = [pytest.mark.multihost, pytest.mark.cluster]
+PYTHON = str(ROOT / ".venv" / "bin" / "python")  # the venv's own path: resolving it would lose the venv
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    with netns.create_hosts(4) as made:
+        yield made
+
+
+def cluster_file(hosts, directory, *, training=None, firewall=False):
+    h = hosts.addresses
+    ports = iter(free_ports(6))
+    workdir = str(hosts.workdir)
+    document = {
+        "cluster": {"chief": [f"{hosts.launcher_address}:{next(ports)}"],
+                    "worker": [f"{h[1]}:{next(ports)}", f"{h[2]}:{next(ports)}"],
+                    "ps": [f"{h[0]}:{next(ports)}", f"{h[1]}:{next(ports)}"],
+                    "evaluator": [f"{hosts.launcher_address}:{next(ports)}"]},
+        "hosts": {address: {"ssh_user": hosts.ssh_user, "workdir": workdir, "python": PYTHON}
+                  for address in h[:3]},
+        "launcher": {"logs_dir": f"{workdir}/logs", "ssh_identity": str(hosts.identity_file),
+                     "ssh_known_hosts": str(hosts.known_hosts_file), "ssh_host_keys": "strict",
+                     "ssh_connect_timeout_s": 3, "restart_backoff_s": 0.5, "poll_s": 0.5},
+        "training": {"output_dir": f"{workdir}/output", "lr_decay_epochs": [], **(training or {})},
+        "evaluation": {"poll_s": 0.5, "idle_timeout_s": 300},
+        "security": {"firewall": firewall},
+    }
+    return write_cluster(directory, document)
+
+
+def sh(*args, timeout_s=900):
+    return subprocess.run(["sh", *args], capture_output=True, text=True, timeout=timeout_s, cwd=ROOT,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_full_run_across_hosts_keeps_checkpoints_on_the_chief(hosts, tmp_path):
+    path = cluster_file(hosts, tmp_path, training={"epochs": 2})
+    result = sh(str(ROOT / "run.sh"), str(path))
+    try:
+        assert result.returncode == 0, result.stderr[-5000:]
+        output = hosts.workdir / "output"  # the launcher's (and chief's) own view of the workdir
+        assert json.loads((output / "summary.json").read_text())["status"] == "complete"
+        assert (output / "model" / "model.h5").exists() and (output / "best_model" / "best.json").exists()
+        assert sorted(p.name for p in (output / "checkpoints").glob("*.index")) == ["ckpt-1.index", "ckpt-2.index"]
+        for index in (0, 1):  # the ps hosts hold no checkpoint shard: everything went through the chief
+            listing = hosts.run(index, f"ls {hosts.workdir}/output 2>&1 || true")
+            assert "No such file" in listing.stdout, listing.stdout
+        fetched = sorted(p.name for p in (hosts.workdir / "logs").glob("*.log"))
+        assert {"ps-0.log", "ps-1.log", "worker-0.log", "worker-1.log"} <= set(fetched)
+        assert "ready: ps listening" in (hosts.workdir / "logs" / "ps-0.log").read_text()
+    finally:
+        sh(str(ROOT / "kill.sh"), str(path))
+    assert processes_mentioning(str(path)) == []
+
+
+def test_worker_host_cut_off_training_goes_on(hosts, tmp_path):
+    training = {"epochs": 3, "steps_per_epoch": 600, "steps_per_execution": 1}
+    path = cluster_file(hosts, tmp_path, training=training)
+    logs = hosts.workdir / "logs"
+    started = sh(str(ROOT / "run.sh"), "--detach", str(path))
+    assert started.returncode == 0, started.stderr
+    try:
+        assert wait_for_line(logs / "chief-0.log", "train | epoch 1/3", 300), (logs / "launcher.log").read_text()
+        hosts.cut(2)
+        assert wait_for_line(logs / "launcher.log", "worker:1 lost", 60)
+        status = sh(str(ROOT / "run.sh"), "status", str(path)).stdout
+        assert any(line.startswith("worker:1") and " lost " in line for line in status.splitlines()), status
+        assert wait_for_line(logs / "launcher.log", "chief:0 finished", 600), (logs / "launcher.log").read_text()
+        assert json.loads((hosts.workdir / "output" / "summary.json").read_text())["status"] == "complete"
+    finally:
+        hosts.restore(2)
+        time.sleep(1)
+        sh(str(ROOT / "kill.sh"), str(path))
+    assert processes_mentioning(str(path)) == []
+    assert "roles.server" not in hosts.run(2, "ps -eo args").stdout
+
+
+CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3); print('open')"
+
+
+def test_firewall_keeps_outsiders_off_the_ps_port(hosts, tmp_path):
+    path = cluster_file(hosts, tmp_path, firewall=True)
+    launcher = [sys.executable, "-m", "roles.launch"]
+    ps_host, ps_port = hosts.addresses[0], json.loads(path.read_text())["cluster"]["ps"][0].split(":")[1]
+    up = subprocess.run([*launcher, "up", str(path)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        member = hosts.exec_in(1, [PYTHON, "-c", CONNECT, ps_host, ps_port])
+        outsider = hosts.exec_in(3, [PYTHON, "-c", CONNECT, ps_host, ps_port])
+        assert member.stdout.strip() == "open", member.stderr
+        assert outsider.returncode != 0 and "open" not in outsider.stdout
+    finally:
+        down = subprocess.run([*launcher, "down", str(path)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert f"firewall on {ps_host} removed" in down.stderr, down.stderr
+    assert "pscluster_" not in hosts.exec_in(0, ["nft", "list", "tables"]).stdout
