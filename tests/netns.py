@@ -169,7 +169,7 @@ def _build(claims: Claims, teardown: contextlib.ExitStack) -> NamespaceHosts:
     for i, address in enumerate(addresses):
         _create_namespace(claims.namespaces[i], claims.links[i], claims.bridge, address, teardown)
         sshd_pids.append(_start_sshd(claims, i, address, host_keys[i], authorized_keys, teardown))
-    known_hosts = sshkeys.write_known_hosts(claims.state_dir / "known_hosts", zip(addresses, host_keys))
+    known_hosts = sshkeys.write_known_hosts(claims.state_dir / "known_hosts", zip(addresses, host_keys, strict=True))
     hosts = NamespaceHosts(addresses=addresses, launcher_address=f"{subnet}.1", identity_file=identity,
                            known_hosts_file=known_hosts, ssh_user="root", sshd_pids=tuple(sshd_pids), claims=claims)
     _check_logins(hosts)
