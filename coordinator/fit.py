@@ -15,7 +15,7 @@ from coordinator.callbacks import EpochReport, SaveEachEpoch, StepDecay
 from coordinator.checkpoints import EpochCheckpoints
 from coordinator.options import TrainingOptions
 from coordinator.summary import COMPLETE, RUNNING, SUMMARY_NAME, read_summary, write_summary
-from data import load_source
+from data import source_for
 from roles.config import ClusterConfig
 
 def variable_placement(model) -> dict[str, list[str]]:
@@ -43,7 +43,7 @@ def _build_model(config: ClusterConfig, options: TrainingOptions, source, log):
 def run_training(config: ClusterConfig, options: TrainingOptions, log) -> dict:
     """Trains (or resumes) to `options.epochs`, exports the model and returns the run summary it wrote."""
     output = config.path(options.output_dir)
-    source = load_source(options.dataset, options.data_dir, options.seed)
+    source = source_for(options, config.source.parent)  # data mistakes stop here, before the cluster is probed
     workers = len(config.jobs["worker"])
     global_batch = options.per_worker_batch * workers
     steps_per_epoch = options.steps_per_epoch or source.steps_per_epoch(global_batch)

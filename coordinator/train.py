@@ -10,6 +10,7 @@ import sys
 import fire
 
 from coordinator.options import FIELD_NAMES, TrainingOptions, with_overrides
+from data import preflight
 from roles import config as cluster_config
 from roles import taskspec
 from roles.errors import Problem, UserError, exit_on_user_error
@@ -36,6 +37,7 @@ def train(cluster: str = "cluster.json", **overrides) -> None:
                          for name in unknown])
     config = cluster_config.load(cluster)
     options = with_overrides(config.training, overrides)
+    preflight(options, config.source.parent)  # data set on disk checked before TensorFlow loads
     task = config.task("chief", 0)
     taskspec.apply_to_this_process(config, task)
     log = task_logger(task.name)

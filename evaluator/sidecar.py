@@ -38,11 +38,11 @@ def _evaluate_once(config: ClusterConfig, log, *, checkpoint: str | None, model:
     import tf_keras
 
     from coordinator import export
-    from data import load_source
+    from data import source_for
     from evaluator.loop import metrics_line
 
     options = config.training
-    source = load_source(options.dataset, options.data_dir, options.seed)
+    source = source_for(options, config.source.parent)
     if model:
         if not Path(model).exists():
             raise UserError(Problem("--model", model, "does not exist", "give a .h5, .keras or SavedModel path"))
@@ -85,11 +85,11 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
     if checkpoint or model:
         _evaluate_once(config, log, checkpoint=checkpoint, model=model, split=split, output_json=output_json)
         return
-    from data import load_source
+    from data import source_for
     from evaluator.loop import SidecarEvaluator
 
     options = config.training
-    source = load_source(options.dataset, options.data_dir, options.seed)
+    source = source_for(options, config.source.parent)
     evaluator = SidecarEvaluator(training=options, evaluation=config.evaluation, source=source,
                                  output=config.path(options.output_dir), log=log)
     sys.exit(evaluator.run())
