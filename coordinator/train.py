@@ -43,8 +43,10 @@ def train(cluster: str = "cluster.json", **overrides) -> None:
     log = task_logger(task.name)
     quiet_tensorflow()
     from coordinator.fit import run_training  # imports TensorFlow, so only after the environment is set
+    from data.corrupt import undecodable_records_named
 
-    run_training(config, options, log)
+    with undecodable_records_named():  # a corrupt image met on a worker: one line naming it, exit 2
+        run_training(config, options, log)
 
 
 train.__doc__ = f"""Trains the cluster's model with ParameterServerStrategy as its chief, then exports it.

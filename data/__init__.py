@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from data import layouts
@@ -39,25 +40,29 @@ def _load_files(name: str, layout, *, image_size, tfrecord_image_key, tfrecord_l
 
 
 def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_dir: Path | None = None,
-                image_size=IMAGE_SIZE, tfrecord_image_key: str = TFRECORD_IMAGE_KEY,
-                tfrecord_label_key: str = TFRECORD_LABEL_KEY, tfrecord_num_classes: int | None = None):
+                skip_corrupt: bool = False, image_size=IMAGE_SIZE,
+                tfrecord_image_key: str = TFRECORD_IMAGE_KEY, tfrecord_label_key: str = TFRECORD_LABEL_KEY,
+                tfrecord_num_classes: int | None = None):
     """The DataSource for a dataset name (imports TensorFlow); a relative data_dir starts at `base_dir` (or here).
 
     The other keywords are the TrainingOptions of the same names (see source_for).
     """
     if name == "digits":
         from data import digits
-        return digits.load()
-    if name == "synthetic":
+        source = digits.load()
+    elif name == "synthetic":
         from data import synthetic
-        return synthetic.load(seed=seed)
-    layout = LAYOUTS[name](layouts.data_root(name, data_dir, base_dir or Path.cwd()))
-    return _load_files(name, layout, image_size=image_size, tfrecord_image_key=tfrecord_image_key,
-                       tfrecord_label_key=tfrecord_label_key, tfrecord_num_classes=tfrecord_num_classes)
+        source = synthetic.load(seed=seed)
+    else:
+        layout = LAYOUTS[name](layouts.data_root(name, data_dir, base_dir or Path.cwd()))
+        source = _load_files(name, layout, image_size=image_size, tfrecord_image_key=tfrecord_image_key,
+                             tfrecord_label_key=tfrecord_label_key, tfrecord_num_classes=tfrecord_num_classes)
+    return dataclasses.replace(source, skip_corrupt=skip_corrupt)
 
 
 def source_for(options, base_dir: Path):
     """The DataSource TrainingOptions `options` describe; a relative data_dir starts at `base_dir`, as in preflight."""
     return load_source(options.dataset, options.data_dir, options.seed, base_dir=base_dir,
-                       image_size=options.image_size, tfrecord_image_key=options.tfrecord_image_key, tfrecord_label_key=options.tfrecord_label_key,
+                       skip_corrupt=options.skip_corrupt, image_size=options.image_size,
+                       tfrecord_image_key=options.tfrecord_image_key, tfrecord_label_key=options.tfrecord_label_key,
                        tfrecord_num_classes=options.tfrecord_num_classes)

@@ -25,4 +25,5 @@ def load(folders: ImageFolders, image_size: tuple[int, int]) -> DataSource:
 
     return DataSource(name="image_folder", input_shape=(*image_size, CHANNELS), num_classes=len(folders.classes),
                       sizes={split: len(paths) for split, (paths, _) in folders.files.items()},
-                      units=folders.files, units_are_files=True, decode=decode)
+                      units=folders.files, units_are_files=True, decode=decode,
+                      record_name=lambda path, label: path)

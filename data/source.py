@@ -9,6 +9,8 @@ from typing import Callable, Mapping
 import numpy as np
 import tensorflow as tf
 
+from data import corrupt
+
 SPLITS = ("train", "validation", "test")
 SHUFFLE_BUFFER = 2048
 BY_FILE, BY_ELEMENT = "file", "element"
@@ -29,7 +31,9 @@ class DataSource:
     Each split is a sequence of read units, given as the columns `from_tensor_slices` takes (`units[split]`): a
     file, a record range of a file, or, for in-memory sources, one example. `read` turns a dataset of units into
     raw records in file order; `decode(*record)` turns a record into an example: a float32 image in [0, 1] and
-    an int32 label. `cache_examples` keeps each worker's examples in memory after the first pass (for examples that
+    an int32 label. Where decoding can fail (encoded images), `record_name(*records)` names records (given as
+    vectors), and a record that does not decode fails the run naming it, or with `skip_corrupt` is skipped and
+    counted. `cache_examples` keeps each worker's examples in memory after the first pass (for examples that
     cost more to make than to keep).
     """
 
@@ -41,6 +45,8 @@ class DataSource:
     units_are_files: bool = False
     read: Callable[[tf.data.Dataset], tf.data.Dataset] = _read_units_as_records
     decode: Callable[..., tuple] = _unchanged
+    record_name: Callable[..., tf.Tensor] | None = None
+    skip_corrupt: bool = False
     cache_examples: bool = False
 
     def shard_policy(self, workers: int) -> str:
@@ -111,4 +117,7 @@ class DataSource:
         return tf.data.Dataset.from_tensor_slices(tuple(np.asarray(column) for column in self.units[split]))
 
     def _decoded(self, records: tf.data.Dataset) -> tf.data.Dataset:
-        return records.map(self.decode, num_parallel_calls=tf.data.AUTOTUNE)
+        if self.record_name is None:
+            return records.map(self.decode, num_parallel_calls=tf.data.AUTOTUNE)
+        return corrupt.decode_checked(records, self.decode, self.record_name, self.input_shape,
+                                      skip=self.skip_corrupt)

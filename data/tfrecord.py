@@ -58,4 +58,6 @@ def load(files: dict[str, tuple[str, ...]], *, image_size: tuple[int, int], imag
     return DataSource(name="tfrecord", input_shape=(*image_size, CHANNELS),
                       num_classes=num_classes or _count_classes(files, label_key), sizes=sizes,
                       units={split: (paths,) for split, paths in files.items()}, units_are_files=True, read=_read,
-                      decode=decode)
+                      decode=decode,
+                      record_name=lambda path, number, record: tf.strings.join(
+                          [path, " record ", tf.strings.as_string(number)]))

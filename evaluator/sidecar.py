@@ -82,17 +82,19 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
         raise UserError(Problem("--model", model, "cannot be combined with --checkpoint", "give one of them"))
     config = cluster_config.load(cluster)
     log = _prepare_process(config)
-    if checkpoint or model:
-        _evaluate_once(config, log, checkpoint=checkpoint, model=model, split=split, output_json=output_json)
-        return
     from data import source_for
+    from data.corrupt import undecodable_records_named
     from evaluator.loop import SidecarEvaluator
 
-    options = config.training
-    source = source_for(options, config.source.parent)
-    evaluator = SidecarEvaluator(training=options, evaluation=config.evaluation, source=source,
-                                 output=config.path(options.output_dir), log=log)
-    sys.exit(evaluator.run())
+    with undecodable_records_named():
+        if checkpoint or model:
+            _evaluate_once(config, log, checkpoint=checkpoint, model=model, split=split, output_json=output_json)
+            return
+        options = config.training
+        source = source_for(options, config.source.parent)
+        evaluator = SidecarEvaluator(training=options, evaluation=config.evaluation, source=source,
+                                     output=config.path(options.output_dir), log=log)
+        sys.exit(evaluator.run())
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import datakit
 from clusterkit import assert_no_traceback, cluster_document, derive_cluster, run_module, write_cluster
 from coordinator.options import TrainingOptions
 from data import load_source, preflight
+from data.corrupt import undecodable_records_named
 from roles.errors import UserError
 
 SMALL = (8, 8)
@@ -286,6 +287,35 @@ def test_wrong_tfrecord_feature_key_lists_the_ones_there(tmp_path):
     assert raised.value.lines()[0].endswith("use one of: image/class/label, image/png")
 
 
+def corrupt_folder(root: Path, count: int = 1) -> list[Path]:
+    """Image folders with `count` corrupt files in Train/dog, next to each other in file order (so with 2 workers
+    sharding by file, each worker's shard holds one of two)."""
+    datakit.write_image_folders(root, FOLDER_COUNTS, size=SMALL)
+    bad = [root / "Train" / "dog" / f"broken{number}.jpg" for number in range(count)]
+    for path in bad:
+        path.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    return bad
+
+
+def test_a_corrupt_image_stops_the_pipeline_naming_it(tmp_path):
+    [bad] = corrupt_folder(tmp_path)
+    source = load_source("image_folder", str(tmp_path), image_size=SMALL)
+    context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1)
+    with pytest.raises(UserError) as raised, undecodable_records_named():
+        list(source.train_dataset_fn(4, 0)(context).take(20))
+    assert raised.value.lines() == [
+        f"error: data file = '{bad}': cannot be decoded (corrupt, or not jpg, png, bmp or gif); replace or delete "
+        "it, or set training.skip_corrupt to true to skip such files"]
+
+
+def test_skip_corrupt_drops_and_counts_them(tmp_path, capfd):
+    [bad] = corrupt_folder(tmp_path)
+    source = load_source("image_folder", str(tmp_path), image_size=SMALL, skip_corrupt=True)
+    assert len(examples(source.split("train"))) == source.sizes["train"] - 1
+    assert f'warning: skipped "{bad}" (cannot be decoded as an image); 1 skipped so far in this pass' \
+        in capfd.readouterr().err
+
+
 # --- through the real entrypoint: data checked before the cluster is probed ---------------------------------
 
 @pytest.mark.parametrize("make,expected", [
@@ -315,3 +345,34 @@ def test_chief_trains_from_mnist_files_sharded_over_the_workers(shared_servers, 
     assert "mnist: sharded by element (1 training file(s) for 2 workers)" in result.stderr
     summary = json.loads((output / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["optimizer_steps"] == 22
+
+
+@pytest.mark.cluster
+def test_a_corrupt_image_met_on_a_worker_is_one_line_and_exit_2(shared_servers, tmp_path):
+    bad = corrupt_folder(tmp_path / "folders", count=2)
+    cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
+        "dataset": "image_folder", "data_dir": str(tmp_path / "folders"), "image_size": list(SMALL),
+        "model": "mlp", "epochs": 2, "per_worker_batch": 4, "steps_per_execution": 1,
+        "output_dir": str(tmp_path / "output")})
+    result = run_module("coordinator.train", "--cluster", str(cluster), timeout_s=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert_no_traceback(result.stderr)
+    assert result.stderr.strip().splitlines()[-1] in [
+        f"error: data file = '{path}': cannot be decoded (corrupt, or not jpg, png, bmp or gif); replace or delete "
+        "it, or set training.skip_corrupt to true to skip such files" for path in bad]
+    assert "sharded by file: 14 training files over 2 workers" in result.stderr
+    assert "ERROR:tensorflow" not in result.stderr
+
+
+@pytest.mark.cluster
+def test_with_skip_corrupt_workers_skip_and_count_them_in_their_logs(shared_servers, tmp_path):
+    bad = corrupt_folder(tmp_path / "folders", count=2)
+    cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
+        "dataset": "image_folder", "data_dir": str(tmp_path / "folders"), "image_size": list(SMALL),
+        "skip_corrupt": True, "model": "mlp", "epochs": 2, "per_worker_batch": 4, "steps_per_execution": 1,
+        "output_dir": str(tmp_path / "output")})
+    result = run_module("coordinator.train", "--cluster", str(cluster), timeout_s=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    worker_logs = "".join(p.read_text() for p in (shared_servers.parent / "logs").glob("worker-*.log"))
+    assert any(f'warning: skipped "{path}" (cannot be decoded as an image); 1 skipped so far in this pass'
+               in worker_logs for path in bad)
