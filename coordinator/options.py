@@ -30,6 +30,8 @@ class TrainingOptions:
     data_dir: str | None = _option(None, "directory of a file-based data set (relative: from cluster.json's folder); "
                                          "workers read it at the same path on their own hosts")
     image_size: tuple[int, ...] = _option(IMAGE_SIZE, "[height, width] image_folder and tfrecord images are resized to")
+    augment: bool = _option(False, "augment training images: rotation 40 degrees, shifts 0.2, shear 0.2, zoom 0.2, "
+                                   "horizontal flips")
     skip_corrupt: bool = _option(False, "skip images that cannot be decoded, counted in the reading task's log, "
                                         "instead of stopping with the file's name")
     tfrecord_image_key: str = _option(TFRECORD_IMAGE_KEY, "tf.train.Example feature holding the encoded image")
@@ -72,6 +74,8 @@ CHECKS = {
     "data_dir": Check(lambda v: v is None or _non_empty_text(v), "must be a path", "give a directory or null"),
     "image_size": Check(lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(positive_int(n) for n in v),
                         "must be [height, width] in pixels", "use e.g. [224, 224]"),
+    "augment": Check(lambda v: isinstance(v, bool), "must be true or false", "use false unless training images "
+                     "should be augmented"),
     "skip_corrupt": Check(lambda v: isinstance(v, bool), "must be true or false",
                           "use false to stop at the first corrupt image"),
     "tfrecord_image_key": Check(_non_empty_text, "must be a feature name", f"use e.g. {TFRECORD_IMAGE_KEY}"),

@@ -10,6 +10,7 @@ from data import layouts
 FILE_DATASETS = ("image_folder", "cifar10", "mnist", "tfrecord")
 IMAGE_SIZE = (224, 224)
 TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY = "image/encoded", "image/class/label"  # as ImageNet's build scripts write
+ONE_HOT_LOSSES = ("categorical_crossentropy", "categorical_focal_crossentropy", "categorical_hinge")
 LAYOUTS = {"image_folder": layouts.image_folders, "cifar10": layouts.cifar10, "mnist": layouts.mnist,
            "tfrecord": layouts.tfrecord_files}
 
@@ -40,12 +41,12 @@ def _load_files(name: str, layout, *, image_size, tfrecord_image_key, tfrecord_l
 
 
 def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_dir: Path | None = None,
-                skip_corrupt: bool = False, image_size=IMAGE_SIZE,
+                one_hot: bool = False, augment: bool = False, skip_corrupt: bool = False, image_size=IMAGE_SIZE,
                 tfrecord_image_key: str = TFRECORD_IMAGE_KEY, tfrecord_label_key: str = TFRECORD_LABEL_KEY,
                 tfrecord_num_classes: int | None = None):
     """The DataSource for a dataset name (imports TensorFlow); a relative data_dir starts at `base_dir` (or here).
 
-    The other keywords are the TrainingOptions of the same names (see source_for).
+    The other keywords are the TrainingOptions of the same names (see source_for); `one_hot` makes labels one-hot.
     """
     if name == "digits":
         from data import digits
@@ -57,12 +58,13 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
         layout = LAYOUTS[name](layouts.data_root(name, data_dir, base_dir or Path.cwd()))
         source = _load_files(name, layout, image_size=image_size, tfrecord_image_key=tfrecord_image_key,
                              tfrecord_label_key=tfrecord_label_key, tfrecord_num_classes=tfrecord_num_classes)
-    return dataclasses.replace(source, skip_corrupt=skip_corrupt)
+    return dataclasses.replace(source, one_hot=one_hot, augment=augment, skip_corrupt=skip_corrupt)
 
 
 def source_for(options, base_dir: Path):
     """The DataSource TrainingOptions `options` describe; a relative data_dir starts at `base_dir`, as in preflight."""
     return load_source(options.dataset, options.data_dir, options.seed, base_dir=base_dir,
+                       one_hot=options.loss in ONE_HOT_LOSSES, augment=options.augment,
                        skip_corrupt=options.skip_corrupt, image_size=options.image_size,
                        tfrecord_image_key=options.tfrecord_image_key, tfrecord_label_key=options.tfrecord_label_key,
                        tfrecord_num_classes=options.tfrecord_num_classes)

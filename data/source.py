@@ -9,7 +9,7 @@ from typing import Callable, Mapping
 import numpy as np
 import tensorflow as tf
 
-from data import corrupt
+from data import augment, corrupt
 
 SPLITS = ("train", "validation", "test")
 SHUFFLE_BUFFER = 2048
@@ -46,6 +46,8 @@ class DataSource:
     read: Callable[[tf.data.Dataset], tf.data.Dataset] = _read_units_as_records
     decode: Callable[..., tuple] = _unchanged
     record_name: Callable[..., tf.Tensor] | None = None
+    one_hot: bool = False
+    augment: bool = False
     skip_corrupt: bool = False
     cache_examples: bool = False
 
@@ -81,13 +83,15 @@ class DataSource:
                 shards, index = workers, tf.distribute.coordinator.experimental_get_current_worker_index()
             examples = self._worker_examples(shards, index, seed).repeat()
             batches = examples.batch(context.get_per_replica_batch_size(global_batch), drop_remainder=True)
-            return batches.prefetch(tf.data.AUTOTUNE)
+            if self.augment:
+                batches = augment.augment_batches(batches, seed + index)
+            return self._labelled(batches).prefetch(tf.data.AUTOTUNE)
 
         return dataset_fn
 
     def eval_dataset(self, split: str, batch: int) -> tf.data.Dataset:
         """Every example of `split` once, in order, batched for evaluation."""
-        return self.split(split).batch(batch).prefetch(tf.data.AUTOTUNE)
+        return self._labelled(self.split(split).batch(batch)).prefetch(tf.data.AUTOTUNE)
 
     def steps_per_epoch(self, global_batch: int) -> int:
         """Full global batches in one pass over the training split (the global batch already spans all workers)."""
@@ -121,3 +125,9 @@ class DataSource:
             return records.map(self.decode, num_parallel_calls=tf.data.AUTOTUNE)
         return corrupt.decode_checked(records, self.decode, self.record_name, self.input_shape,
                                       skip=self.skip_corrupt)
+
+    def _labelled(self, batches: tf.data.Dataset) -> tf.data.Dataset:
+        """One-hot labels where the loss wants them (categorical_crossentropy), else the class index."""
+        if not self.one_hot:
+            return batches
+        return batches.map(lambda images, labels: (images, tf.one_hot(labels, self.num_classes)))

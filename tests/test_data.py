@@ -17,7 +17,7 @@ from tensorflow.python.distribute.coordinator import coordinator_context
 import datakit
 from clusterkit import assert_no_traceback, cluster_document, derive_cluster, run_module, write_cluster
 from coordinator.options import TrainingOptions
-from data import load_source, preflight
+from data import augment, load_source, preflight, source_for
 from data.corrupt import undecodable_records_named
 from roles.errors import UserError
 
@@ -150,6 +150,18 @@ def test_the_sharding_policy_is_said(written):
     assert "held in memory" in open_source("mnist_npz", written).sharding(2)
 
 
+@pytest.mark.parametrize("loss,label_shape", [("categorical_crossentropy", (6, 3)),
+                                              ("sparse_categorical_crossentropy", (6,))])
+def test_labels_are_one_hot_when_the_loss_wants_them(written, loss, label_shape):
+    options = TrainingOptions(dataset="tfrecord", data_dir=written["tfrecord"][0].name, image_size=SMALL, loss=loss)
+    source = source_for(options, written["tfrecord"][0].parent)
+    context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1)
+    _, train_labels = next(iter(source.train_dataset_fn(6, 0)(context)))
+    _, eval_labels = next(iter(source.eval_dataset("validation", 6)))
+    assert tuple(train_labels.shape) == label_shape
+    assert tuple(eval_labels.shape) == (4, *label_shape[1:])
+
+
 @pytest.mark.parametrize("image_format", ["png", "bmp", "gif", "jpg"])
 def test_each_image_format_decodes_to_its_pixels(tmp_path, image_format):
     images = datakit.write_image_folders(tmp_path, {s: {"only": 2} for s in ("train", "validation", "test")},
@@ -170,6 +182,21 @@ def test_images_are_resized_to_image_size(written):
     source = load_source("image_folder", str(written["image_folder"][0]), image_size=(5, 12))
     assert source.input_shape == (5, 12, 3)
     assert next(iter(source.split("train")))[0].shape == (5, 12, 3)
+
+
+def test_augmentation_moves_images_reproducibly_and_keeps_shapes(written):
+    images = tf.random.stateless_uniform([4, 16, 16, 3], [1, 2])
+    assert np.allclose(augment.transform(images, tf.eye(3, batch_shape=[4])), images)  # identity map: unchanged
+    first = augment.random_augment(images, tf.constant([3, 0], tf.int64))
+    assert np.allclose(first, augment.random_augment(images, tf.constant([3, 0], tf.int64)))
+    assert not np.allclose(first, augment.random_augment(images, tf.constant([3, 1], tf.int64)))
+    assert not np.allclose(first, images) and first.shape == images.shape
+    assert 0.0 <= float(tf.reduce_min(first)) and float(tf.reduce_max(first)) <= 1.0
+
+    source = open_source("cifar10", written, augment=True)
+    context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1)
+    batch, labels = next(iter(source.train_dataset_fn(8, 0)(context)))
+    assert batch.shape == (8, 32, 32, 3) and labels.shape == (8,)
 
 
 # --- bad input: one line naming the file and the fix --------------------------------------------------------
