@@ -390,16 +390,3 @@ def test_a_corrupt_image_met_on_a_worker_is_one_line_and_exit_2(shared_servers, 
     assert "sharded by file: 14 training files over 2 workers" in result.stderr
     assert "ERROR:tensorflow" not in result.stderr
 
-
-@pytest.mark.cluster
-def test_with_skip_corrupt_workers_skip_and_count_them_in_their_logs(shared_servers, tmp_path):
-    bad = corrupt_folder(tmp_path / "folders", count=2)
-    cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
-        "dataset": "image_folder", "data_dir": str(tmp_path / "folders"), "image_size": list(SMALL),
-        "skip_corrupt": True, "model": "mlp", "epochs": 2, "per_worker_batch": 4, "steps_per_execution": 1,
-        "output_dir": str(tmp_path / "output")})
-    result = run_module("coordinator.train", "--cluster", str(cluster), timeout_s=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    worker_logs = "".join(p.read_text() for p in (shared_servers.parent / "logs").glob("worker-*.log"))
-    assert any(f'warning: skipped "{path}" (cannot be decoded as an image); 1 skipped so far in this pass'
-               in worker_logs for path in bad)
