@@ -14,8 +14,8 @@ from coordinator.callbacks import EpochReport, SaveEachEpoch, StepDecay
 from coordinator.checkpoints import EpochCheckpoints
 from coordinator.options import TrainingOptions
 from coordinator.summary import COMPLETE, RUNNING, SUMMARY_NAME, read_summary, write_summary
-from data import load_source
-from roles.config import ClusterConfig
+from data import source_for
+from roles.config import PROJECT_ROOT, ClusterConfig
 
 def variable_placement(model) -> dict[str, list[str]]:
     """Each trainable variable's devices: several for a variable the partitioner split over ps."""
@@ -42,11 +42,13 @@ def _build_model(config: ClusterConfig, options: TrainingOptions, source, log):
 def run_training(config: ClusterConfig, options: TrainingOptions, log) -> dict:
     """Trains (or resumes) to `options.epochs`, exports the model and returns the run summary it wrote."""
     output = config.path(options.output_dir)
-    source = load_source(options.dataset, options.data_dir, options.seed)
-    global_batch = options.per_worker_batch * len(config.jobs["worker"])
+    source = source_for(options, PROJECT_ROOT)  # data mistakes stop here, before the cluster is probed
+    workers = len(config.jobs["worker"])
+    global_batch = options.per_worker_batch * workers
     steps_per_epoch = options.steps_per_epoch or source.steps_per_epoch(global_batch)
     log.info("%s: %d training examples, global batch %d (%d per worker), %d steps per epoch",
              source.name, source.sizes["train"], global_batch, options.per_worker_batch, steps_per_epoch)
+    log.info("%s: %s", source.name, source.sharding(workers))
 
     strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     model = _build_model(config, options, source, log)
@@ -63,7 +65,8 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> dict:
 
     started = time.monotonic()
     history = model.fit(
-        tf_keras.utils.experimental.DatasetCreator(source.train_dataset_fn(global_batch, options.seed)),
+        tf_keras.utils.experimental.DatasetCreator(source.train_dataset_fn(global_batch, options.seed,
+                                                                           workers=workers)),
         epochs=options.epochs, initial_epoch=done, steps_per_epoch=steps_per_epoch, verbose=0,
         callbacks=[StepDecay(options), SaveEachEpoch(checkpoints),
                    EpochReport(log, output / "tensorboard" / "train", epochs=options.epochs,

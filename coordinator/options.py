@@ -6,11 +6,12 @@ import dataclasses
 import re
 from typing import Any, Mapping
 
+from data import FILE_DATASETS, IMAGE_SIZE, TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY
 from roles.fields import (Check, is_int, is_number, optional_positive_int, parse_or_raise, positive_int,
                           positive_number)
 
 MODEL_NAMES = ("cnn", "mlp", "resnet", "mobilenet_v2")
-DATASET_NAMES = ("digits", "synthetic")
+DATASET_NAMES = ("digits", "synthetic", *FILE_DATASETS)
 OPTIMIZER_NAMES = ("adam", "sgd", "rmsprop")
 USER_MODEL_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -25,8 +26,19 @@ class TrainingOptions:
 
     model: str = _option("cnn", "cnn, mlp, resnet, mobilenet_v2, or package.module:function returning a "
                                 "tf_keras model")
-    dataset: str = _option("digits", "digits (embedded, real) or synthetic")
-    data_dir: str | None = _option(None, "directory of a file-based data set")
+    dataset: str = _option("digits", "digits (embedded, real), synthetic, or from data_dir: image_folder, cifar10, "
+                                     "mnist, tfrecord")
+    data_dir: str | None = _option(None, "directory of a file-based data set (relative: from the project directory); "
+                                         "workers read it at the same path on their own hosts")
+    image_size: tuple[int, ...] = _option(IMAGE_SIZE, "[height, width] image_folder and tfrecord images are resized to")
+    augment: bool = _option(False, "augment training images: rotation 40 degrees, shifts 0.2, shear 0.2, zoom 0.2, "
+                                   "horizontal flips")
+    skip_corrupt: bool = _option(False, "skip images that cannot be decoded, counted in the reading task's log, "
+                                        "instead of stopping with the file's name")
+    tfrecord_image_key: str = _option(TFRECORD_IMAGE_KEY, "tf.train.Example feature holding the encoded image")
+    tfrecord_label_key: str = _option(TFRECORD_LABEL_KEY, "tf.train.Example feature holding the integer label")
+    tfrecord_num_classes: int | None = _option(None, "classes of a tfrecord data set; null reads every label once "
+                                                     "to find the largest")
     epochs: int = _option(6, "epochs to train in all (a resumed run finishes the same plan)")
     per_worker_batch: int = _option(32, "examples per worker per step; the global batch is this times workers")
     steps_per_epoch: int | None = _option(None, "steps per epoch; null derives it as train examples // global batch")
@@ -62,6 +74,16 @@ CHECKS = {
                    f"use one of {', '.join(MODEL_NAMES)} or 'package.module:function'"),
     "dataset": Check(lambda v: v in DATASET_NAMES, "unknown dataset", f"use one of {', '.join(DATASET_NAMES)}"),
     "data_dir": Check(lambda v: v is None or _non_empty_text(v), "must be a path", "give a directory or null"),
+    "image_size": Check(lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(positive_int(n) for n in v),
+                        "must be [height, width] in pixels", "use e.g. [224, 224]"),
+    "augment": Check(lambda v: isinstance(v, bool), "must be true or false", "use false unless training images "
+                     "should be augmented"),
+    "skip_corrupt": Check(lambda v: isinstance(v, bool), "must be true or false",
+                          "use false to stop at the first corrupt image"),
+    "tfrecord_image_key": Check(_non_empty_text, "must be a feature name", f"use e.g. {TFRECORD_IMAGE_KEY}"),
+    "tfrecord_label_key": Check(_non_empty_text, "must be a feature name", f"use e.g. {TFRECORD_LABEL_KEY}"),
+    "tfrecord_num_classes": Check(optional_positive_int, "must be a positive integer or null",
+                                  "use null to count the classes from the labels"),
     "epochs": Check(positive_int, "must be a positive integer", "use e.g. 4"),
     "per_worker_batch": Check(positive_int, "must be a positive integer", "use e.g. 32"),
     "steps_per_epoch": Check(optional_positive_int, "must be a positive integer or null",

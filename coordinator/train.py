@@ -10,8 +10,10 @@ import sys
 import fire
 
 from coordinator.options import FIELD_NAMES, TrainingOptions, with_overrides
+from data import preflight
 from roles import config as cluster_config
 from roles import taskspec
+from roles.config import PROJECT_ROOT
 from roles.errors import Problem, UserError, exit_on_user_error
 from roles.fields import field_help
 from roles.logs import quiet_tensorflow, task_logger
@@ -36,13 +38,16 @@ def train(cluster: str = "cluster.json", **overrides) -> None:
                          for name in unknown])
     config = cluster_config.load(cluster)
     options = with_overrides(config.training, overrides)
+    preflight(options, PROJECT_ROOT)  # data set on disk checked before TensorFlow loads
     task = config.task("chief", 0)
     taskspec.apply_to_this_process(config, task)
     log = task_logger(task.name)
     quiet_tensorflow()
     from coordinator.fit import run_training  # imports TensorFlow, so only after the environment is set
+    from data.corrupt import undecodable_records_named
 
-    run_training(config, options, log)
+    with undecodable_records_named():  # a corrupt image met on a worker: one line naming it, exit 2
+        run_training(config, options, log)
 
 
 train.__doc__ = f"""Trains the cluster's model with ParameterServerStrategy as its chief, then exports it.

@@ -1,14 +1,70 @@
-"""Input pipelines: one module per source, each returning a data.source.DataSource."""
+"""Input pipelines: one module per source, each returning a data.source.DataSource; `preflight` needs no TensorFlow."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
 
-def load_source(name: str, data_dir: str | None = None, seed: int = 0):
-    """The DataSource for a dataset name from the training options (imports TensorFlow)."""
+from data import layouts
+
+FILE_DATASETS = ("image_folder", "cifar10", "mnist", "tfrecord")
+IMAGE_SIZE = (224, 224)
+TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY = "image/encoded", "image/class/label"  # as ImageNet's build scripts write
+ONE_HOT_LOSSES = ("categorical_crossentropy", "categorical_focal_crossentropy", "categorical_hinge")
+LAYOUTS = {"image_folder": layouts.image_folders, "cifar10": layouts.cifar10, "mnist": layouts.mnist,
+           "tfrecord": layouts.tfrecord_files}
+
+
+def preflight(options, base_dir: Path) -> None:
+    """Checks the data set that TrainingOptions `options` names, on disk, in pure Python (no TensorFlow import).
+
+    `base_dir` is the folder of cluster.json (a relative data_dir starts there). Raises UserError with one line
+    per problem: a missing data_dir, split, class folder or file; a class missing from a split; a CIFAR-10
+    file that is not a whole number of records; an idx file with a wrong magic number or size; an npz
+    without MNIST's arrays; no train-* or validation-* TFRecord files. Images are not decoded here.
+    """
+    if options.dataset in FILE_DATASETS:
+        LAYOUTS[options.dataset](layouts.data_root(options.dataset, options.data_dir, base_dir))
+
+
+def _load_files(name: str, layout, *, image_size, tfrecord_image_key, tfrecord_label_key, tfrecord_num_classes):
+    from data import cifar10, image_folder, mnist, tfrecord
+
+    if name == "image_folder":
+        return image_folder.load(layout, image_size)
+    if name == "cifar10":
+        return cifar10.load(layout)
+    if name == "mnist":
+        return mnist.load(layout)
+    return tfrecord.load(layout, image_size=image_size, image_key=tfrecord_image_key,
+                         label_key=tfrecord_label_key, num_classes=tfrecord_num_classes)
+
+
+def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_dir: Path | None = None,
+                one_hot: bool = False, augment: bool = False, skip_corrupt: bool = False, image_size=IMAGE_SIZE,
+                tfrecord_image_key: str = TFRECORD_IMAGE_KEY, tfrecord_label_key: str = TFRECORD_LABEL_KEY,
+                tfrecord_num_classes: int | None = None):
+    """The DataSource for a dataset name (imports TensorFlow); a relative data_dir starts at `base_dir` (or here).
+
+    The other keywords are the TrainingOptions of the same names (see source_for); `one_hot` makes labels one-hot.
+    """
     if name == "digits":
         from data import digits
-        return digits.load()
-    if name == "synthetic":
+        source = digits.load()
+    elif name == "synthetic":
         from data import synthetic
-        return synthetic.load(seed=seed)
-    raise ValueError(f"unknown dataset {name!r}")  # options validation rejects unknown names first
+        source = synthetic.load(seed=seed)
+    else:
+        layout = LAYOUTS[name](layouts.data_root(name, data_dir, base_dir or Path.cwd()))
+        source = _load_files(name, layout, image_size=image_size, tfrecord_image_key=tfrecord_image_key,
+                             tfrecord_label_key=tfrecord_label_key, tfrecord_num_classes=tfrecord_num_classes)
+    return dataclasses.replace(source, one_hot=one_hot, augment=augment, skip_corrupt=skip_corrupt)
+
+
+def source_for(options, base_dir: Path):
+    """The DataSource TrainingOptions `options` describe; a relative data_dir starts at `base_dir`, as in preflight."""
+    return load_source(options.dataset, options.data_dir, options.seed, base_dir=base_dir,
+                       one_hot=options.loss in ONE_HOT_LOSSES, augment=options.augment,
+                       skip_corrupt=options.skip_corrupt, image_size=options.image_size,
+                       tfrecord_image_key=options.tfrecord_image_key, tfrecord_label_key=options.tfrecord_label_key,
+                       tfrecord_num_classes=options.tfrecord_num_classes)

@@ -6,7 +6,6 @@ import gzip
 from pathlib import Path
 
 import numpy as np
-import tensorflow as tf
 
 from data.source import DataSource
 
@@ -30,8 +29,6 @@ def load() -> DataSource:
     cuts = {"test": order[:TEST_SIZE], "validation": order[TEST_SIZE:TEST_SIZE + VALIDATION_SIZE],
             "train": order[TEST_SIZE + VALIDATION_SIZE:]}
 
-    def split(name: str) -> tf.data.Dataset:
-        return tf.data.Dataset.from_tensor_slices((images[cuts[name]], labels[cuts[name]]))
-
     return DataSource(name="digits", input_shape=(8, 8, 1), num_classes=10,
-                      sizes={name: len(index) for name, index in cuts.items()}, split=split)
+                      sizes={name: len(index) for name, index in cuts.items()},
+                      units={name: (images[index], labels[index]) for name, index in cuts.items()})

@@ -1,45 +1,133 @@
-"""The one contract every data source meets: splits of (image, label), their sizes, and a sharded dataset_fn."""
+"""The contract every data source meets: each split as read units, records and examples, and a sharded dataset_fn."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Mapping
 
+import numpy as np
 import tensorflow as tf
+
+from data import augment, corrupt
 
 SPLITS = ("train", "validation", "test")
 SHUFFLE_BUFFER = 2048
+BY_FILE, BY_ELEMENT = "file", "element"
+
+
+def _unchanged(*record):
+    return record
+
+
+def _read_units_as_records(units: tf.data.Dataset) -> tf.data.Dataset:
+    return units
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DataSource:
     """A data set as the coordinator and evaluator need it.
 
-    `split(name)` returns the unbatched, unshuffled examples of a split as (float32 image, int32 label).
+    Each split is a sequence of read units, given as the columns `from_tensor_slices` takes (`units[split]`): a
+    file, a record range of a file, or, for in-memory sources, one example. `read` turns a dataset of units into
+    raw records in file order; `decode(*record)` turns a record into an example: a float32 image in [0, 1] and
+    an int32 label. Where decoding can fail (encoded images), `record_name(*records)` names records (given as
+    vectors), and a record that does not decode fails the run naming it, or with `skip_corrupt` is skipped and
+    counted. `cache_examples` keeps each worker's examples in memory after the first pass (for examples that
+    cost more to make than to keep).
     """
 
     name: str
     input_shape: tuple[int, ...]
     num_classes: int
     sizes: Mapping[str, int]
-    split: Callable[[str], tf.data.Dataset]
+    units: Mapping[str, tuple]
+    units_are_files: bool = False
+    read: Callable[[tf.data.Dataset], tf.data.Dataset] = _read_units_as_records
+    decode: Callable[..., tuple] = _unchanged
+    record_name: Callable[..., tf.Tensor] | None = None
+    one_hot: bool = False
+    augment: bool = False
+    skip_corrupt: bool = False
+    cache_examples: bool = False
 
-    def train_dataset_fn(self, global_batch: int, seed: int) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
-        """The dataset_fn for DatasetCreator: each input pipeline reads its own shard, shuffled with its own seed."""
+    def shard_policy(self, workers: int) -> str:
+        """BY_FILE when every worker gets whole files of its own, else BY_ELEMENT: each reads all, keeps its share."""
+        return BY_FILE if self.units_are_files and len(self.units["train"][0]) >= workers else BY_ELEMENT
+
+    def sharding(self, workers: int) -> str:
+        """The sharding for `workers` workers, said for the log."""
+        files = len(self.units["train"][0])
+        if self.shard_policy(workers) == BY_FILE:
+            return f"sharded by file: {files} training files over {workers} workers"
+        held = f"{files} training file(s) for {workers} workers" if self.units_are_files else "held in memory"
+        return f"sharded by element ({held}): each worker reads every example and keeps 1 in {workers}"
+
+    def split(self, name: str) -> tf.data.Dataset:
+        """Every example of split `name` once, in file order, unbatched."""
+        return self._decoded(self.read(self._unit_dataset(name)))
+
+    def train_dataset_fn(self, global_batch: int, seed: int, *,
+                         workers: int | None = None) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
+        """The dataset_fn for DatasetCreator: each pipeline reads its own shard, shuffled with its own seed.
+
+        Under ParameterServerStrategy give `workers`: TensorFlow then traces dataset_fn once for all workers,
+        with a one-pipeline context, and the shard is `experimental_get_current_worker_index()`, bound when each
+        worker runs the traced function. Without `workers` the input context's pipeline id picks the shard.
+        """
 
         def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-            dataset = self.split("train").shard(context.num_input_pipelines, context.input_pipeline_id)
-            dataset = dataset.cache().shuffle(SHUFFLE_BUFFER, seed=seed + context.input_pipeline_id,
-                                              reshuffle_each_iteration=True)
-            batch = context.get_per_replica_batch_size(global_batch)
-            return dataset.repeat().batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+            if workers is None:
+                shards, index = context.num_input_pipelines, context.input_pipeline_id
+            else:
+                shards, index = workers, tf.distribute.coordinator.experimental_get_current_worker_index()
+            examples = self._worker_examples(shards, index, seed).repeat()
+            batches = examples.batch(context.get_per_replica_batch_size(global_batch), drop_remainder=True)
+            if self.augment:
+                batches = augment.augment_batches(batches, seed + index)
+            return self._labelled(batches).prefetch(tf.data.AUTOTUNE)
 
         return dataset_fn
 
     def eval_dataset(self, split: str, batch: int) -> tf.data.Dataset:
         """Every example of `split` once, in order, batched for evaluation."""
-        return self.split(split).batch(batch).prefetch(tf.data.AUTOTUNE)
+        return self._labelled(self.split(split).batch(batch)).prefetch(tf.data.AUTOTUNE)
 
     def steps_per_epoch(self, global_batch: int) -> int:
         """Full global batches in one pass over the training split (the global batch already spans all workers)."""
         return max(1, self.sizes["train"] // global_batch)
+
+    def _worker_examples(self, shards: int, index: int | tf.Tensor, seed: int) -> tf.data.Dataset:
+        """Shard `index` of the training examples; a worker index tensor selects one of `shards` built branches, so
+        every shard and shuffle seed stays a plain int (in TensorFlow 2.21 a tensor shuffle seed fails under a
+        global seed of 0: random_seed.get_seed compares `seeds == (0, 0)` in Python)."""
+        units = self._unit_dataset("train")
+        if isinstance(index, int):
+            return self._shard_examples(units, shards, index, seed + index)
+        branches = [functools.partial(self._shard_examples, units, shards, k, seed + k) for k in range(shards)]
+        return tf.switch_case(tf.cast(index, tf.int32), branches)
+
+    def _shard_examples(self, units: tf.data.Dataset, shards: int, index: int, seed: int) -> tf.data.Dataset:
+        """This shard's examples, reshuffled on every pass (shuffling comes before the repeat)."""
+        if self.shard_policy(shards) == BY_FILE:
+            records = self.read(units.shard(shards, index).shuffle(len(self.units["train"][0]), seed=seed))
+        else:
+            records = self.read(units).shard(shards, index)
+        if self.cache_examples:
+            return self._decoded(records).cache().shuffle(SHUFFLE_BUFFER, seed=seed)
+        return self._decoded(records.shuffle(SHUFFLE_BUFFER, seed=seed))
+
+    def _unit_dataset(self, split: str) -> tf.data.Dataset:
+        return tf.data.Dataset.from_tensor_slices(tuple(np.asarray(column) for column in self.units[split]))
+
+    def _decoded(self, records: tf.data.Dataset) -> tf.data.Dataset:
+        if self.record_name is None:
+            return records.map(self.decode, num_parallel_calls=tf.data.AUTOTUNE)
+        return corrupt.decode_checked(records, self.decode, self.record_name, self.input_shape,
+                                      skip=self.skip_corrupt)
+
+    def _labelled(self, batches: tf.data.Dataset) -> tf.data.Dataset:
+        """One-hot labels where the loss wants them (categorical_crossentropy), else the class index."""
+        if not self.one_hot:
+            return batches
+        return batches.map(lambda images, labels: (images, tf.one_hot(labels, self.num_classes)))

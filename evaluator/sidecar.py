@@ -14,7 +14,7 @@ import fire
 
 from roles import config as cluster_config
 from roles import taskspec
-from roles.config import ClusterConfig, Task
+from roles.config import PROJECT_ROOT, ClusterConfig, Task
 from roles.errors import Problem, UserError, exit_on_user_error
 from roles.logs import quiet_tensorflow, task_logger
 
@@ -38,11 +38,11 @@ def _evaluate_once(config: ClusterConfig, log, *, checkpoint: str | None, model:
     import tf_keras
 
     from coordinator import export
-    from data import load_source
+    from data import source_for
     from evaluator.loop import metrics_line
 
     options = config.training
-    source = load_source(options.dataset, options.data_dir, options.seed)
+    source = source_for(options, PROJECT_ROOT)
     if model:
         if not Path(model).exists():
             raise UserError(Problem("--model", model, "does not exist", "give a .h5, .keras or SavedModel path"))
@@ -82,17 +82,19 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
         raise UserError(Problem("--model", model, "cannot be combined with --checkpoint", "give one of them"))
     config = cluster_config.load(cluster)
     log = _prepare_process(config)
-    if checkpoint or model:
-        _evaluate_once(config, log, checkpoint=checkpoint, model=model, split=split, output_json=output_json)
-        return
-    from data import load_source
+    from data import source_for
+    from data.corrupt import undecodable_records_named
     from evaluator.loop import SidecarEvaluator
 
-    options = config.training
-    source = load_source(options.dataset, options.data_dir, options.seed)
-    evaluator = SidecarEvaluator(training=options, evaluation=config.evaluation, source=source,
-                                 output=config.path(options.output_dir), log=log)
-    sys.exit(evaluator.run())
+    with undecodable_records_named():
+        if checkpoint or model:
+            _evaluate_once(config, log, checkpoint=checkpoint, model=model, split=split, output_json=output_json)
+            return
+        options = config.training
+        source = source_for(options, PROJECT_ROOT)
+        evaluator = SidecarEvaluator(training=options, evaluation=config.evaluation, source=source,
+                                     output=config.path(options.output_dir), log=log)
+        sys.exit(evaluator.run())
 
 
 if __name__ == "__main__":

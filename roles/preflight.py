@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import data
 from roles import hostctl
-from roles.config import ClusterConfig
+from roles.config import PROJECT_ROOT, ClusterConfig
 from roles.hosts import AgentFailed, HostUnreachable
 
 
@@ -26,7 +27,10 @@ def exposure_warning(config: ClusterConfig) -> str | None:
 
 
 def check_cluster(config: ClusterConfig, hosts: dict, say) -> None:
-    """Syncs remote hosts, then checks ports, disk, the chief's output and versions on every host."""
+    """Checks the data set (when the chief runs here), syncs remote hosts, then checks ports, disk, the chief's
+    output and versions on every host."""
+    if not hosts[config.task("chief", 0).address.host].is_remote:
+        data.preflight(config.training, PROJECT_ROOT)  # a data mistake: one line per problem, exit 2
     warning = exposure_warning(config)
     if warning:
         say(warning)

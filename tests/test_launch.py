@@ -80,3 +80,13 @@ def test_status_while_detached_and_kill_stops_launcher_and_tasks(tmp_path):
     assert processes_mentioning(str(path)) == []
     assert [t for t in servers if probe.answers(t.address.host, t.address.port)] == []
     assert sh("run.sh", "status", str(path)).stdout.startswith("run finished")
+
+
+def test_data_mistake_stops_run_sh_before_any_task_starts(tmp_path):
+    training = {"dataset": "cifar10", "data_dir": str(tmp_path / "no-such-dir")}
+    path = write_cluster(tmp_path, cluster_document(logs_dir=str(tmp_path / "logs"), training=training))
+    result = sh("run.sh", str(path))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert str(tmp_path / "no-such-dir") in result.stderr and "error:" in result.stderr
+    assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").glob("*.pid"))

@@ -1,0 +1,63 @@
+"""TFRecord files of tf.train.Example (ImageNet-style train-00000-of-01024 ...), each an encoded image and a label."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from data.image_folder import CHANNELS, decode_image
+from data.layouts import tfrecord_counts
+from data.source import DataSource
+from roles.errors import Problem, UserError
+
+CYCLE_LENGTH = 8  # files one worker reads at once
+
+
+def _read(units: tf.data.Dataset) -> tf.data.Dataset:
+    """File names -> (file, record number, serialized example), files interleaved in parallel."""
+
+    def records(path):
+        return tf.data.TFRecordDataset(path).enumerate().map(lambda number, record: (path, number, record))
+
+    return units.interleave(records, cycle_length=CYCLE_LENGTH, num_parallel_calls=tf.data.AUTOTUNE,
+                            deterministic=True)
+
+
+def _check_features(paths: tuple[str, ...], image_key: str, label_key: str) -> None:
+    """The first example must hold the configured keys, or every record would later fail to decode."""
+    first = next(iter(tf.data.TFRecordDataset(paths).take(1)))
+    example = tf.train.Example.FromString(first.numpy())
+    features = example.features.feature
+    for option, key, kind in (("tfrecord_image_key", image_key, "bytes_list"),
+                              ("tfrecord_label_key", label_key, "int64_list")):
+        if key not in features or features[key].WhichOneof("kind") != kind:
+            raise UserError(Problem(f"training.{option}", key, f"is not a {kind} feature of the examples in {paths[0]}",
+                                    f"use one of: {', '.join(sorted(features))}"))
+
+
+def _count_classes(files: dict[str, tuple[str, ...]], label_key: str) -> int:
+    """1 + the largest label in any split: reads every record once (set tfrecord_num_classes to skip this)."""
+    paths = sorted({path for split_files in files.values() for path in split_files})
+    labels = tf.data.TFRecordDataset(paths, num_parallel_reads=CYCLE_LENGTH).map(
+        lambda record: tf.io.parse_single_example(record, {label_key: tf.io.FixedLenFeature([], tf.int64)})[label_key],
+        num_parallel_calls=tf.data.AUTOTUNE)
+    return int(labels.reduce(tf.constant(-1, tf.int64), tf.maximum)) + 1
+
+
+def load(files: dict[str, tuple[str, ...]], *, image_size: tuple[int, int], image_key: str, label_key: str,
+         num_classes: int | None) -> DataSource:
+    """Each file is one read unit: with at least as many training files as workers, workers shard by file."""
+    image_size = tuple(image_size)
+    sizes = tfrecord_counts(files)
+    _check_features(files["train"], image_key, label_key)
+    features = {image_key: tf.io.FixedLenFeature([], tf.string), label_key: tf.io.FixedLenFeature([], tf.int64)}
+
+    def decode(path, number, record):
+        example = tf.io.parse_single_example(record, features)
+        return decode_image(example[image_key], image_size), tf.cast(example[label_key], tf.int32)
+
+    return DataSource(name="tfrecord", input_shape=(*image_size, CHANNELS),
+                      num_classes=num_classes or _count_classes(files, label_key), sizes=sizes,
+                      units={split: (paths,) for split, paths in files.items()}, units_are_files=True, read=_read,
+                      decode=decode,
+                      record_name=lambda path, number, record: tf.strings.join(
+                          [path, " record ", tf.strings.as_string(number)]))
