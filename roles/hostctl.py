@@ -10,6 +10,8 @@ import json
 import os
 import shlex
 import shutil
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -129,6 +131,19 @@ def firewall_off(config: ClusterConfig) -> dict:
     return {"table": firewall.table_name(config), "removed": firewall.remove(config)}
 
 
+def drop_connections(peers: list[str]) -> dict:
+    """Destroys this host's TCP connections to `host:port` peers (`ss -K`), so calls to a peer that vanished
+    without closing them fail at once instead of waiting on a silent network."""
+    dropped = 0
+    for peer in peers:
+        host, port = peer.rsplit(":", 1)
+        for ip in {info[4][0] for info in socket.getaddrinfo(host.strip("[]"), None, proto=socket.IPPROTO_TCP)}:
+            result = subprocess.run(["ss", "-K", "-H", "dst", ip, "dport", "=", f":{port}"], capture_output=True,
+                                    text=True, timeout=30)
+            dropped += len(result.stdout.strip().splitlines())
+    return {"peers": peers, "dropped": dropped}
+
+
 class HostControl:
     """What the launcher asks of one host; every command prints JSON on stdout."""
 
@@ -155,6 +170,9 @@ class HostControl:
 
     def firewall_off(self, cluster: str, tasks: str = ""):
         print(json.dumps(firewall_off(cluster_config.load(cluster))))
+
+    def drop_connections(self, cluster: str, peers: str, tasks: str = ""):
+        print(json.dumps(drop_connections(peers.split(","))))
 
     def preflight(self, cluster: str, tasks: str):
         config, selected = self._tasks(cluster, tasks)

@@ -53,6 +53,9 @@ class LocalHost:
     def firewall_on(self, tasks: list[Task]) -> dict:
         return hostctl.firewall_on(self.config, tasks)
 
+    def drop_connections(self, peers: list[str]) -> dict:
+        return hostctl.drop_connections(peers)
+
     def firewall_off(self) -> dict:
         return hostctl.firewall_off(self.config)
 
@@ -88,8 +91,8 @@ class SshHost:
             raise AgentFailed(f"{self.name}: `{remote_shell}` failed with exit code {result.returncode}: {last}")
         return result.stdout
 
-    def _agent(self, command: str, tasks: list[Task]):
-        argv = [self.settings.python, "-m", "roles.hostctl", command, "--cluster", REMOTE_CLUSTER_FILE]
+    def _agent(self, command: str, tasks: list[Task], *extra: str):
+        argv = [self.settings.python, "-m", "roles.hostctl", command, "--cluster", REMOTE_CLUSTER_FILE, *extra]
         if tasks:
             argv += ["--tasks", ",".join(t.name for t in tasks)]
         return json.loads(self._ssh(remote.in_workdir(self.workdir, argv)).strip().splitlines()[-1])
@@ -125,6 +128,9 @@ class SshHost:
 
     def firewall_on(self, tasks: list[Task]) -> dict:
         return self._agent("firewall_on", tasks)
+
+    def drop_connections(self, peers: list[str]) -> dict:
+        return self._agent("drop_connections", [], "--peers", ",".join(peers))
 
     def firewall_off(self) -> dict:
         return self._agent("firewall_off", [])

@@ -165,10 +165,24 @@ class Supervisor:
                 self._update(record, row)
 
     def _host_lost(self, records: list[TaskRecord], reason: str) -> None:
-        for record in records:
-            if record.state != TaskState.LOST:
-                self.say(f"{record.task.name} lost: {reason}")
-                record.state = TaskState.LOST
+        newly_lost = [r for r in records if r.state != TaskState.LOST]
+        for record in newly_lost:
+            self.say(f"{record.task.name} lost: {reason}")
+            record.state = TaskState.LOST
+        self._cut_chief_from([r.task for r in newly_lost if r.task.job in SERVER_JOBS])
+
+    def _cut_chief_from(self, tasks: list[Task]) -> None:
+        """A host cut off the network drops packets without closing connections, and TensorFlow would wait on
+        it forever: close the chief's connections to its tasks, so their calls fail and training moves on."""
+        chief = self.records["chief:0"]
+        if not tasks or chief.state not in (TaskState.RUNNING, TaskState.STARTING):
+            return
+        try:
+            self.hosts[chief.task.address.host].drop_connections([str(t.address) for t in tasks])
+            self.say(f"closed chief:0's connections to {', '.join(t.name for t in tasks)}: training goes on "
+                     "without them (a lost ps stops the chief, which is restarted)")
+        except HostError as error:
+            self.say(f"could not close chief:0's connections to the lost tasks: {error}")
 
     def _update(self, record: TaskRecord, row: dict) -> None:
         if row["last_line"] != record.last_line:
