@@ -28,9 +28,11 @@ def hosts():
 
 
 def cluster_file(hosts, directory, *, training=None, firewall=False):
+    """A cluster file whose logs and outputs go to a folder of this test's own inside every host's workdir."""
     h = hosts.addresses
     ports = iter(free_ports(6))
     workdir = str(hosts.workdir)
+    run_dir = f"{workdir}/{directory.name}"
     document = {
         "cluster": {"chief": [f"{hosts.launcher_address}:{next(ports)}"],
                     "worker": [f"{h[1]}:{next(ports)}", f"{h[2]}:{next(ports)}"],
@@ -38,10 +40,10 @@ def cluster_file(hosts, directory, *, training=None, firewall=False):
                     "evaluator": [f"{hosts.launcher_address}:{next(ports)}"]},
         "hosts": {address: {"ssh_user": hosts.ssh_user, "workdir": workdir, "python": PYTHON}
                   for address in h[:3]},
-        "launcher": {"logs_dir": f"{workdir}/logs", "ssh_identity": str(hosts.identity_file),
+        "launcher": {"logs_dir": f"{run_dir}/logs", "ssh_identity": str(hosts.identity_file),
                      "ssh_known_hosts": str(hosts.known_hosts_file), "ssh_host_keys": "strict",
                      "ssh_connect_timeout_s": 3, "restart_backoff_s": 0.5, "poll_s": 0.5},
-        "training": {"output_dir": f"{workdir}/output", "lr_decay_epochs": [], **(training or {})},
+        "training": {"output_dir": f"{run_dir}/output", "lr_decay_epochs": [], **(training or {})},
         "evaluation": {"poll_s": 0.5, "idle_timeout_s": 300},
         "security": {"firewall": firewall},
     }
@@ -58,16 +60,17 @@ def test_full_run_across_hosts_keeps_checkpoints_on_the_chief(hosts, tmp_path):
     result = sh(str(ROOT / "run.sh"), str(path))
     try:
         assert result.returncode == 0, result.stderr[-5000:]
-        output = hosts.workdir / "output"  # the launcher's (and chief's) own view of the workdir
+        output = hosts.workdir / tmp_path.name / "output"  # the launcher's (and chief's) own view of the workdir
         assert json.loads((output / "summary.json").read_text())["status"] == "complete"
         assert (output / "model" / "model.h5").exists() and (output / "best_model" / "best.json").exists()
         assert sorted(p.name for p in (output / "checkpoints").glob("*.index")) == ["ckpt-1.index", "ckpt-2.index"]
         for index in (0, 1):  # the ps hosts hold no checkpoint shard: everything went through the chief
-            listing = hosts.run(index, f"ls {hosts.workdir}/output 2>&1 || true")
+            listing = hosts.run(index, f"ls {hosts.workdir}/{tmp_path.name}/output 2>&1 || true")
             assert "No such file" in listing.stdout, listing.stdout
-        fetched = sorted(p.name for p in (hosts.workdir / "logs").glob("*.log"))
+        logs = hosts.workdir / tmp_path.name / "logs"
+        fetched = sorted(p.name for p in logs.glob("*.log"))
         assert {"ps-0.log", "ps-1.log", "worker-0.log", "worker-1.log"} <= set(fetched)
-        assert "ready: ps listening" in (hosts.workdir / "logs" / "ps-0.log").read_text()
+        assert "ready: ps listening" in (logs / "ps-0.log").read_text()
     finally:
         sh(str(ROOT / "kill.sh"), str(path))
     assert processes_mentioning(str(path)) == []
@@ -76,7 +79,7 @@ def test_full_run_across_hosts_keeps_checkpoints_on_the_chief(hosts, tmp_path):
 def test_worker_host_cut_off_training_goes_on(hosts, tmp_path):
     training = {"epochs": 3, "steps_per_epoch": 600, "steps_per_execution": 1}
     path = cluster_file(hosts, tmp_path, training=training)
-    logs = hosts.workdir / "logs"
+    logs = hosts.workdir / tmp_path.name / "logs"
     started = sh(str(ROOT / "run.sh"), "--detach", str(path))
     assert started.returncode == 0, started.stderr
     try:
@@ -86,7 +89,8 @@ def test_worker_host_cut_off_training_goes_on(hosts, tmp_path):
         status = sh(str(ROOT / "run.sh"), "status", str(path)).stdout
         assert any(line.startswith("worker:1") and " lost " in line for line in status.splitlines()), status
         assert wait_for_line(logs / "launcher.log", "chief:0 finished", 600), (logs / "launcher.log").read_text()
-        assert json.loads((hosts.workdir / "output" / "summary.json").read_text())["status"] == "complete"
+        summary = json.loads((hosts.workdir / tmp_path.name / "output" / "summary.json").read_text())
+        assert summary["status"] == "complete"
     finally:
         hosts.restore(2)
         time.sleep(1)
