@@ -43,6 +43,7 @@ def write_status(config: ClusterConfig, supervisor, started: float, finished: bo
     document = {"updated": time.time(), "wall_s": round(time.monotonic() - started, 1), "finished": finished,
                 "tasks": rows, "run": run_progress(config)}
     path = config.path(config.launcher.logs_dir) / STATUS_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)  # a preflight failure ends the run before any log exists
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(document, indent=2))
     partial.replace(path)

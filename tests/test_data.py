@@ -352,7 +352,7 @@ def test_skip_corrupt_drops_and_counts_them(tmp_path, capfd):
 def test_chief_exits_2_with_one_line_before_probing_the_cluster(tmp_path, make, expected):
     dataset, data_dir = make(tmp_path / "data")
     cluster = write_cluster(tmp_path, cluster_document(evaluator=False, training={
-        "dataset": dataset, "data_dir": "data", "probe_timeout_s": 30}))
+        "dataset": dataset, "data_dir": str(data_dir), "probe_timeout_s": 30}))
     result = run_module("coordinator.train", "--cluster", str(cluster), timeout_s=60)
     assert result.returncode == 2, result.stderr
     assert_no_traceback(result.stderr)
