@@ -159,7 +159,15 @@ class Launcher:
         if detach:
             start_in_background(config)
             return
-        sys.exit(run_job(config))
+        pid_path = launcher_pid_path(config)  # so that `sh kill.sh` stops a foreground run too, not just its tasks
+        pid_path.parent.mkdir(parents=True, exist_ok=True)
+        mine = process.PidRecord(os.getpid(), process.start_ticks(os.getpid()) or 0, tuple(sys.argv))
+        mine.write(pid_path)
+        try:
+            sys.exit(run_job(config))
+        finally:
+            if process.PidRecord.read(pid_path) == mine:
+                pid_path.unlink()
 
     @exit_on_user_error("[launcher] ")
     def up(self, cluster: str = "cluster.json") -> None:

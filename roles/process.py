@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -90,18 +91,23 @@ def _group_alive(pgid: int) -> bool:
 
 
 def stop(record: PidRecord, *, grace_s: float = 10.0) -> str:
-    """Stops the process group of `record`: SIGTERM, wait up to `grace_s`, then SIGKILL. Returns what happened."""
-    if not is_running(record):
+    """Stops the process group of `record` (or the process alone when it leads no group, e.g. a launcher run in
+    the foreground): SIGTERM, wait up to `grace_s`, then SIGKILL. Returns what happened."""
+    fields = _proc_stat(record.pid)
+    if not is_running(record) or fields is None:
         return "had already exited"
-    pgid = record.pid  # started with start_new_session, so the leader's pid is the group id
-    os.killpg(pgid, signal.SIGTERM)
+    if int(fields[2]) == record.pid:  # started with start_new_session: the leader's pid is the group id
+        signal_it, alive = functools.partial(os.killpg, record.pid), functools.partial(_group_alive, record.pid)
+    else:
+        signal_it, alive = functools.partial(os.kill, record.pid), functools.partial(is_running, record)
+    signal_it(signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not _group_alive(pgid):
+        if not alive():
             return "stopped"
         time.sleep(0.1)
-    os.killpg(pgid, signal.SIGKILL)
+    signal_it(signal.SIGKILL)
     deadline = time.monotonic() + 5.0
-    while _group_alive(pgid) and time.monotonic() < deadline:
+    while alive() and time.monotonic() < deadline:
         time.sleep(0.1)
     return "killed after SIGTERM was ignored"

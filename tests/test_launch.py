@@ -91,3 +91,23 @@ def test_data_mistake_stops_run_sh_before_any_task_starts(tmp_path):
     assert "Traceback" not in result.stderr
     assert str(tmp_path / "no-such-dir") in result.stderr and "error:" in result.stderr
     assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").glob("*.pid"))
+
+
+def test_kill_sh_stops_a_foreground_run_without_it_healing_anything(tmp_path):
+    training = {"epochs": 20, "steps_per_epoch": 100, "steps_per_execution": 1, "output_dir": str(tmp_path / "out")}
+    path = write_cluster(tmp_path, cluster_document(logs_dir=str(tmp_path / "logs"), training=training))
+    foreground = subprocess.Popen(["sh", str(ROOT / "run.sh"), str(path)], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for_line(tmp_path / "logs" / "chief-0.log", "train | epoch 1/20", 240, process=foreground)
+        down = sh("kill.sh", str(path))
+        assert down.returncode == 0, down.stderr
+        assert "launcher (pid" in down.stderr, down.stderr
+        output = foreground.communicate(timeout=120)[1]
+    finally:
+        if foreground.poll() is None:
+            foreground.kill()
+            foreground.wait()
+    assert foreground.returncode != 0 and "interrupted: stopping every task" in output, output[-3000:]
+    assert "restarting" not in output, output[-3000:]
+    assert processes_mentioning(str(path)) == []
