@@ -108,14 +108,14 @@ class SidecarEvaluator:
         is_best = self._better_than_best(metrics)
         if is_best:
             self._export_best(name, step, metrics)
+        with self.writer.as_default(step=step):  # the event first: a kill before the state save re-evaluates
+            for metric, value in metrics.items():
+                tf.summary.scalar(metric.removeprefix("val_"), value)  # same tags as train: one chart each
+        self.writer.flush()
         self.state.record(name, {"epoch": checkpoint_epoch(path), "step": step, "metrics": metrics})
         if is_best:
             self.state.best = name
         self.state.save()
-        with self.writer.as_default(step=step):
-            for metric, value in metrics.items():
-                tf.summary.scalar(metric.removeprefix("val_"), value)  # same tags as train: one chart each
-        self.writer.flush()
         self.log.info("%s | best %s", metrics_line(f"eval | {name} | step {step}", metrics), self.state.best)
 
     def _check_best_metric(self, metrics: dict) -> None:
