@@ -1,6 +1,6 @@
 #!/bin/sh
 # Creates .venv and installs what pyproject.toml lists, only when something is missing or changed.
-# Usage: sh roles/bootstrap.sh [run|test]
+# Usage: sh roles/bootstrap.sh [run|test|bench]   (test and bench add their extras from pyproject.toml)
 # PSCLUSTER_TF_PACKAGE replaces the CPU wheel, e.g. PSCLUSTER_TF_PACKAGE='tensorflow[and-cuda]==2.21.0' on GPU hosts.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +29,9 @@ fi
 
 stamp_file="$venv/.pscluster-$purpose"
 stamp="$(cat "$root/pyproject.toml" "$0" | cksum)|$tf_package"
-for done_file in "$stamp_file" "$venv/.pscluster-test"; do  # a test install holds everything a run needs
+done_files="$stamp_file"
+[ "$purpose" != run ] || done_files="$stamp_file $venv/.pscluster-test $venv/.pscluster-bench"  # they hold a run's
+for done_file in $done_files; do
     if [ -f "$done_file" ] && [ "$(cat "$done_file")" = "$stamp" ]; then
         exit 0
     fi
@@ -40,8 +42,7 @@ requirements=$("$venv/bin/python" - "$root/pyproject.toml" "$purpose" "$tf_packa
 import sys, tomllib
 project = tomllib.load(open(sys.argv[1], "rb"))["project"]
 deps = list(project["dependencies"])
-if sys.argv[2] == "test":
-    deps += project["optional-dependencies"]["test"]
+deps += project["optional-dependencies"].get(sys.argv[2], [])
 if sys.argv[3]:
     deps = [sys.argv[3] if d.startswith("tensorflow-cpu") else d for d in deps]
 print("\n".join(deps))
@@ -50,6 +51,15 @@ PY
 keras=$(echo "$requirements" | grep '^tf-keras')
 others=$(echo "$requirements" | grep -v '^tf-keras')
 say "installing into .venv ($purpose): $(echo $others) $keras"
+# The CPU and CUDA wheels overwrite each other's files: remove the one not asked for before installing.
+case "$others" in
+    *tensorflow-cpu==*) unwanted=tensorflow ;;
+    *) unwanted=tensorflow-cpu ;;
+esac
+if "$venv/bin/python" -m pip show --quiet "$unwanted" >/dev/null 2>&1; then
+    say "removing $unwanted (replaced by the wheel asked for)"
+    "$venv/bin/python" -m pip uninstall --quiet --yes "$unwanted"
+fi
 # shellcheck disable=SC2086
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check $others
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "$keras"

@@ -107,7 +107,9 @@ class SshHost:
                                           f"{self.workdir}/{REMOTE_CLUSTER_FILE}"), "copy of cluster.json")
         if not os.path.isabs(self.settings.python):
             say(f"{self.name}: making sure {self.workdir}/.venv is installed (once per change of pyproject.toml)")
-            self._ssh(remote.in_workdir(self.workdir, ["sh", "roles/bootstrap.sh", "run"]), timeout_s=1800)
+            wheel = [f"PSCLUSTER_TF_PACKAGE={self.settings.tf_package}"] if self.settings.tf_package else []
+            self._ssh(remote.in_workdir(self.workdir, ["env", *wheel, "sh", "roles/bootstrap.sh", "run"]),
+                      timeout_s=1800)
 
     def _run_local(self, command: list[str], what: str) -> None:
         result = subprocess.run(command, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
