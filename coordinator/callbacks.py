@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import time
 from pathlib import Path
 
@@ -31,6 +32,35 @@ class StepDecay(tf_keras.callbacks.Callback):
         self.model.optimizer.learning_rate.assign(learning_rate_at(self.options, epoch))
 
 
+class FirstStepReport(tf_keras.callbacks.Callback):
+    """Logs once, when this process's first training step has finished (how long start-up and resuming took).
+
+    Under ParameterServerStrategy a batch hook fires when a step is scheduled, not done, so it waits on that
+    step's result; its logs stay remote values (`_supports_tf_logs`), so no other step is ever waited on.
+    """
+
+    def __init__(self, log):
+        super().__init__()
+        self.log, self.reported = log, False
+        self._supports_tf_logs = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.reported:
+            return
+        self.reported = True
+        if hasattr(logs, "fetch"):
+            logs.fetch()
+        self.log.info("first step done, %.1f s after the process started", time.time() - _process_start_s())
+
+
+def _process_start_s() -> float:
+    """This process's start time (seconds since the epoch), from /proc."""
+    ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                if line.startswith("btime"))
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
 class SaveEachEpoch(tf_keras.callbacks.Callback):
     """Writes `ckpt-<epoch>` after every epoch, for resuming and for the evaluator."""
 
@@ -57,11 +87,12 @@ class EpochReport(tf_keras.callbacks.Callback):
     Keras' progress bar and batch hooks do not work under ParameterServerStrategy, so this is per epoch.
     """
 
-    def __init__(self, log, summary_dir: Path, *, epochs: int, steps_per_epoch: int, global_batch: int):
+    def __init__(self, log, summary_dir: Path, *, epochs: int, steps_per_epoch: int, global_batch: int,
+                 device: str | None = CHIEF_CPU):
         super().__init__()
-        self.log, self.epochs = log, epochs
+        self.log, self.epochs, self.device = log, epochs, device
         self.steps_per_epoch, self.global_batch = steps_per_epoch, global_batch
-        with tf.device(CHIEF_CPU):
+        with tf.device(device):
             self.writer = tf.summary.create_file_writer(str(summary_dir))
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -77,7 +108,7 @@ class EpochReport(tf_keras.callbacks.Callback):
             epoch=epoch + 1, epochs=self.epochs, step=step, total_steps=self.epochs * self.steps_per_epoch,
             steps_per_s=steps_per_s, examples_per_s=steps_per_s * self.global_batch, metrics=metrics,
             learning_rate=learning_rate, eta_s=(self.epochs - epoch - 1) * seconds))
-        with tf.device(CHIEF_CPU), self.writer.as_default(step=step):
+        with tf.device(self.device), self.writer.as_default(step=step):
             for name, value in {**metrics, "learning_rate": learning_rate, "steps_per_sec": steps_per_s}.items():
                 tf.summary.scalar(name, value)
             tf.summary.scalar("epoch", epoch + 1)

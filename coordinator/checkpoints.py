@@ -50,13 +50,17 @@ def evaluated_names(directory: Path) -> set[str]:
 class EpochCheckpoints:
     """Writes, lists, restores and prunes `ckpt-<epoch>` through the chief's CPU, so ps never write files."""
 
-    def __init__(self, directory: Path, *, model, optimizer, keep: int, has_evaluator: bool, io_device: str):
-        self.directory = directory
+    def __init__(self, directory: Path, *, model, optimizer, keep: int, has_evaluator: bool, io_device: str | None,
+                 scratch: Path | None = None):
+        """`scratch`: a worker that is not the lead (multi_worker_mirrored) writes there, as every worker must
+        take part in a save, and removes what it wrote; it reads the lead's `directory`."""
+        self.directory, self.scratch = directory, scratch
         self.keep = keep
         self.has_evaluator = has_evaluator
         self.options = tf.train.CheckpointOptions(experimental_io_device=io_device)
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
-        directory.mkdir(parents=True, exist_ok=True)
+        if scratch is None:
+            directory.mkdir(parents=True, exist_ok=True)
 
     def latest_path(self) -> str | None:
         paths = listed_checkpoints(self.directory)
@@ -71,6 +75,10 @@ class EpochCheckpoints:
         return checkpoint_epoch(paths[-1])
 
     def save(self, epoch: int) -> str:
+        if self.scratch is not None:
+            prefix = self.checkpoint.write(str(self.scratch / f"{PREFIX}{epoch}"), options=self.options)
+            tf.io.gfile.rmtree(str(self.scratch))
+            return prefix
         prefix = str(self.directory / f"{PREFIX}{epoch}")
         self.checkpoint.write(prefix, options=self.options)
         paths = [p for p in listed_checkpoints(self.directory) if checkpoint_epoch(p) < epoch] + [prefix]

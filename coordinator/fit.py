@@ -10,7 +10,7 @@ import numpy as np
 import tf_keras
 
 from coordinator import export, models, strategy
-from coordinator.callbacks import EpochReport, SaveEachEpoch, StepDecay
+from coordinator.callbacks import EpochReport, FirstStepReport, SaveEachEpoch, StepDecay
 from coordinator.checkpoints import EpochCheckpoints
 from coordinator.options import TrainingOptions
 from coordinator.summary import COMPLETE, RUNNING, SUMMARY_NAME, read_summary, write_summary
@@ -68,19 +68,21 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> dict:
         tf_keras.utils.experimental.DatasetCreator(source.train_dataset_fn(global_batch, options.seed,
                                                                            workers=workers)),
         epochs=options.epochs, initial_epoch=done, steps_per_epoch=steps_per_epoch, verbose=0,
-        callbacks=[StepDecay(options), SaveEachEpoch(checkpoints),
+        callbacks=[StepDecay(options), SaveEachEpoch(checkpoints), FirstStepReport(log),
                    EpochReport(log, output / "tensorboard" / "train", epochs=options.epochs,
                                steps_per_epoch=steps_per_epoch, global_batch=global_batch)])
     train_seconds = time.monotonic() - started
     final_metrics = {k: float(v[-1]) for k, v in history.history.items()} if history.history else {}
-    return _export_and_summarise(config, options, model, source, output, log, final_metrics=final_metrics,
+    return export_and_summarise(config, options, model, source, output, log, final_metrics=final_metrics,
                                  train_seconds=train_seconds, steps_per_epoch=steps_per_epoch,
                                  global_batch=global_batch, checkpoint=checkpoints.latest_path())
 
 
-def _export_and_summarise(config, options, model, source, output: Path, log, **facts) -> dict:
+def export_and_summarise(config, options, model, source, output: Path, log, *, device: str | None = strategy.CHIEF_CPU,
+                         **facts) -> dict:
+    """Exports the last checkpoint's whole weights, checks them against `model`, and writes the run summary."""
     whole = export.restore_whole(options, source.input_shape, source.num_classes, facts["checkpoint"],
-                                 device=strategy.CHIEF_CPU, io_device=strategy.CHIEF_CPU)
+                                 device=device, io_device=device)
     inputs = export.reference_inputs(source.split("test"))
     trained = model(inputs, training=False).numpy()
     exported = whole(inputs, training=False).numpy()
@@ -92,7 +94,8 @@ def _export_and_summarise(config, options, model, source, output: Path, log, **f
         "status": COMPLETE, "options": json.loads(json.dumps(options.__dict__)),
         "epochs": options.epochs, "optimizer_steps": int(model.optimizer.iterations.numpy()),
         "steps_per_epoch": facts["steps_per_epoch"], "global_batch": facts["global_batch"],
-        "workers": len(config.jobs["worker"]), "ps": len(config.jobs["ps"]),
+        "strategy": options.strategy, "workers": facts.get("workers", len(config.jobs["worker"])),
+        "ps": len(config.jobs.get("ps", ())) if options.strategy == "parameter_server" else 0,
         "train_seconds": round(facts["train_seconds"], 2), "final_metrics": facts["final_metrics"],
         "checkpoint": facts["checkpoint"], "model": paths, "tensorboard": str(output / "tensorboard"),
         "variable_placement": variable_placement(model),

@@ -7,12 +7,18 @@ import re
 from typing import Any, Mapping
 
 from data import FILE_DATASETS, IMAGE_SIZE, TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY
+from roles.errors import Problem, UserError
 from roles.fields import (Check, is_int, is_number, optional_positive_int, parse_or_raise, positive_int,
                           positive_number)
 
 MODEL_NAMES = ("cnn", "mlp", "resnet", "mobilenet_v2")
 DATASET_NAMES = ("digits", "synthetic", *FILE_DATASETS)
 OPTIMIZER_NAMES = ("adam", "sgd", "rmsprop")
+PARAMETER_SERVER = "parameter_server"
+MULTI_WORKER_MIRRORED = "multi_worker_mirrored"
+STRATEGY_NAMES = (PARAMETER_SERVER, MULTI_WORKER_MIRRORED, "mirrored", "one_device")
+COLLECTIVE_NAMES = ("auto", "ring", "nccl")
+LOOP_NAMES = ("fit", "custom")
 USER_MODEL_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -39,6 +45,13 @@ class TrainingOptions:
     tfrecord_label_key: str = _option(TFRECORD_LABEL_KEY, "tf.train.Example feature holding the integer label")
     tfrecord_num_classes: int | None = _option(None, "classes of a tfrecord data set; null reads every label once "
                                                      "to find the largest")
+    strategy: str = _option(PARAMETER_SERVER, "parameter_server (chief, workers and ps), multi_worker_mirrored "
+                                              "(every worker trains, worker 0 leads; no ps), mirrored (the chief "
+                                              "alone, all its GPUs) or one_device (the chief alone, one device)")
+    collective: str = _option("auto", "multi_worker_mirrored's all-reduce: auto, ring or nccl")
+    loop: str = _option("fit", "fit (Keras model.fit) or custom (a custom training loop that backs up every "
+                               "backup_every_steps steps and resumes mid-epoch; not with parameter_server)")
+    backup_every_steps: int = _option(100, "custom loop: steps between backups of model, optimizer, epoch and step")
     epochs: int = _option(6, "epochs to train in all (a resumed run finishes the same plan)")
     per_worker_batch: int = _option(32, "examples per worker per step; the global batch is this times workers")
     steps_per_epoch: int | None = _option(None, "steps per epoch; null derives it as train examples // global batch")
@@ -84,6 +97,11 @@ CHECKS = {
     "tfrecord_label_key": Check(_non_empty_text, "must be a feature name", f"use e.g. {TFRECORD_LABEL_KEY}"),
     "tfrecord_num_classes": Check(optional_positive_int, "must be a positive integer or null",
                                   "use null to count the classes from the labels"),
+    "strategy": Check(lambda v: v in STRATEGY_NAMES, "unknown strategy", f"use one of {', '.join(STRATEGY_NAMES)}"),
+    "collective": Check(lambda v: v in COLLECTIVE_NAMES, "unknown collective implementation",
+                        f"use one of {', '.join(COLLECTIVE_NAMES)}"),
+    "loop": Check(lambda v: v in LOOP_NAMES, "unknown training loop", f"use one of {', '.join(LOOP_NAMES)}"),
+    "backup_every_steps": Check(positive_int, "must be a positive integer", "use e.g. 100"),
     "epochs": Check(positive_int, "must be a positive integer", "use e.g. 4"),
     "per_worker_batch": Check(positive_int, "must be a positive integer", "use e.g. 32"),
     "steps_per_epoch": Check(optional_positive_int, "must be a positive integer or null",
@@ -110,7 +128,11 @@ CHECKS = {
 
 def parse_training_options(raw: Mapping[str, Any], field_prefix: str = "training.") -> TrainingOptions:
     """Builds TrainingOptions from a mapping, raising one UserError that lists every bad field."""
-    return parse_or_raise(TrainingOptions, raw, CHECKS, field_prefix)
+    options = parse_or_raise(TrainingOptions, raw, CHECKS, field_prefix)
+    if options.loop == "custom" and options.strategy == PARAMETER_SERVER:
+        raise UserError(Problem(f"{field_prefix}loop", options.loop, "the custom loop needs a synchronous strategy",
+                                'use "loop": "fit" with parameter_server, or another strategy'))
+    return options
 
 
 def with_overrides(options: TrainingOptions, overrides: Mapping[str, Any]) -> TrainingOptions:

@@ -1,4 +1,4 @@
-"""ParameterServerStrategy over the cluster, built only after every ps and worker port answers."""
+"""The distribution strategies: ParameterServerStrategy once every ps and worker answers, and the synchronous ones."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import tensorflow as tf
 
-from coordinator.options import TrainingOptions
+from coordinator.options import MULTI_WORKER_MIRRORED, TrainingOptions
 from roles import probe
 from roles.config import ClusterConfig
 from roles.errors import CLUSTER_UNAVAILABLE_EXIT_CODE
@@ -33,3 +33,23 @@ def build(config: ClusterConfig, options: TrainingOptions) -> tf.distribute.expe
         min_shard_bytes=options.min_shard_bytes, max_shards=shards)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+
+
+def build_synchronous(options: TrainingOptions) -> tf.distribute.Strategy:
+    """multi_worker_mirrored (from TF_CONFIG), mirrored (every visible GPU, else the CPU) or one_device.
+
+    Call it before any other TensorFlow op: multi_worker_mirrored configures collectives at program start.
+    """
+    if options.strategy == MULTI_WORKER_MIRRORED:
+        implementation = getattr(tf.distribute.experimental.CommunicationImplementation, options.collective.upper())
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation))
+    if options.strategy == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    return tf.distribute.OneDeviceStrategy("/gpu:0" if tf.config.list_physical_devices("GPU") else "/cpu:0")
+
+
+def worker_index(distribution: tf.distribute.Strategy) -> int:
+    """This process's worker index under multi_worker_mirrored; 0 for a single-process strategy."""
+    resolver = getattr(distribution, "cluster_resolver", None)
+    return int(resolver.task_id or 0) if resolver and resolver.task_type == "worker" else 0

@@ -9,11 +9,12 @@ import sys
 
 import fire
 
-from coordinator.options import FIELD_NAMES, TrainingOptions, with_overrides
+from coordinator.options import (FIELD_NAMES, MULTI_WORKER_MIRRORED, PARAMETER_SERVER, TrainingOptions,
+                                 with_overrides)
 from data import preflight
 from roles import config as cluster_config
 from roles import taskspec
-from roles.config import PROJECT_ROOT
+from roles.config import PROJECT_ROOT, ClusterConfig, Task
 from roles.errors import Problem, UserError, exit_on_user_error
 from roles.fields import field_help
 from roles.logs import quiet_tensorflow, task_logger
@@ -29,39 +30,59 @@ class FromFile:
         return json.dumps(list(self.default) if isinstance(self.default, tuple) else self.default)
 
 
+def _this_task(config: ClusterConfig, worker) -> Task:
+    """chief:0, or worker:N under multi_worker_mirrored, where every worker runs this program."""
+    if config.training.strategy != MULTI_WORKER_MIRRORED:
+        if worker is not None:
+            raise UserError(Problem("--worker", worker, f"only multi_worker_mirrored runs training on workers "
+                                    f"(strategy is {config.training.strategy})", "leave --worker out"))
+        return config.task("chief", 0)
+    if worker is None:
+        raise UserError(Problem("--worker", None, "multi_worker_mirrored runs this program on every worker",
+                                "give this worker's index, e.g. --worker 0 (sh run.sh starts them all)"))
+    return config.task("worker", worker)
+
+
 @exit_on_user_error()
-def train(cluster: str = "cluster.json", **overrides) -> None:
+def train(cluster: str = "cluster.json", worker: int | None = None, **overrides) -> None:
     overrides = {name: value for name, value in overrides.items() if not isinstance(value, FromFile)}
     unknown = [name for name in overrides if name not in FIELD_NAMES]
     if unknown:
         raise UserError([Problem(f"--{name}", overrides[name], "unknown option", "see --help for the options")
                          for name in unknown])
     config = cluster_config.load(cluster)
-    options = with_overrides(config.training, overrides)
+    config = dataclasses.replace(config, training=with_overrides(config.training, overrides))
+    options = config.training
     preflight(options, PROJECT_ROOT)  # data set on disk checked before TensorFlow loads
-    task = config.task("chief", 0)
+    task = _this_task(config, worker)
     taskspec.apply_to_this_process(config, task)
     log = task_logger(task.name)
     quiet_tensorflow()
-    from coordinator.fit import run_training  # imports TensorFlow, so only after the environment is set
-    from data.corrupt import undecodable_records_named
+    from data.corrupt import undecodable_records_named  # imports TensorFlow: only after the environment is set
 
+    if options.strategy == PARAMETER_SERVER:
+        from coordinator.fit import run_training
+    else:
+        from coordinator.synchronous import run_training
     with undecodable_records_named():  # a corrupt image met on a worker: one line naming it, exit 2
         run_training(config, options, log)
 
 
-train.__doc__ = f"""Trains the cluster's model with ParameterServerStrategy as its chief, then exports it.
+train.__doc__ = f"""Trains the cluster's model with its strategy (by default ParameterServerStrategy, as its chief).
 
 Options come from the `training` section of CLUSTER (the defaults below apply where it is silent) and
 can be overridden here, e.g. `--epochs 2`.
-Resumes from the last per-epoch checkpoint in OUTPUT_DIR/checkpoints; a finished run says so and stops.
+Resumes from the last per-epoch checkpoint in OUTPUT_DIR/checkpoints (the custom loop from OUTPUT_DIR/backup);
+a finished run says so and stops. The lead (the chief, or worker 0) exports the model at the end.
 
 Args:
   cluster: path of cluster.json.
+  worker: under multi_worker_mirrored, the index of the worker this process is (every worker runs it).
 {field_help(TrainingOptions)}
 """
 train.__signature__ = inspect.Signature(
-    [inspect.Parameter("cluster", inspect.Parameter.KEYWORD_ONLY, default="cluster.json")]
+    [inspect.Parameter("cluster", inspect.Parameter.KEYWORD_ONLY, default="cluster.json"),
+     inspect.Parameter("worker", inspect.Parameter.KEYWORD_ONLY, default=None)]
     + [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=FromFile(f.default))
        for f in dataclasses.fields(TrainingOptions)]
     + [inspect.Parameter("unknown", inspect.Parameter.VAR_KEYWORD)])  # so Fire hands us misspelt flags

@@ -18,10 +18,10 @@ LAYOUTS = {"image_folder": layouts.image_folders, "cifar10": layouts.cifar10, "m
 def preflight(options, base_dir: Path) -> None:
     """Checks the data set that TrainingOptions `options` names, on disk, in pure Python (no TensorFlow import).
 
-    `base_dir` is the folder of cluster.json (a relative data_dir starts there). Raises UserError with one line
-    per problem: a missing data_dir, split, class folder or file; a class missing from a split; a CIFAR-10
-    file that is not a whole number of records; an idx file with a wrong magic number or size; an npz
-    without MNIST's arrays; no train-* or validation-* TFRecord files. Images are not decoded here.
+    `base_dir` is the project directory (a relative data_dir starts there, like every path in cluster.json).
+    Raises UserError with one line per problem: a missing data_dir, split, class folder or file; a class missing
+    from a split; a CIFAR-10 file that is not a whole number of records; an idx file with a wrong magic number or
+    size; an npz without MNIST's arrays; no train-* or validation-* TFRecord files. Images are not decoded here.
     """
     if options.dataset in FILE_DATASETS:
         LAYOUTS[options.dataset](layouts.data_root(options.dataset, options.data_dir, base_dir))

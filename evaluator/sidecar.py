@@ -24,7 +24,7 @@ SPLITS = ("train", "validation", "test")
 def _prepare_process(config: ClusterConfig):
     """The evaluator's environment: a TF_CONFIG holding only itself, so it never joins the training cluster."""
     evaluators = config.tasks(("evaluator",))
-    task = evaluators[0] if evaluators else Task("evaluator", 0, config.jobs["chief"][0])
+    task = evaluators[0] if evaluators else Task("evaluator", 0, taskspec.lead_task(config).address)
     taskspec.apply_to_this_process(config, task)
     if not evaluators:
         os.environ.pop("TF_CONFIG", None)

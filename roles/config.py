@@ -10,7 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from coordinator.options import TrainingOptions, parse_training_options
+from coordinator.options import MULTI_WORKER_MIRRORED, PARAMETER_SERVER, TrainingOptions, parse_training_options
 from evaluator.options import EvaluationOptions, parse_evaluation_options
 from roles.errors import Problem, UserError
 from roles.fields import Check, is_int, parse_section, positive_number
@@ -26,6 +26,7 @@ HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){LABEL}(\.{LABEL})*$")
 ADDRESS = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\[\]]+):(?P<port>[^:]*)$")
 USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./~+-]+$")
+PACKAGE = re.compile(r"^tensorflow(-cpu)?(\[[a-z-]+\])?==[0-9][0-9A-Za-z.]*$")
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -65,6 +66,7 @@ class HostSettings:
     workdir: str | None = None
     python: str = ".venv/bin/python"
     gpus: tuple[int, ...] = ()
+    tf_package: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -155,12 +157,16 @@ def parse(raw: Any, source: Path) -> ClusterConfig:
         problems.append(Problem("security.firewall", firewall, "must be true or false",
                                 "use true to let only cluster members reach task ports (needs root)"))
         firewall = False
-    jobs = _parse_cluster(raw.get("cluster"), allow_public is True, problems)
+    training_problems: list[Problem] = []  # parsed first (the strategy decides which jobs are needed), told later
+    training = _parse_or_collect(parse_training_options, _section(raw, "training", training_problems),
+                                 training_problems)
+    strategy = training.strategy if training else PARAMETER_SERVER
+    jobs = _parse_cluster(raw.get("cluster"), allow_public is True, strategy, problems)
     hosts = _parse_hosts(_section(raw, "hosts", problems), problems)
     _check_gpus_suffice(jobs, hosts, problems)
     launcher = parse_section(LauncherSettings, _section(raw, "launcher", problems), LAUNCHER_CHECKS, "launcher.",
                              problems)
-    training = _parse_or_collect(parse_training_options, _section(raw, "training", problems), problems)
+    problems += training_problems
     evaluation = _parse_or_collect(parse_evaluation_options, _section(raw, "evaluation", problems), problems)
     if problems:
         raise UserError(problems, source=str(source))
@@ -185,7 +191,8 @@ def _section(raw: dict, key: str, problems: list[Problem]) -> dict:
     return value
 
 
-def _parse_cluster(cluster: Any, allow_public: bool, problems: list[Problem]) -> dict[str, tuple[Address, ...]]:
+def _parse_cluster(cluster: Any, allow_public: bool, strategy: str,
+                   problems: list[Problem]) -> dict[str, tuple[Address, ...]]:
     if not isinstance(cluster, dict):
         problems.append(Problem("cluster", cluster, "must be an object of job name -> list of host:port",
                                 'use e.g. "cluster": {"chief": ["localhost:2220"], ...}'))
@@ -200,7 +207,7 @@ def _parse_cluster(cluster: Any, allow_public: bool, problems: list[Problem]) ->
         else:
             parsed = [_parse_address(f"cluster.{job}[{i}]", e, allow_public, problems) for i, e in enumerate(entries)]
             jobs[job] = tuple(a for a in parsed if a is not None)
-    _check_counts(cluster, problems)
+    _check_counts(cluster, strategy, problems)
     _check_duplicates(jobs, problems)
     return jobs
 
@@ -226,16 +233,24 @@ def _parse_address(field: str, entry: Any, allow_public: bool, problems: list[Pr
     return Address(bare, int(port_text))
 
 
-def _check_counts(cluster: dict, problems: list[Problem]) -> None:
+REQUIRED_JOBS = {PARAMETER_SERVER: ("chief", "worker", "ps"), MULTI_WORKER_MIRRORED: ("worker",),
+                 "mirrored": ("chief",), "one_device": ("chief",)}
+
+
+def _check_counts(cluster: dict, strategy: str, problems: list[Problem]) -> None:
     def count(job):  # a job that is not a list was reported already; do not report it twice
         entries = cluster.get(job, [])
         return len(entries) if isinstance(entries, list) else None
 
-    if count("chief") not in (1, None):
+    needed = REQUIRED_JOBS[strategy]
+    if "chief" in needed and count("chief") not in (1, None):
         problems.append(Problem("cluster.chief", cluster.get("chief"), "needs exactly one chief (the coordinator)",
                                 'list one address, e.g. "chief": ["localhost:2220"]'))
+    elif (count("chief") or 0) > 1:
+        problems.append(Problem("cluster.chief", cluster.get("chief"), f"allows at most one chief ({strategy} "
+                                "does not use it)", "keep one address or none"))
     for job in ("worker", "ps"):
-        if count(job) == 0:
+        if job in needed and count(job) == 0:
             problems.append(Problem(f"cluster.{job}", cluster.get(job), f"needs at least one {job}",
                                     f'list one or more, e.g. "{job}": ["localhost:2222"]'))
     if (count("evaluator") or 0) > 1:
@@ -285,6 +300,9 @@ HOST_CHECKS = {
     "python": _safe_path(".venv/bin/python"),
     "gpus": Check(lambda v: isinstance(v, list) and all(is_int(g) and g >= 0 for g in v),
                   "must be a list of non-negative GPU ids", "use e.g. [0, 1], or [] for CPU only"),
+    "tf_package": Check(lambda v: v is None or (isinstance(v, str) and bool(PACKAGE.match(v))),
+                        "must be a pinned TensorFlow wheel", "use e.g. tensorflow[and-cuda]==2.21.0, or null for "
+                        "the CPU wheel"),
 }
 LAUNCHER_CHECKS = {
     "logs_dir": _safe_path("logs"),

@@ -91,7 +91,8 @@ def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 51
     if free < min_free_bytes:
         problems.append(f"only {free >> 20} MiB free under {PROJECT_ROOT}; free at least "
                         f"{min_free_bytes >> 20} MiB")
-    if any(t.job == "chief" for t in tasks):
+    lead = taskspec.lead_task(config)
+    if lead in tasks:
         output = config.path(config.training.output_dir)
         try:
             output.mkdir(parents=True, exist_ok=True)
@@ -99,7 +100,7 @@ def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 51
             probe.write_text("ok")
             probe.unlink()
         except OSError as error:
-            problems.append(f"chief:0: output_dir {output} is not writable ({error.strerror}); fix its "
+            problems.append(f"{lead.name}: output_dir {output} is not writable ({error.strerror}); fix its "
                             "permissions or set training.output_dir")
     return problems
 

@@ -33,11 +33,12 @@ def launcher_pid_path(config: ClusterConfig) -> Path:
 
 
 class LogFollower:
-    """Echoes new lines of the chief's and evaluator's logs (already prefixed with their task)."""
+    """Echoes new lines of the lead trainer's and evaluator's logs (already prefixed with their task)."""
 
     def __init__(self, config: ClusterConfig):
         logs = config.path(config.launcher.logs_dir)
-        self.paths = [logs / f"{t.job}-{t.index}.log" for t in config.tasks(("chief", "evaluator"))]
+        shown = [taskspec.lead_task(config), *config.tasks(("evaluator",))]
+        self.paths = [logs / f"{t.job}-{t.index}.log" for t in shown]
         self.offsets = {path: path.stat().st_size if path.exists() else 0 for path in self.paths}
 
     def echo_new_lines(self) -> None:
@@ -199,7 +200,10 @@ class Launcher:
     def print_config(self, cluster: str = "cluster.json") -> None:
         """Shows each task's TF_CONFIG, environment and command line without starting anything."""
         config = cluster_config.load(cluster)
-        for task in config.tasks():
+        idle = [t.name for t in config.tasks() if t.job not in taskspec.launched_jobs(config)]
+        if idle:
+            print(f"# not started under {config.training.strategy}: {', '.join(idle)}\n")
+        for task in config.tasks(taskspec.launched_jobs(config)):
             print(f"# {task.name} on {task.address.host}")
             print("unset " + " ".join(taskspec.PROXY_VARIABLES))
             for name, value in taskspec.task_variables(config, task).items():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import data
-from roles import hostctl
+from roles import hostctl, taskspec
 from roles.config import PROJECT_ROOT, ClusterConfig
 from roles.hosts import AgentFailed, HostUnreachable
 
@@ -18,7 +18,8 @@ class PreflightFailed(Exception):
 
 def exposure_warning(config: ClusterConfig) -> str | None:
     """What is open to the network when tasks listen on non-loopback addresses (TensorFlow has no auth)."""
-    exposed = [t for t in config.tasks(("ps", "worker", "chief")) if not t.address.is_loopback]
+    listening = tuple(job for job in taskspec.launched_jobs(config) if job != "evaluator")
+    exposed = [t for t in config.tasks(listening) if not t.address.is_loopback]
     if not exposed:
         return None
     return ("warning: TensorFlow servers listen on every interface with no authentication and run any graph "
@@ -27,9 +28,9 @@ def exposure_warning(config: ClusterConfig) -> str | None:
 
 
 def check_cluster(config: ClusterConfig, hosts: dict, say) -> None:
-    """Checks the data set (when the chief runs here), syncs remote hosts, then checks ports, disk, the chief's
-    output and versions on every host."""
-    if not hosts[config.task("chief", 0).address.host].is_remote:
+    """Checks the data set (when the lead trainer runs here), syncs remote hosts, then checks ports, disk, the
+    lead's output and versions on every host that runs a task."""
+    if not hosts[taskspec.lead_task(config).address.host].is_remote:
         data.preflight(config.training, PROJECT_ROOT)  # a data mistake: one line per problem, exit 2
     warning = exposure_warning(config)
     if warning:
@@ -37,7 +38,9 @@ def check_cluster(config: ClusterConfig, hosts: dict, say) -> None:
     mine = hostctl.versions()
     problems = []
     for name, host in hosts.items():
-        tasks = [t for t in config.tasks() if t.address.host == name]
+        tasks = [t for t in config.tasks(taskspec.launched_jobs(config)) if t.address.host == name]
+        if not tasks:
+            continue
         try:
             host.prepare(say)
             report = host.preflight(tasks)

@@ -7,7 +7,7 @@ import re
 import time
 from pathlib import Path
 
-from roles import process
+from roles import process, taskspec
 from roles.config import ClusterConfig
 
 STATUS_NAME = "status.json"
@@ -24,10 +24,11 @@ def _last_match(path: Path, pattern: re.Pattern) -> re.Match | None:
 
 
 def run_progress(config: ClusterConfig) -> dict:
-    """Epoch, step and steps/s from the chief's last progress line; the last validation from the evaluator's."""
+    """Epoch, step and steps/s from the lead trainer's last progress line; the last validation from the evaluator's."""
     logs = config.path(config.launcher.logs_dir)
     progress = {}
-    epoch = _last_match(logs / "chief-0.log", EPOCH)
+    lead = taskspec.lead_task(config)
+    epoch = _last_match(logs / f"{lead.job}-{lead.index}.log", EPOCH)
     if epoch:
         progress.update(epoch=epoch[1], step=epoch[2], steps_per_s=float(epoch[3]))
     validation = _last_match(logs / "evaluator-0.log", VALIDATION)

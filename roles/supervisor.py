@@ -7,7 +7,8 @@ import enum
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from roles import probe
+from coordinator.options import PARAMETER_SERVER
+from roles import probe, taskspec
 from roles.config import ClusterConfig, Task
 from roles.errors import USER_ERROR_EXIT_CODE
 from roles.firewall import FirewallError
@@ -20,7 +21,7 @@ START_ORDER = ("ps", "worker", "chief", "evaluator")
 class TaskState(enum.Enum):
     """A task's life in the supervisor.
 
-    STARTING → RUNNING → EXITED (finished its job: chief or evaluator with exit 0)
+    STARTING → RUNNING → EXITED (finished its job: a trainer or the evaluator with exit 0)
     RUNNING → RESTARTING (died; waits its backoff) → STARTING
     RUNNING → FAILED (user error, or restarts used up: the run stops)
     any → LOST (its host stopped answering) → RUNNING/RESTARTING when the host answers again
@@ -77,13 +78,22 @@ class BackgroundCalls:
 
 
 class Supervisor:
-    """Starts the cluster's tasks in order and keeps them alive until the chief and evaluator are done."""
+    """Starts the cluster's tasks in order and keeps them alive until the trainers and evaluator are done.
+
+    Trainers run coordinator.train: the chief under parameter_server, mirrored and one_device, every worker
+    under multi_worker_mirrored (worker 0 leads). Servers (ps and workers under parameter_server) never exit.
+    """
 
     def __init__(self, config: ClusterConfig, say):
         self.config, self.say = config, say
         self.policy = config.launcher
         self.hosts = {name: host_for(config, name) for name in {t.address.host for t in config.tasks()}}
-        self.records = {t.name: TaskRecord(t) for t in config.tasks()}
+        launched = taskspec.launched_jobs(config)
+        self.records = {t.name: TaskRecord(t) for t in config.tasks() if t.job in launched}
+        self.parameter_server = config.training.strategy == PARAMETER_SERVER
+        self.server_jobs = SERVER_JOBS if self.parameter_server else ()
+        self.trainer_jobs = taskspec.trainer_jobs(config)
+        self.lead = self.records[taskspec.lead_task(config).name]
         self.background = BackgroundCalls()
         self.chief_done_at: float | None = None
 
@@ -94,14 +104,16 @@ class Supervisor:
             for name, host in self.hosts.items():
                 rules = host.firewall_on([t for t in self.config.tasks() if t.address.host == name])
                 self.say(f"firewall on {name}: table {rules['table']} guards ports {rules['ports']}")
-        self._start([self.records[t.name] for t in self.config.tasks(SERVER_JOBS)])
-        self._wait_for_servers(self.config.tasks(SERVER_JOBS))
+        servers = self.config.tasks(self.server_jobs)
+        if servers:
+            self._start([self.records[t.name] for t in servers])
+            self._wait_for_servers(servers)
 
     def start_cluster(self) -> None:
-        """ps and workers until their ports answer, then the chief, then the evaluator."""
+        """ps and workers until their ports answer, then the trainers (the chief), then the evaluator."""
         self.start_servers()
-        for job in ("chief", "evaluator"):
-            self._start([self.records[t.name] for t in self.config.tasks((job,))])
+        for jobs in (self.trainer_jobs, ("evaluator",)):
+            self._start([self.records[t.name] for t in self.config.tasks(jobs)])
 
     def _start(self, records: list[TaskRecord]) -> None:
         by_host: dict[str, list[TaskRecord]] = {}
@@ -126,13 +138,13 @@ class Supervisor:
 
     # ----- watching -------------------------------------------------------------------------------------
     def run(self, on_tick=lambda: None) -> int:
-        """The loop: observe, heal, and return the chief's exit code once chief and evaluator are done."""
+        """The loop: observe, heal, and return the lead trainer's exit code once trainers and evaluator are done."""
         while True:
             self._observe()
             self._heal()
             on_tick()
             if self._finished():
-                return self.records["chief:0"].exit_code or 0
+                return self.lead.exit_code or 0
             time.sleep(self.policy.poll_s)
 
     def _observe(self) -> None:
@@ -169,13 +181,15 @@ class Supervisor:
         for record in newly_lost:
             self.say(f"{record.task.name} lost: {reason}")
             record.state = TaskState.LOST
-        self._cut_chief_from([r.task for r in newly_lost if r.task.job in SERVER_JOBS])
+        self._cut_chief_from([r.task for r in newly_lost if r.task.job in self.server_jobs])
 
     def _cut_chief_from(self, tasks: list[Task]) -> None:
         """A host cut off the network drops packets without closing connections, and TensorFlow would wait on
         it forever: close the chief's connections to its tasks, so their calls fail and training moves on."""
+        if not tasks:
+            return
         chief = self.records["chief:0"]
-        if not tasks or chief.state not in (TaskState.RUNNING, TaskState.STARTING):
+        if chief.state not in (TaskState.RUNNING, TaskState.STARTING):
             return
         try:
             self.hosts[chief.task.address.host].drop_connections([str(t.address) for t in tasks])
@@ -192,7 +206,7 @@ class Supervisor:
             if record.state == TaskState.LOST:
                 self.say(f"{record.task.name} is back")
             if record.state in (TaskState.LOST, TaskState.STARTING) and (
-                    record.task.job not in SERVER_JOBS or probe.answers(record.task.address.host,
+                    record.task.job not in self.server_jobs or probe.answers(record.task.address.host,
                                                                         record.task.address.port)):
                 record.state = TaskState.RUNNING
         elif record.state in (TaskState.RUNNING, TaskState.STARTING, TaskState.LOST):
@@ -201,16 +215,21 @@ class Supervisor:
     def _exited(self, record: TaskRecord, code: int | None) -> None:
         record.exit_code = code
         task = record.task
-        if task.job in ("chief", "evaluator") and code == 0:
+        if task.job in (*self.trainer_jobs, "evaluator") and code == 0:
             record.state = TaskState.EXITED
             self.say(f"{task.name} finished")
-            if task.job == "chief":
+            if record is self.lead:
                 self.chief_done_at = time.monotonic()
             return
         what = f"{task.name} exited with code {code}" if code is not None else f"{task.name} died"
         if code == USER_ERROR_EXIT_CODE:
             record.state = TaskState.FAILED
             raise RunFailed(f"{what} (a user error; not restarted): {record.last_line}")
+        if record.restarts >= self.policy.max_restarts and task.job == "evaluator":
+            record.state = TaskState.FAILED  # a sidecar: training goes on without validation
+            self.say(f"{what} after {record.restarts} restarts (launcher.max_restarts); training goes on without "
+                     f"it; last log line: {record.last_line}")
+            return
         if record.restarts >= self.policy.max_restarts:
             record.state = TaskState.FAILED
             raise RunFailed(f"{what} after {record.restarts} restarts (launcher.max_restarts); last log line: "
@@ -221,6 +240,20 @@ class Supervisor:
         self.say(f"{what}; restarting in {delay:.0f} s (restart {record.restarts + 1} of {self.policy.max_restarts})")
         if task.job == "ps":
             self._hold_chief_for_ps()
+        elif task.job in self.trainer_jobs and not self.parameter_server:
+            self._restart_group_with(record)
+
+    def _restart_group_with(self, failed: TaskRecord) -> None:
+        """Collectives cannot lose a member: stop the other trainers and start them all again together."""
+        others = [r for r in self.records.values() if r.task.job in self.trainer_jobs and r is not failed
+                  and r.state not in (TaskState.FAILED, TaskState.RESTARTING)]
+        if not others:
+            return
+        for record in others:
+            self.hosts[record.task.address.host].stop([record.task])
+            record.state, record.restart_at, record.counts_as_restart = TaskState.RESTARTING, failed.restart_at, False
+        self.say(f"stopped {', '.join(r.task.name for r in others)}: the whole group restarts with "
+                 f"{failed.task.name} and resumes from the last checkpoint")
 
     def _hold_chief_for_ps(self) -> None:
         """A lost ps takes its variables with it: stop the chief now, start it again once every ps is back."""
@@ -235,8 +268,8 @@ class Supervisor:
     # ----- healing --------------------------------------------------------------------------------------
     def _heal(self) -> None:
         now = time.monotonic()
-        chief = self.records["chief:0"]
-        if chief.restart_at == float("inf") and all(
+        chief = self.lead
+        if self.parameter_server and chief.restart_at == float("inf") and all(
                 r.state == TaskState.RUNNING for r in self.records.values() if r.task.job == "ps"):
             chief.restart_at = now  # every ps is back
         for record in self.records.values():
@@ -246,23 +279,25 @@ class Supervisor:
         self._watch_for_stall(now)
 
     def _watch_for_stall(self, now: float) -> None:
-        chief = self.records["chief:0"]
-        silent_s = now - chief.log_changed_at
-        if chief.state == TaskState.LOST and silent_s > self.policy.stall_timeout_s:
-            raise RunFailed(f"chief:0's host {chief.task.address.host} has not answered for {silent_s:.0f} s")
-        if chief.state == TaskState.RUNNING and silent_s > self.policy.stall_timeout_s:
-            self.say(f"stall: chief:0 logged nothing for {silent_s:.0f} s (launcher.stall_timeout_s); restarting it")
-            self.hosts[chief.task.address.host].stop([chief.task])
-            self._exited(chief, None)
+        lead = self.lead
+        silent_s = now - lead.log_changed_at
+        name = lead.task.name
+        if lead.state == TaskState.LOST and silent_s > self.policy.stall_timeout_s:
+            raise RunFailed(f"{name}'s host {lead.task.address.host} has not answered for {silent_s:.0f} s")
+        if lead.state == TaskState.RUNNING and silent_s > self.policy.stall_timeout_s:
+            self.say(f"stall: {name} logged nothing for {silent_s:.0f} s (launcher.stall_timeout_s); restarting it")
+            self.hosts[lead.task.address.host].stop([lead.task])
+            self._exited(lead, None)
 
     def _finished(self) -> bool:
         if self.chief_done_at is None:
             return False
-        evaluator = [r for r in self.records.values() if r.task.job == "evaluator"]
-        waiting = [r for r in evaluator if r.state not in (TaskState.EXITED, TaskState.FAILED)]
+        finishing = [r for r in self.records.values() if r.task.job in (*self.trainer_jobs, "evaluator")]
+        waiting = [r for r in finishing if r.state not in (TaskState.EXITED, TaskState.FAILED)]
         grace_s = self.config.evaluation.idle_timeout_s + 60
         if waiting and time.monotonic() - self.chief_done_at > grace_s:
-            self.say(f"evaluator:0 still running {grace_s:.0f} s after training ended; stopping it")
+            self.say(f"{', '.join(r.task.name for r in waiting)} still running {grace_s:.0f} s after training "
+                     "ended; stopping it")
             return True
         return not waiting
 
@@ -281,9 +316,10 @@ class Supervisor:
                     lines += [f"{t.name}: not stopped, {error}" for t in tasks]
                     continue
                 for row in rows:
-                    record = self.records[row["task"]]
+                    record = self.records.get(row["task"])
                     if row["outcome"] in ("stopped", "killed after SIGTERM was ignored"):
-                        record.state = TaskState.STOPPED
+                        if record:
+                            record.state = TaskState.STOPPED
                         lines.append(f"{row['task']} (pid {row['pid']}): {row['outcome']}")
         return lines + self._remove_firewalls()
 

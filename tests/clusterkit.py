@@ -100,6 +100,18 @@ def wait_for_line(path: Path, text: str, timeout_s: float, process=None) -> bool
     return False
 
 
+def wait_for_launcher(logs: Path, timeout_s: float = 420) -> str:
+    """Waits for a detached launcher (pid file in `logs`) to finish; returns its log."""
+    from roles import process
+
+    record = process.PidRecord.read(logs / "launcher.pid")
+    deadline = time.monotonic() + timeout_s
+    while record and process.is_running(record) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not (record and process.is_running(record)), "the launcher did not finish in time"
+    return (logs / "launcher.log").read_text()
+
+
 def derive_cluster(base: Path, directory: Path, *, evaluator: bool = True, **sections) -> Path:
     """A copy of cluster file `base` (same ps and worker addresses) with an evaluator and other sections."""
     document = json.loads(base.read_text())

@@ -65,6 +65,8 @@ CASES = [
     ("negative gpu", set_path("hosts", "localhost", "gpus", value=[-1]), "non-negative GPU ids"),
     ("gpu as string", set_path("hosts", "localhost", "gpus", value=["0"]), "non-negative GPU ids"),
     ("gpu as bool", set_path("hosts", "localhost", "gpus", value=[True]), "non-negative GPU ids"),
+    ("tf_package with shell text", set_path("hosts", "localhost", "tf_package", value="tensorflow==2.21.0; rm -rf /"),
+     "must be a pinned TensorFlow wheel"),
     ("fewer gpus than workers", set_path("hosts", "localhost", "gpus", value=[0]), "fewer GPUs than the 2 workers"),
     ("unknown training option", set_path("training", "epoch", value=3), "training.epoch = 3: unknown setting"),
     ("unknown model", set_path("training", "model", value="vgg"), "training.model = 'vgg': unknown model"),

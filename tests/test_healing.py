@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from clusterkit import ROOT, cluster_document, processes_mentioning, wait_for_line, write_cluster
+from clusterkit import (ROOT, cluster_document, processes_mentioning, wait_for_launcher, wait_for_line,
+                        write_cluster)
 from roles import process
 
 pytestmark = pytest.mark.cluster
@@ -42,15 +43,6 @@ def kill_task(logs, name: str) -> None:
     record = process.PidRecord.read(logs / f"{name}.pid")
     assert record and process.is_running(record), f"{name} is not running"
     os.killpg(record.pid, signal.SIGKILL)
-
-
-def wait_for_launcher(logs, timeout_s: float = 420) -> str:
-    record = process.PidRecord.read(logs / "launcher.pid")
-    deadline = time.monotonic() + timeout_s
-    while record and process.is_running(record) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not (record and process.is_running(record)), "the launcher did not finish in time"
-    return (logs / "launcher.log").read_text()
 
 
 def completed_summary(tmp_path) -> dict:
