@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -21,12 +20,7 @@ from pathlib import Path
 
 import fire
 
-from roles import config as cluster_config
-from roles.supervisor import Supervisor
-
-ROOT = Path(__file__).resolve().parent.parent
-PYTHON = sys.executable
-STEPS_PER_S = re.compile(r"\| ([\d.]+) steps/s \|")
+from bench.cluster import PYTHON, ROOT, LoopbackCluster, median_after_first
 
 SINGLE_PROCESS = """
 import sys, time, json, tensorflow as tf, tf_keras
@@ -44,10 +38,6 @@ model.fit(data, epochs=epochs, steps_per_epoch=steps, verbose=0, callbacks=[Time
 """
 
 
-def _median_after_first(values: list[float]) -> float:
-    return statistics.median(values[1:] if len(values) > 1 else values)
-
-
 def single_process(steps: int, epochs: int, steps_per_execution: int) -> float:
     """model.fit in one process with no strategy: the limit the cluster is measured against."""
     env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1",
@@ -58,37 +48,7 @@ def single_process(steps: int, epochs: int, steps_per_execution: int) -> float:
     values = [float(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("STEPS_PER_S")]
     if not values:
         raise RuntimeError(result.stderr[-2000:])
-    return _median_after_first(values)
-
-
-class LoopbackCluster:
-    """1 ps + 1 worker (or more) started by the toolkit's own supervisor, on free loopback ports."""
-
-    def __init__(self, directory: Path, workers: int = 1, ps: int = 1):
-        sys.path.insert(0, str(ROOT / "tests"))
-        from clusterkit import cluster_document, write_cluster
-
-        document = cluster_document(workers=workers, ps=ps, evaluator=False, logs_dir=str(directory / "logs"))
-        self.path = write_cluster(directory, document)
-        self.supervisor = Supervisor(cluster_config.load(self.path), lambda message: None)
-
-    def __enter__(self):
-        self.supervisor.start_servers()
-        return self
-
-    def __exit__(self, *exc):
-        self.supervisor.stop_everything()
-
-    def chief(self, output: Path, **options) -> float:
-        """Runs coordinator.train with these option overrides; the median steps/s of epochs after the first."""
-        arguments = [f"--{key}={json.dumps(value)}" for key, value in options.items()]
-        result = subprocess.run([PYTHON, "-m", "coordinator.train", "--cluster", str(self.path),
-                                 "--output_dir", str(output), "--dataset", "synthetic", *arguments],
-                                capture_output=True, text=True, cwd=ROOT, timeout=1800)
-        values = [float(m[1]) for m in map(STEPS_PER_S.search, result.stderr.splitlines()) if m]
-        if result.returncode != 0 or not values:
-            raise RuntimeError(result.stderr[-3000:])
-        return _median_after_first(values)
+    return median_after_first(values)
 
 
 def reference(repeats: int = 3, steps: int = 300, epochs: int = 4) -> dict:
@@ -99,8 +59,9 @@ def reference(repeats: int = 3, steps: int = 300, epochs: int = 4) -> dict:
     with tempfile.TemporaryDirectory() as scratch, LoopbackCluster(Path(scratch)) as cluster:
         for repeat in range(repeats):
             runs["single_process"].append(single_process(steps, epochs, steps_per_execution=1))
-            runs["tutorial_pss"].append(cluster.chief(Path(scratch) / f"b{repeat}", steps_per_execution=1, **common))
-            runs["toolkit_defaults"].append(cluster.chief(Path(scratch) / f"c{repeat}", **common))
+            runs["tutorial_pss"].append(cluster.chief(Path(scratch) / f"b{repeat}", steps_per_execution=1,
+                                                      **common)["steps_per_s"])
+            runs["toolkit_defaults"].append(cluster.chief(Path(scratch) / f"c{repeat}", **common)["steps_per_s"])
             print(f"repeat {repeat + 1}/{repeats}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in runs.items()),
                   file=sys.stderr, flush=True)
     return {name: {"median": statistics.median(values), "runs": values} for name, values in runs.items()}
@@ -115,7 +76,7 @@ def sweep(values=(1, 10, 50, 100), steps: int = 300, epochs: int = 3, repeats: i
         for repeat in range(repeats):
             for value in values:
                 found[value].append(cluster.chief(Path(scratch) / f"s{value}-{repeat}",
-                                                  steps_per_execution=value, **common))
+                                                  steps_per_execution=value, **common)["steps_per_s"])
                 print(f"steps_per_execution {value}: {found[value][-1]:.1f} steps/s", file=sys.stderr, flush=True)
     return {value: statistics.median(runs) for value, runs in found.items()}
 

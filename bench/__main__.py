@@ -1,0 +1,65 @@
+"""`python -m bench`: every measurement in one go, into bench/RESULTS.md, bench/results.json and bench/results.png.
+
+Runs the reference workload (interleaved repeats), the ps <-> worker transfer probe, the levers tried, the
+scaling sweeps and the operations timings. Whatever follows the `<!-- notes -->` line of an existing
+RESULTS.md is kept as it is. Install the plotting package first: `sh roles/bootstrap.sh bench`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import fire
+
+from bench import levers, operations, scaling, throughput, transfer
+from bench.report import render, plot
+
+HERE = Path(__file__).resolve().parent
+
+
+def machine() -> dict:
+    """What the figures were measured on."""
+    cpu = next((line.split(": ", 1)[1] for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    memory_kib = int(Path("/proc/meminfo").read_text().split()[1])
+    return {"cores": os.cpu_count(), "cpu": cpu, "memory_gib": round(memory_kib / 2**20), "python":
+            platform.python_version(), "tensorflow-cpu": metadata.version("tensorflow-cpu"),
+            "tf-keras": metadata.version("tf-keras"), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load_before": os.getloadavg()[0]}
+
+
+def main(repeats: int = 3, steps: int = 150, scaling_steps: int = 30) -> None:
+    """Measures everything and writes the results beside this file."""
+    started = time.monotonic()
+    results = {"machine": machine()}
+    stages = [("reference", lambda: throughput.reference(repeats=repeats, steps=steps, epochs=3)),
+              ("transfer", transfer.measure),
+              ("threads", lambda: levers.threads(steps)),
+              ("batch", levers.batch),
+              ("model_size", lambda: scaling.model_size(scaling_steps)),
+              ("ps_count", lambda: scaling.ps_count(scaling_steps)),
+              ("worker_count", lambda: scaling.worker_count(scaling_steps)),
+              ("cold_start", operations.cold_start),
+              ("worker_kill", operations.worker_kill),
+              ("ps_kill", operations.ps_kill)]
+    for name, stage in stages:
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        results[name] = stage()
+        (HERE / "results.json").write_text(json.dumps(results, indent=2))  # partial results survive a failure
+    results["seconds"] = round(time.monotonic() - started)
+    (HERE / "results.json").write_text(json.dumps(results, indent=2))
+    plot(results, HERE / "results.png")
+    results_md = HERE / "RESULTS.md"
+    notes = results_md.read_text().partition("<!-- notes -->")[2] if results_md.exists() else ""
+    results_md.write_text(render(results) + "\n<!-- notes -->" + (notes or "\n"))
+    print(f"[bench] done in {results['seconds']} s: {results_md}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    fire.Fire(main)
