@@ -78,13 +78,15 @@ CASES = [
 
 
 @pytest.mark.parametrize("case_id,change,expected", CASES, ids=[c[0] for c in CASES])
-def test_each_mistake_is_one_clear_line(tmp_path, case_id, change, expected):
-    with pytest.raises(cluster_config.UserError) as raised:
-        cluster_config.parse(mutated(change), tmp_path / "cluster.json")
-    lines = raised.value.lines()
+def test_each_mistake_is_one_clear_line_and_exit_2(tmp_path, case_id, change, expected):
+    path = write_cluster(tmp_path, mutated(change))
+    result = run_module("roles.launch", "print_config", str(path))
+    assert result.returncode == 2, result.stderr
+    assert_no_traceback(result.stderr)
+    lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, lines
     assert expected in lines[0]
-    assert lines[0].startswith(f"error: {tmp_path / 'cluster.json'}: ")
+    assert lines[0].startswith(f"[launcher] error: {path}: ")
 
 
 def test_all_problems_reported_together(tmp_path):

@@ -1,0 +1,66 @@
+"""The model zoo and user models: each builds, compiles and takes a training step on the inputs it is meant for."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from coordinator import models  # noqa: E402
+from coordinator.options import TrainingOptions  # noqa: E402
+from roles.errors import UserError  # noqa: E402
+
+USER_MODULE = """
+import tf_keras
+
+def tiny(input_shape, num_classes):
+    inputs = tf_keras.Input(shape=input_shape)
+    outputs = tf_keras.layers.Dense(num_classes, activation="softmax")(tf_keras.layers.Flatten()(inputs))
+    model = tf_keras.Model(inputs, outputs, name="tiny")
+    model.compile(optimizer=tf_keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy")
+    return model
+
+def not_a_model():
+    return 42
+"""
+
+
+def _one_step(model, input_shape, num_classes: int) -> float:
+    import numpy as np
+
+    models.compile_model(model, TrainingOptions())
+    images = np.random.default_rng(0).uniform(size=(4, *input_shape)).astype("float32")
+    labels = np.arange(4) % num_classes
+    return float(np.atleast_1d(model.train_on_batch(images, labels))[0])  # the loss (metrics follow it)
+
+
+@pytest.mark.parametrize("name,input_shape", [("cnn", (8, 8)), ("mlp", (8, 8)), ("resnet", (32, 32, 3)),
+                                              ("mobilenet_v2", (32, 32, 3)), ("mobilenet_v2", (8, 8))])
+def test_zoo_models_build_and_train_a_step(name, input_shape):
+    model = models.build(name, input_shape, 10)
+    assert model.output_shape == (None, 10)
+    assert _one_step(model, input_shape, 10) > 0
+
+
+def test_user_model_keeps_its_own_optimizer_and_loss(tmp_path, monkeypatch):
+    (tmp_path / "my_models.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    model = models.build("my_models:tiny", (8, 8), 3)
+    _one_step(model, (8, 8), 3)
+    assert model.name == "tiny" and type(model.optimizer).__name__ == "SGD"
+    sys.modules.pop("my_models", None)
+
+
+def test_user_model_mistakes_are_one_clear_line(tmp_path, monkeypatch):
+    (tmp_path / "my_models.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UserError) as raised:
+        models.build("my_models:not_a_model", (8, 8), 3)
+    assert "returned int, not a tf_keras model" in raised.value.lines()[0]
+    with pytest.raises(UserError) as raised:
+        models.build("no_such_module:build", (8, 8), 3)
+    assert "training.model = 'no_such_module:build': cannot be loaded" in raised.value.lines()[0]
+    sys.modules.pop("my_models", None)
