@@ -34,10 +34,12 @@ def machine() -> dict:
             "load_before": os.getloadavg()[0]}
 
 
-def main(repeats: int = 3, steps: int = 150, scaling_steps: int = 30) -> None:
-    """Measures everything and writes the results beside this file."""
+def main(repeats: int = 3, steps: int = 150, scaling_steps: int = 30, resume: bool = False) -> None:
+    """Measures everything and writes the results beside this file; `--resume` keeps the stages that
+    bench/results.json already holds (after a failure) and measures the rest."""
     started = time.monotonic()
-    results = {"machine": machine()}
+    kept = json.loads((HERE / "results.json").read_text()) if resume and (HERE / "results.json").exists() else {}
+    results = {"machine": kept.get("machine") or machine(), **kept}
     stages = [("reference", lambda: throughput.reference(repeats=repeats, steps=steps, epochs=3)),
               ("transfer", transfer.measure),
               ("threads", lambda: levers.threads(steps)),
@@ -49,10 +51,12 @@ def main(repeats: int = 3, steps: int = 150, scaling_steps: int = 30) -> None:
               ("worker_kill", operations.worker_kill),
               ("ps_kill", operations.ps_kill)]
     for name, stage in stages:
+        if name in results:
+            continue
         print(f"[bench] {name} ...", file=sys.stderr, flush=True)
         results[name] = stage()
         (HERE / "results.json").write_text(json.dumps(results, indent=2))  # partial results survive a failure
-    results["seconds"] = round(time.monotonic() - started)
+    results["seconds"] = round(time.monotonic() - started) + kept.get("seconds", 0)
     (HERE / "results.json").write_text(json.dumps(results, indent=2))
     plot(results, HERE / "results.png")
     results_md = HERE / "RESULTS.md"

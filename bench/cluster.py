@@ -13,6 +13,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from roles import config as cluster_config
@@ -50,6 +51,19 @@ def peak_rss_mib(pid: int) -> float:
     return int(line.split()[1]) / 1024
 
 
+def _wait_with_usage(child: subprocess.Popen, timeout_s: float):
+    """wait4 with a deadline: the exit status and resource usage, or TimeoutError after killing the child."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+        if pid:
+            return status, usage
+        time.sleep(0.2)
+    child.kill()
+    os.wait4(child.pid, 0)
+    raise TimeoutError(f"coordinator.train did not finish within {timeout_s:.0f} s")
+
+
 class LoopbackCluster:
     """ps and workers on free loopback ports; `chief()` runs coordinator.train against them and measures it."""
 
@@ -57,6 +71,7 @@ class LoopbackCluster:
         sys.path.insert(0, str(ROOT / "tests"))
         from clusterkit import cluster_document, write_cluster
 
+        directory.mkdir(parents=True, exist_ok=True)
         document = cluster_document(workers=workers, ps=ps, evaluator=False, logs_dir=str(directory / "logs"))
         self.path = write_cluster(directory, document)
         self.logs = directory / "logs"
@@ -81,18 +96,20 @@ class LoopbackCluster:
                    for t in self.supervisor.config.tasks((job,))]
         return [python_pid(r.pid) for r in records]
 
-    def chief(self, output: Path, **options) -> dict:
+    def chief(self, output: Path, timeout_s: float = 900, **options) -> dict:
         """Runs coordinator.train with these option overrides on synthetic data and returns its figures:
         median steps/s of the epochs after the first, steps, loopback bytes per step, peak RSS of every role."""
         arguments = [f"--{key}={json.dumps(value)}" for key, value in options.items()]
         ps_pids = self.server_pids("ps")
         before = loopback_bytes()
-        chief = subprocess.Popen([PYTHON, "-m", "coordinator.train", "--cluster", str(self.path), "--output_dir",
-                                  str(output), "--dataset", "synthetic", *arguments], cwd=ROOT,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                 env={**os.environ, **self.env})
-        stderr = chief.stderr.read()
-        _, status, usage = os.wait4(chief.pid, 0)
+        output.mkdir(parents=True, exist_ok=True)
+        with open(output / "chief.log", "w+") as log:
+            chief = subprocess.Popen([PYTHON, "-m", "coordinator.train", "--cluster", str(self.path),
+                                      "--output_dir", str(output), "--dataset", "synthetic", *arguments], cwd=ROOT,
+                                     stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, **self.env})
+            status, usage = _wait_with_usage(chief, timeout_s)
+            log.seek(0)
+            stderr = log.read()
         chief.returncode = os.waitstatus_to_exitcode(status)
         moved = loopback_bytes() - before
         values = [float(m[1]) for m in map(STEPS_PER_S.search, stderr.splitlines()) if m]

@@ -52,7 +52,8 @@ def _levers(results: dict) -> list[str]:
     lines = ["## Levers tried", "",
              "Thread pools of the ps and worker (the toolkit's defaults otherwise; one run each):", "",
              "| setting | steps/s |", "| --- | ---: |"]
-    lines += [f"| {name} | {value:.1f} |" for name, value in results["threads"].items()]
+    lines += [f"| {name} | {value:.1f} |" if value is not None else f"| {name} | hung: killed after 150 s |"
+              for name, value in results["threads"].items()]
     lines += ["", "Per-worker batch (1 worker + 1 ps; a larger batch moves the same bytes for more examples, and "
               "changes what is trained):", "", "| per-worker batch | steps/s | examples/s |", "| ---: | ---: | ---: |"]
     lines += [f"| {size} | {f['steps_per_s']:.1f} | {f['examples_per_s']:.0f} |"
@@ -126,9 +127,9 @@ def plot(results: dict, path: Path) -> None:
     twin.set(ylabel="MB over loopback per step", yscale="log")
     ps = results["ps_count"]
     axes[1][0].plot([int(n) for n in ps], [f["steps_per_s"] for f in ps.values()], "o-")
-    axes[1][0].set(title="Number of ps (11 M parameters)", xlabel="ps", ylabel="steps/s")
+    axes[1][0].set(title="Number of ps (11 M parameters)", xlabel="ps", ylabel="steps/s", ylim=(0, None))
     workers = results["worker_count"]
     axes[1][1].plot([int(n) for n in workers], [f["steps_per_s"] * 64 * int(n) for n, f in workers.items()], "o-")
-    axes[1][1].set(title="Number of workers (2 cores)", xlabel="workers", ylabel="examples/s")
+    axes[1][1].set(title="Number of workers (2 cores)", xlabel="workers", ylabel="examples/s", ylim=(0, None))
     figure.tight_layout()
     figure.savefig(path, dpi=90)

@@ -29,6 +29,7 @@ def _cluster_file(directory: Path, strategy: str, seed: int, epochs: int) -> Pat
     sys.path.insert(0, str(ROOT / "tests"))
     from clusterkit import cluster_document, write_cluster
 
+    directory.mkdir(parents=True, exist_ok=True)
     workers = 1 if strategy in ("mirrored", "one_device") else 2
     training = {"strategy": strategy, "seed": seed, "epochs": epochs, "per_worker_batch": GLOBAL_BATCH // workers,
                 "output_dir": str(directory / "output"), "lr_decay_epochs": [epochs - 1]}
