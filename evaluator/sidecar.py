@@ -80,6 +80,9 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
         raise UserError(Problem("--split", split, "unknown split", f"use one of {', '.join(SPLITS)}"))
     if checkpoint and model:
         raise UserError(Problem("--model", model, "cannot be combined with --checkpoint", "give one of them"))
+    if split != "validation" and not (checkpoint or model):
+        raise UserError(Problem("--split", split, "applies to a one-off evaluation only (following training "
+                                "always reads the validation split)", "add --checkpoint PATH or --model PATH"))
     config = cluster_config.load(cluster)
     log = _prepare_process(config)
     from data import source_for

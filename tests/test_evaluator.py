@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from clusterkit import derive_cluster, read_scalars, run_module, start_module, wait_for_line
+from clusterkit import (assert_no_traceback, cluster_document, derive_cluster, read_scalars, run_module, start_module,
+                        wait_for_line, write_cluster)
 
 pytestmark = pytest.mark.cluster
 
@@ -93,3 +94,13 @@ def test_evaluator_gives_up_when_training_died(tmp_path, shared_servers):
     assert result.returncode == 1
     assert "no new checkpoint in" in result.stderr and "is the chief running?" in result.stderr
     assert time.monotonic() - started < 60
+
+
+def test_split_without_a_one_off_evaluation_is_one_line(tmp_path):
+    path = write_cluster(tmp_path, cluster_document())
+    result = run_module("evaluator.sidecar", "--cluster", str(path), "--split", "test")
+    assert result.returncode == 2
+    assert_no_traceback(result.stderr)
+    assert result.stderr.strip().splitlines() == [
+        "error: --split = 'test': applies to a one-off evaluation only (following training always reads the "
+        "validation split); add --checkpoint PATH or --model PATH"]
