@@ -6,7 +6,8 @@ import dataclasses
 import re
 from typing import Any, Mapping
 
-from data import FILE_DATASETS, IMAGE_SIZE, TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY
+from data import (FILE_DATASETS, IMAGE_SIZE, SYNTHETIC_EXAMPLES, SYNTHETIC_SHAPE, TFRECORD_IMAGE_KEY,
+                  TFRECORD_LABEL_KEY)
 from roles.errors import Problem, UserError
 from roles.fields import (Check, is_int, is_number, optional_positive_int, parse_or_raise, positive_int,
                           positive_number)
@@ -52,6 +53,9 @@ class TrainingOptions:
     loop: str = _option("fit", "fit (Keras model.fit) or custom (a custom training loop that backs up every "
                                "backup_every_steps steps and resumes mid-epoch; not with parameter_server)")
     backup_every_steps: int = _option(100, "custom loop: steps between backups of model, optimizer, epoch and step")
+    synthetic_shape: tuple[int, ...] = _option(SYNTHETIC_SHAPE, "synthetic: the shape of each image, e.g. [28, 28, 1]")
+    synthetic_examples: int = _option(SYNTHETIC_EXAMPLES, "synthetic: training examples (validation and test hold "
+                                                          "512 each)")
     epochs: int = _option(6, "epochs to train in all (a resumed run finishes the same plan)")
     per_worker_batch: int = _option(32, "examples per worker per step; the global batch is this times workers")
     steps_per_epoch: int | None = _option(None, "steps per epoch; null derives it as train examples // global batch")
@@ -97,6 +101,10 @@ CHECKS = {
     "tfrecord_label_key": Check(_non_empty_text, "must be a feature name", f"use e.g. {TFRECORD_LABEL_KEY}"),
     "tfrecord_num_classes": Check(optional_positive_int, "must be a positive integer or null",
                                   "use null to count the classes from the labels"),
+    "synthetic_shape": Check(lambda v: isinstance(v, (list, tuple)) and 1 <= len(v) <= 3
+                             and all(positive_int(n) for n in v), "must be a list of 1 to 3 positive sizes",
+                             "use e.g. [28, 28, 1]"),
+    "synthetic_examples": Check(positive_int, "must be a positive integer", "use e.g. 4096"),
     "strategy": Check(lambda v: v in STRATEGY_NAMES, "unknown strategy", f"use one of {', '.join(STRATEGY_NAMES)}"),
     "collective": Check(lambda v: v in COLLECTIVE_NAMES, "unknown collective implementation",
                         f"use one of {', '.join(COLLECTIVE_NAMES)}"),

@@ -9,6 +9,7 @@ from data import layouts
 
 FILE_DATASETS = ("image_folder", "cifar10", "mnist", "tfrecord")
 IMAGE_SIZE = (224, 224)
+SYNTHETIC_SHAPE, SYNTHETIC_EXAMPLES = (28, 28, 1), 4096  # the tutorial's MNIST-sized images
 TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY = "image/encoded", "image/class/label"  # as ImageNet's build scripts write
 ONE_HOT_LOSSES = ("categorical_crossentropy", "categorical_focal_crossentropy", "categorical_hinge")
 LAYOUTS = {"image_folder": layouts.image_folders, "cifar10": layouts.cifar10, "mnist": layouts.mnist,
@@ -43,7 +44,8 @@ def _load_files(name: str, layout, *, image_size, tfrecord_image_key, tfrecord_l
 def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_dir: Path | None = None,
                 one_hot: bool = False, augment: bool = False, skip_corrupt: bool = False, image_size=IMAGE_SIZE,
                 tfrecord_image_key: str = TFRECORD_IMAGE_KEY, tfrecord_label_key: str = TFRECORD_LABEL_KEY,
-                tfrecord_num_classes: int | None = None):
+                tfrecord_num_classes: int | None = None, synthetic_shape=SYNTHETIC_SHAPE,
+                synthetic_examples: int = SYNTHETIC_EXAMPLES):
     """The DataSource for a dataset name (imports TensorFlow); a relative data_dir starts at `base_dir` (or here).
 
     The other keywords are the TrainingOptions of the same names (see source_for); `one_hot` makes labels one-hot.
@@ -53,7 +55,7 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
         source = digits.load()
     elif name == "synthetic":
         from data import synthetic
-        source = synthetic.load(seed=seed)
+        source = synthetic.load(tuple(synthetic_shape), seed=seed, train_examples=synthetic_examples)
     else:
         layout = LAYOUTS[name](layouts.data_root(name, data_dir, base_dir or Path.cwd()))
         source = _load_files(name, layout, image_size=image_size, tfrecord_image_key=tfrecord_image_key,
@@ -67,4 +69,5 @@ def source_for(options, base_dir: Path):
                        one_hot=options.loss in ONE_HOT_LOSSES, augment=options.augment,
                        skip_corrupt=options.skip_corrupt, image_size=options.image_size,
                        tfrecord_image_key=options.tfrecord_image_key, tfrecord_label_key=options.tfrecord_label_key,
-                       tfrecord_num_classes=options.tfrecord_num_classes)
+                       tfrecord_num_classes=options.tfrecord_num_classes, synthetic_shape=options.synthetic_shape,
+                       synthetic_examples=options.synthetic_examples)

@@ -115,6 +115,15 @@ def test_shapes_and_classes(written, kind, shape, classes):
     assert 0.0 <= float(tf.reduce_min(images)) and float(tf.reduce_max(images)) <= 1.0
 
 
+def test_synthetic_data_has_the_shape_and_size_asked_for():
+    options = TrainingOptions(dataset="synthetic", synthetic_shape=(6, 5, 2), synthetic_examples=100)
+    source = source_for(options, Path("."))
+    assert source.input_shape == (6, 5, 2) and source.sizes["train"] == 100
+    images, labels = next(iter(source.eval_dataset("validation", 8)))
+    assert images.shape == (8, 6, 5, 2) and labels.shape == (8,)
+    assert len(examples(source.split("train"))) == 100
+
+
 @pytest.mark.parametrize("kind,workers", [(k, 2) for k in FORMATS] + [("image_folder", 3), ("cifar10", 3),
                                                                        ("cifar10", 7), ("tfrecord", 4)])
 def test_workers_together_see_each_training_example_once_per_pass(written, kind, workers):
