@@ -39,6 +39,34 @@ def _build_model(config: ClusterConfig, options: TrainingOptions, source, log):
     return model
 
 
+def epoch_checkpoints(config: ClusterConfig, options: TrainingOptions, model, *, io_device: str | None,
+                      scratch: Path | None = None) -> EpochCheckpoints:
+    """The per-epoch checkpoint series in OUTPUT/checkpoints that resuming, the evaluator and export share."""
+    return EpochCheckpoints(config.path(options.output_dir) / "checkpoints", model=model, optimizer=model.optimizer,
+                            keep=options.keep_checkpoints, has_evaluator=bool(config.jobs.get("evaluator")),
+                            io_device=io_device, scratch=scratch)
+
+
+def resume(checkpoints: EpochCheckpoints, options: TrainingOptions, output: Path, model, log, *,
+           lead: bool = True) -> int | None:
+    """Restores the newest checkpoint and returns the epochs it completed, or None when the plan is already
+    complete; the lead marks the run as running (the evaluator waits while it is)."""
+    done = checkpoints.restore_latest()
+    if done >= options.epochs and read_summary(output).get("status") == COMPLETE:
+        log.info("already complete: %d of %d epochs are in %s; nothing to train", done, options.epochs, output)
+        return None
+    if done:
+        log.info("resuming after epoch %d (optimizer step %d)", done, int(model.optimizer.iterations.numpy()))
+    if lead:
+        write_summary(output, {"status": RUNNING, "epochs": options.epochs})
+    return done
+
+
+def last_epoch(history) -> dict[str, float]:
+    """The final epoch's metrics from a Keras History."""
+    return {k: float(v[-1]) for k, v in history.history.items()} if history.history else {}
+
+
 def run_training(config: ClusterConfig, options: TrainingOptions, log) -> dict:
     """Trains (or resumes) to `options.epochs`, exports the model and returns the run summary it wrote."""
     output = config.path(options.output_dir)
@@ -52,16 +80,10 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> dict:
 
     strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     model = _build_model(config, options, source, log)
-    checkpoints = EpochCheckpoints(output / "checkpoints", model=model, optimizer=model.optimizer,
-                                   keep=options.keep_checkpoints, has_evaluator=bool(config.jobs.get("evaluator")),
-                                   io_device=strategy.CHIEF_CPU)
-    done = checkpoints.restore_latest()
-    if done >= options.epochs and read_summary(output).get("status") == COMPLETE:
-        log.info("already complete: %d of %d epochs are in %s; nothing to train", done, options.epochs, output)
+    checkpoints = epoch_checkpoints(config, options, model, io_device=strategy.CHIEF_CPU)
+    done = resume(checkpoints, options, output, model, log)
+    if done is None:
         return read_summary(output)
-    if done:
-        log.info("resuming after epoch %d (optimizer step %d)", done, int(model.optimizer.iterations.numpy()))
-    write_summary(output, {"status": RUNNING, "epochs": options.epochs})  # the evaluator waits while running
 
     started = time.monotonic()
     history = model.fit(
@@ -72,8 +94,7 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> dict:
                    EpochReport(log, output / "tensorboard" / "train", epochs=options.epochs,
                                steps_per_epoch=steps_per_epoch, global_batch=global_batch)])
     train_seconds = time.monotonic() - started
-    final_metrics = {k: float(v[-1]) for k, v in history.history.items()} if history.history else {}
-    return export_and_summarise(config, options, model, source, output, log, final_metrics=final_metrics,
+    return export_and_summarise(config, options, model, source, output, log, final_metrics=last_epoch(history),
                                  train_seconds=train_seconds, steps_per_epoch=steps_per_epoch,
                                  global_batch=global_batch, checkpoint=checkpoints.latest_path())
 

@@ -12,17 +12,15 @@ import contextlib
 import shutil
 import sys
 import time
-from pathlib import Path
 
 import tensorflow as tf
 import tf_keras
 
 from coordinator import custom_loop, models, strategy
 from coordinator.callbacks import EpochReport, FirstStepReport, SaveEachEpoch, StepDecay
-from coordinator.checkpoints import EpochCheckpoints
-from coordinator.fit import export_and_summarise
+from coordinator.fit import epoch_checkpoints, export_and_summarise, last_epoch, resume
 from coordinator.options import MULTI_WORKER_MIRRORED, TrainingOptions
-from coordinator.summary import COMPLETE, RUNNING, read_summary, write_summary
+from coordinator.summary import read_summary
 from data import source_for
 from roles.config import PROJECT_ROOT, ClusterConfig
 from roles.errors import CLUSTER_UNAVAILABLE_EXIT_CODE
@@ -48,15 +46,11 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> dict |
         model = models.build(options.model, source.input_shape, source.num_classes)
         models.compile_model(model, options, steps_per_execution=options.steps_per_execution)
         model.optimizer.build(model.trainable_variables)
-    checkpoints = EpochCheckpoints(output / "checkpoints", model=model, optimizer=model.optimizer,
-                                   keep=options.keep_checkpoints, has_evaluator=bool(config.jobs.get("evaluator")),
-                                   io_device=None, scratch=scratch and scratch / "checkpoints")
-    done = checkpoints.restore_latest()
-    if done >= options.epochs and read_summary(output).get("status") == COMPLETE:
-        log.info("already complete: %d of %d epochs are in %s; nothing to train", done, options.epochs, output)
+    checkpoints = epoch_checkpoints(config, options, model, io_device=None,
+                                    scratch=scratch and scratch / "checkpoints")
+    done = resume(checkpoints, options, output, model, log, lead=scratch is None)
+    if done is None:
         return read_summary(output)
-    if index == 0:
-        write_summary(output, {"status": RUNNING, "epochs": options.epochs})
 
     callbacks = [StepDecay(options), SaveEachEpoch(checkpoints), FirstStepReport(log),
                  EpochReport(log, (scratch or output) / "tensorboard" / "train", epochs=options.epochs,
@@ -73,10 +67,10 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> dict |
                 tf_keras.utils.experimental.DatasetCreator(source.train_dataset_fn(global_batch, options.seed)),
                 epochs=options.epochs, initial_epoch=done, steps_per_epoch=steps_per_epoch, verbose=0,
                 callbacks=callbacks)
-            final_metrics = {k: float(v[-1]) for k, v in history.history.items()} if history.history else {}
+            final_metrics = last_epoch(history)
     train_seconds = time.monotonic() - started
     if scratch is not None:
-        _remove(scratch)
+        shutil.rmtree(scratch, ignore_errors=True)  # what this worker wrote for the saves it took part in
         log.info("training done; worker 0 exports the model")
         return None
     return export_and_summarise(config, options, model, source, output, log, device=None,
@@ -97,8 +91,3 @@ def _peer_loss_exits(log):
         log.error("a worker left the collective (%s: %s); exiting so the whole group restarts from the last "
                   "backup", type(error).__name__, reason[:200])
         sys.exit(CLUSTER_UNAVAILABLE_EXIT_CODE)
-
-
-def _remove(scratch: Path) -> None:
-    """Drops what a non-lead worker wrote for the saves it took part in (the lead keeps the real files)."""
-    shutil.rmtree(scratch, ignore_errors=True)

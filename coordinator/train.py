@@ -40,7 +40,10 @@ def _this_task(config: ClusterConfig, worker) -> Task:
     if worker is None:
         raise UserError(Problem("--worker", None, "multi_worker_mirrored runs this program on every worker",
                                 "give this worker's index, e.g. --worker 0 (sh run.sh starts them all)"))
-    return config.task("worker", worker)
+    try:
+        return config.task("worker", worker)
+    except UserError as error:  # the lookup names --index, as roles.server calls it; here it is --worker
+        raise UserError([dataclasses.replace(p, field="--worker") for p in error.problems]) from None
 
 
 @exit_on_user_error()
