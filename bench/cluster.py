@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from roles import config as cluster_config
-from roles import process
-from roles.supervisor import Supervisor
+from cluster import config as cluster_config
+from launcher import process
+from launcher.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -28,12 +28,6 @@ STEPS_PER_S = re.compile(r"\| ([\d.]+) steps/s \|")
 def median_after_first(values: list[float]) -> float:
     """The median of per-epoch figures without the first epoch (it traces and warms up)."""
     return statistics.median(values[1:] if len(values) > 1 else values)
-
-
-def python_pid(leader: int) -> int:
-    """The task's Python process: the launcher starts it as the child of a small `sh` wrapper."""
-    children = Path(f"/proc/{leader}/task/{leader}/children").read_text().split()
-    return int(children[0]) if children else leader
 
 
 def loopback_bytes() -> int:
@@ -94,7 +88,7 @@ class LoopbackCluster:
     def server_pids(self, job: str) -> list[int]:
         records = [process.PidRecord.read(self.logs / f"{t.job}-{t.index}.pid")
                    for t in self.supervisor.config.tasks((job,))]
-        return [python_pid(r.pid) for r in records]
+        return [r.pid for r in records]  # each task's own Python process (no wrapper)
 
     def chief(self, output: Path, timeout_s: float = 900, **options) -> dict:
         """Runs coordinator.train with these option overrides on synthetic data and returns its figures:

@@ -30,8 +30,8 @@ import tensorflow as tf  # noqa: E402
 import datakit  # noqa: E402
 from clusterkit import PYTHON, cluster_document, write_cluster  # noqa: E402
 from data import load_source  # noqa: E402
-from roles import config as cluster_config  # noqa: E402
-from roles import launch  # noqa: E402
+from cluster import config as cluster_config  # noqa: E402
+from launcher.supervisor import Supervisor  # noqa: E402
 
 BATCH = 64
 WARM_UP_BATCHES = 20
@@ -85,12 +85,13 @@ def training_rate(directory: Path) -> tuple[float, float]:
     path = write_cluster(directory, cluster_document(evaluator=False, training=training,
                                                      logs_dir=str(directory / "logs")))
     config = cluster_config.load(path)
-    launch.start_servers(config)
+    supervisor = Supervisor(config, print)
+    supervisor.start_servers()
     try:
         chief = subprocess.run([PYTHON, "-m", "coordinator.train", "--cluster", str(path)], cwd=ROOT,
                                capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
     finally:
-        launch.stop_all(config)
+        supervisor.stop_everything()
     rates = RATE_LINE.findall(chief.stderr)
     if chief.returncode != 0 or not rates:
         raise SystemExit(f"training failed (exit {chief.returncode}):\n{chief.stderr[-3000:]}")

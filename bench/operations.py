@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from bench.cluster import ROOT
-from roles import process
+from launcher import process
 
 EPOCH_LINE = re.compile(r"train \| epoch (\d+)/\d+ \| step \d+/\d+ \| ([\d.]+) steps/s")
 FIRST_STEP = "first step done"

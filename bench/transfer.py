@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 from bench.cluster import PYTHON, ROOT, LoopbackCluster
-from roles import config as cluster_config
-from roles import taskspec
+from cluster import config as cluster_config
+from cluster import taskspec
 
 PROBE = """
 import json, sys, time, tensorflow as tf

@@ -7,13 +7,13 @@ in `evaluated.json` beside them (or when the cluster has no evaluator).
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import tensorflow as tf
 
-EVALUATED_FILE = "evaluated.json"
+from cluster.run_files import EvaluationState, RunFiles
+
 PREFIX = "ckpt-"
 
 
@@ -39,22 +39,15 @@ def listed_checkpoints(directory: Path) -> list[str]:
     return list(state.all_model_checkpoint_paths) if state else []
 
 
-def evaluated_names(directory: Path) -> set[str]:
-    """Names (`ckpt-3`) the evaluator has recorded as evaluated."""
-    try:
-        return set(json.loads((directory / EVALUATED_FILE).read_text())["evaluated"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return set()
-
-
 class EpochCheckpoints:
     """Writes, lists, restores and prunes `ckpt-<epoch>` through the chief's CPU, so ps never write files."""
 
-    def __init__(self, directory: Path, *, model, optimizer, keep: int, has_evaluator: bool, io_device: str | None,
+    def __init__(self, files: RunFiles, *, model, optimizer, keep: int, has_evaluator: bool, io_device: str | None,
                  scratch: Path | None = None):
         """`scratch`: a worker that is not the lead (multi_worker_mirrored) writes there, as every worker must
-        take part in a save, and removes what it wrote; it reads the lead's `directory`."""
-        self.directory, self.scratch = directory, scratch
+        take part in a save, and removes what it wrote; it reads the lead's checkpoints."""
+        self.files, self.directory, self.scratch = files, files.checkpoints, scratch
+        directory = self.directory
         self.keep = keep
         self.has_evaluator = has_evaluator
         self.options = tf.train.CheckpointOptions(experimental_io_device=io_device)
@@ -86,7 +79,7 @@ class EpochCheckpoints:
         return prefix
 
     def _prune(self, paths: list[str]) -> list[str]:
-        evaluated = evaluated_names(self.directory)
+        evaluated = set(EvaluationState.load(self.files).evaluated)
         kept = []
         for index, path in enumerate(paths):
             old = index < len(paths) - self.keep

@@ -14,7 +14,7 @@ from pathlib import Path
 import tensorflow as tf
 import tf_keras
 
-from coordinator.options import TrainingOptions
+from cluster.training_options import TrainingOptions
 
 
 class Backup:
@@ -94,17 +94,19 @@ class StepRunner:
             metric.reset_state()
 
 
-def train(distribution, model, options: TrainingOptions, source, callbacks, *, global_batch: int,
-          steps_per_epoch: int, backup_dir: Path, scratch: Path | None, done_epochs: int, log) -> dict[str, float]:
-    """Runs the epochs left after the backup (or `done_epochs`), calling the Keras callbacks per epoch."""
-    backup = Backup(backup_dir, scratch and scratch / "backup", model=model, optimizer=model.optimizer)
+def train(distribution, model, run, callbacks, *, done_epochs: int) -> dict[str, float]:
+    """Runs the epochs left after the backup (or `done_epochs`) of TrainingRun `run`, calling the Keras
+    callbacks per epoch; returns the last epoch's metrics."""
+    options = run.options
+    backup = Backup(run.files.backup, run.scratch and run.scratch / "backup", model=model,
+                    optimizer=model.optimizer)
     first_epoch, step = backup.restore() or (done_epochs, 0)
     if first_epoch > done_epochs or step:
-        log.info("resuming from the backup at epoch %d, step %d of %d (optimizer step %d)", first_epoch + 1, step,
-                 steps_per_epoch, int(model.optimizer.iterations.numpy()))
-    runner = StepRunner(distribution, model, options, global_batch=global_batch, one_hot=source.one_hot)
-    dataset = distribution.distribute_datasets_from_function(source.train_dataset_fn(global_batch, options.seed))
-    iterator = iter(dataset)
+        run.log.info("resuming from the backup at epoch %d, step %d of %d (optimizer step %d)", first_epoch + 1,
+                     step, run.steps_per_epoch, int(model.optimizer.iterations.numpy()))
+    runner = StepRunner(distribution, model, options, global_batch=run.global_batch, one_hot=run.source.one_hot)
+    dataset_fn = run.source.train_dataset_fn(run.global_batch, options.seed)
+    iterator = iter(distribution.distribute_datasets_from_function(dataset_fn))
     for callback in callbacks:
         callback.set_model(model)
     results: dict[str, float] = {}
@@ -112,18 +114,28 @@ def train(distribution, model, options: TrainingOptions, source, callbacks, *, g
         for callback in callbacks:
             callback.on_epoch_begin(epoch)
         runner.reset()
-        while step < steps_per_epoch:
-            chunk = min(options.steps_per_execution, steps_per_epoch - step,
-                        options.backup_every_steps - step % options.backup_every_steps)
-            runner.run(iterator, tf.constant(chunk))
-            step += chunk
-            if step % options.backup_every_steps == 0 and step < steps_per_epoch:
-                backup.save(epoch, step)
-                log.info("backup | epoch %d/%d | step %d/%d | loss %.4f", epoch + 1, options.epochs, step,
-                         steps_per_epoch, runner.results()["loss"])
+        _run_epoch(runner, iterator, backup, run, epoch, first_step=step, callbacks=callbacks)
         results = runner.results()
         for callback in callbacks:
             callback.on_epoch_end(epoch, dict(results))
         backup.save(epoch + 1, 0)
         step = 0
     return results
+
+
+def _run_epoch(runner: StepRunner, iterator, backup: Backup, run, epoch: int, *, first_step: int,
+               callbacks) -> None:
+    """The steps of one epoch from `first_step`, in chunks of steps_per_execution, backing up on schedule; the
+    callbacks' batch hooks see each chunk (progress lines, heartbeat)."""
+    options, step, steps = run.options, first_step, run.steps_per_epoch
+    while step < steps:
+        chunk = min(options.steps_per_execution, steps - step,
+                    options.backup_every_steps - step % options.backup_every_steps)
+        runner.run(iterator, tf.constant(chunk))
+        step += chunk
+        for callback in callbacks:
+            callback.on_train_batch_end(step, runner.results())
+        if step % options.backup_every_steps == 0 and step < steps:
+            backup.save(epoch, step)
+            run.log.info("backup | epoch %d/%d | step %d/%d | loss %.4f", epoch + 1, options.epochs, step, steps,
+                         runner.results()["loss"])

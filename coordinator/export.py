@@ -15,7 +15,7 @@ import tensorflow as tf
 import tf_keras
 
 from coordinator import models
-from coordinator.options import TrainingOptions
+from cluster.training_options import TrainingOptions
 
 H5_NAME = "model.h5"
 SAVED_MODEL_NAME = "saved_model"

@@ -8,8 +8,8 @@ import inspect
 import tf_keras
 from tf_keras import layers
 
-from coordinator.options import TrainingOptions
-from roles.errors import Problem, UserError
+from cluster.training_options import TrainingOptions
+from common.errors import Problem, UserError
 
 
 def _as_image(inputs, input_shape):

@@ -6,10 +6,11 @@ import sys
 
 import tensorflow as tf
 
-from coordinator.options import MULTI_WORKER_MIRRORED, TrainingOptions
-from roles import probe
-from roles.config import ClusterConfig
-from roles.errors import CLUSTER_UNAVAILABLE_EXIT_CODE
+from cluster.config import ClusterConfig
+from cluster.strategies import StrategyName
+from cluster.training_options import TrainingOptions
+from common import net
+from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE
 
 CHIEF_CPU = "/job:chief/replica:0/task:0/device:CPU:0"
 
@@ -18,7 +19,7 @@ def wait_for_cluster(config: ClusterConfig, timeout_s: float, log) -> None:
     """Exits with code 3 naming each silent task: TensorFlow itself would hang on a missing ps or worker."""
     tasks = config.tasks(("ps", "worker"))
     log.info("waiting up to %.0f s for %s", timeout_s, ", ".join(f"{t.name}@{t.address}" for t in tasks))
-    silent = probe.wait_until_listening(tasks, timeout_s)
+    silent = net.wait_until_listening(tasks, timeout_s)
     if silent:
         for task in silent:
             print(f"error: {task.name} at {task.address} did not answer within {timeout_s:.0f} s; start it "
@@ -40,11 +41,11 @@ def build_synchronous(options: TrainingOptions) -> tf.distribute.Strategy:
 
     Call it before any other TensorFlow op: multi_worker_mirrored configures collectives at program start.
     """
-    if options.strategy == MULTI_WORKER_MIRRORED:
+    if options.strategy == StrategyName.MULTI_WORKER_MIRRORED:
         implementation = getattr(tf.distribute.experimental.CommunicationImplementation, options.collective.upper())
         return tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation))
-    if options.strategy == "mirrored":
+    if options.strategy == StrategyName.MIRRORED:
         return tf.distribute.MirroredStrategy()
     return tf.distribute.OneDeviceStrategy("/gpu:0" if tf.config.list_physical_devices("GPU") else "/cpu:0")
 

@@ -9,15 +9,16 @@ import sys
 
 import fire
 
-from coordinator.options import (FIELD_NAMES, MULTI_WORKER_MIRRORED, PARAMETER_SERVER, TrainingOptions,
-                                 with_overrides)
+from cluster import config as cluster_config
+from cluster import taskspec
+from cluster.config import PROJECT_ROOT, ClusterConfig, Task
+from cluster.strategies import StrategyName
+from cluster.training_options import FIELD_NAMES, TrainingOptions, with_overrides
+from common.errors import Problem, UserError, exit_on_user_error
+from common.exit_file import run_recording_exit
+from common.fields import field_help
+from common.logs import quiet_tensorflow, task_logger
 from data import preflight
-from roles import config as cluster_config
-from roles import taskspec
-from roles.config import PROJECT_ROOT, ClusterConfig, Task
-from roles.errors import Problem, UserError, exit_on_user_error
-from roles.fields import field_help
-from roles.logs import quiet_tensorflow, task_logger
 
 
 class FromFile:
@@ -32,7 +33,7 @@ class FromFile:
 
 def _this_task(config: ClusterConfig, worker) -> Task:
     """chief:0, or worker:N under multi_worker_mirrored, where every worker runs this program."""
-    if config.training.strategy != MULTI_WORKER_MIRRORED:
+    if config.strategy.trainer_job != "worker":
         if worker is not None:
             raise UserError(Problem("--worker", worker, f"only multi_worker_mirrored runs training on workers "
                                     f"(strategy is {config.training.strategy})", "leave --worker out"))
@@ -63,8 +64,8 @@ def train(cluster: str = "cluster.json", worker: int | None = None, **overrides)
     quiet_tensorflow()
     from data.corrupt import undecodable_records_named  # imports TensorFlow: only after the environment is set
 
-    if options.strategy == PARAMETER_SERVER:
-        from coordinator.fit import run_training
+    if options.strategy == StrategyName.PARAMETER_SERVER:
+        from coordinator.parameter_server import run_training
     else:
         from coordinator.synchronous import run_training
     with undecodable_records_named():  # a corrupt image met on a worker: one line naming it, exit 2
@@ -93,4 +94,5 @@ train.__signature__ = inspect.Signature(
 if __name__ == "__main__":
     arguments = sys.argv[1:]
     # the catch-all keyword parameter would swallow --help, so hand it to Fire's own flag section
-    fire.Fire(train, command=["--", "--help"] if {"--help", "-h"} & set(arguments) else arguments)
+    run_recording_exit(lambda: fire.Fire(train, command=["--", "--help"] if {"--help", "-h"} & set(arguments)
+                                          else arguments))

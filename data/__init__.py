@@ -5,12 +5,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from cluster.training_options import (FILE_DATASETS, IMAGE_SIZE, SYNTHETIC_EXAMPLES, SYNTHETIC_SHAPE,
+                                      TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY)
 from data import layouts
-
-FILE_DATASETS = ("image_folder", "cifar10", "mnist", "tfrecord")
-IMAGE_SIZE = (224, 224)
-SYNTHETIC_SHAPE, SYNTHETIC_EXAMPLES = (28, 28, 1), 4096  # the tutorial's MNIST-sized images
-TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY = "image/encoded", "image/class/label"  # as ImageNet's build scripts write
 ONE_HOT_LOSSES = ("categorical_crossentropy", "categorical_focal_crossentropy", "categorical_hinge")
 LAYOUTS = {"image_folder": layouts.image_folders, "cifar10": layouts.cifar10, "mnist": layouts.mnist,
            "tfrecord": layouts.tfrecord_files}

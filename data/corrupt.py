@@ -9,7 +9,7 @@ import sys
 
 import tensorflow as tf
 
-from roles.errors import Problem, UserError
+from common.errors import Problem, UserError
 
 MARKER = "pscluster: cannot decode"  # found again in the error text that reaches the chief from a worker
 NAMED = re.compile(re.escape(MARKER) + r"\] \[(.*?)\]")

@@ -9,7 +9,7 @@ import struct
 import zipfile
 from pathlib import Path
 
-from roles.errors import Problem, UserError
+from common.errors import Problem, UserError
 
 VALIDATION_FRACTION = 0.1  # CIFAR-10 and MNIST ship no validation split: the last 10% of training records
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")

@@ -7,7 +7,7 @@ import tensorflow as tf
 from data.image_folder import CHANNELS, decode_image
 from data.layouts import tfrecord_counts
 from data.source import DataSource
-from roles.errors import Problem, UserError
+from common.errors import Problem, UserError
 
 CYCLE_LENGTH = 8  # files one worker reads at once
 

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import tensorflow as tf
 
+from cluster.evaluation_options import EvaluationOptions
+from cluster.run_files import (BestRecord, EvaluationState, RunFiles, read_progress, training_finished,
+                               write_best)
+from cluster.training_options import TrainingOptions
+from common.errors import Problem, UserError
 from coordinator import export, models
 from coordinator.checkpoints import checkpoint_epoch, checkpoint_step, listed_checkpoints
-from coordinator.options import TrainingOptions
-from coordinator.summary import training_finished
-from evaluator.options import EvaluationOptions
-from evaluator.state import EvaluationState
-from roles.errors import Problem, UserError
-
-BEST_DIR = "best_model"
-BEST_RECORD = "best.json"
 UNREADABLE = (tf.errors.NotFoundError, tf.errors.DataLossError, tf.errors.FailedPreconditionError, OSError)
 
 
@@ -28,44 +24,51 @@ def metrics_line(label: str, metrics: dict) -> str:
 class SidecarEvaluator:
     """Evaluates every checkpoint the coordinator writes, exactly once, on the validation split.
 
-    What the trainer must save (coordinator/checkpoints.py and coordinator/summary.py do): `ckpt-<epoch>`
-    prefixes named in the `checkpoint` state file of OUTPUT/checkpoints, each holding `model` and `optimizer`
-    (whose step places the TensorBoard point), and OUTPUT/summary.json whose status becomes "complete" with
-    the planned epochs once training has finished.
+    What the trainer must save (coordinator/checkpoints.py and the run summary of cluster/run_files.py):
+    `ckpt-<epoch>` prefixes named in the `checkpoint` state file of OUTPUT/checkpoints, each holding `model` and
+    `optimizer` (whose step places the TensorBoard point), and OUTPUT/summary.json whose status becomes
+    "complete" with the planned epochs once training has finished.
     """
 
-    def __init__(self, *, training: TrainingOptions, evaluation: EvaluationOptions, source, output: Path, log):
-        self.training, self.evaluation, self.output, self.log = training, evaluation, output, log
-        self.checkpoint_dir = output / "checkpoints"
+    def __init__(self, *, training: TrainingOptions, evaluation: EvaluationOptions, source, files: RunFiles, log):
+        self.training, self.evaluation, self.files, self.log = training, evaluation, files, log
+        self.checkpoint_dir = files.checkpoints
         self.model = models.build(training.model, source.input_shape, source.num_classes)
         models.compile_model(self.model, training)
         self.dataset = source.eval_dataset("validation", evaluation.batch)
-        self.state = EvaluationState.load(self.checkpoint_dir)
-        self.writer = tf.summary.create_file_writer(str(output / "tensorboard" / "validation"))
+        self.state = EvaluationState.load(files)
+        self.writer = tf.summary.create_file_writer(str(files.validation_events))
 
     def run(self) -> int:
-        """Evaluates until training is marked complete and every checkpoint is done; 1 if it waited in vain."""
+        """Evaluates until training is marked complete and every checkpoint is done; 1 if it waited in vain (no
+        new checkpoint and no training progress for idle_timeout_s)."""
         if self.state.evaluated:
             self.log.info("resuming: %d checkpoints already done (%s)", len(self.state.evaluated),
                           ", ".join(self.state.evaluated))
-        last_news = time.monotonic()
+        last_news, last_step = time.monotonic(), self._training_step()
         while True:
-            finished = training_finished(self.output, self.training.epochs)  # read before listing: no race
+            finished = training_finished(self.files, self.training.epochs)  # read before listing: no race
             pending = self._pending()
             for path in pending:
                 self._evaluate(path)
-            if pending:
-                last_news = time.monotonic()
+            step = self._training_step()
+            if pending or step != last_step:
+                last_news, last_step = time.monotonic(), step
             elif finished:
                 self.log.info("training complete and all %d checkpoints done; best %s", len(self.state.evaluated),
                               self.state.best)
                 return 0
             elif time.monotonic() - last_news > self.evaluation.idle_timeout_s:
-                self.log.error("no new checkpoint in %s for %.0f s and training is not marked complete in "
-                               "summary.json: is the chief running? (see logs/chief-0.log)", self.checkpoint_dir,
-                               self.evaluation.idle_timeout_s)
+                self.log.error("no new checkpoint in %s and no training progress for %.0f s, and training is not "
+                               "marked complete in summary.json: is the chief running? (see logs/chief-0.log)",
+                               self.checkpoint_dir, self.evaluation.idle_timeout_s)
                 return 1
             time.sleep(self.evaluation.poll_s)
+
+    def _training_step(self) -> int | None:
+        """The optimizer step of the lead's heartbeat, which moves while training advances."""
+        progress = read_progress(self.files)
+        return progress.step if progress else None
 
     def _pending(self) -> list[str]:
         """Listed checkpoints not yet done, oldest first; epochs that vanished unread are reported as skipped."""
@@ -131,8 +134,7 @@ class SidecarEvaluator:
         return value > best if self.evaluation.best_mode == "max" else value < best
 
     def _export_best(self, name: str, step: int, metrics: dict) -> None:
-        directory = self.output / BEST_DIR
-        paths = export.export(self.model, directory)
-        record = {"checkpoint": name, "epoch": checkpoint_epoch(name), "step": step, "metrics": metrics,
-                  "best_metric": self.evaluation.best_metric, "best_mode": self.evaluation.best_mode, "model": paths}
-        (directory / BEST_RECORD).write_text(json.dumps(record, indent=2))
+        paths = export.export(self.model, self.files.best_dir)
+        write_best(self.files, BestRecord(checkpoint=name, epoch=checkpoint_epoch(name), step=step, metrics=metrics,
+                                          best_metric=self.evaluation.best_metric,
+                                          best_mode=self.evaluation.best_mode, model=paths))

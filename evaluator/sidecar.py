@@ -12,11 +12,13 @@ from pathlib import Path
 
 import fire
 
-from roles import config as cluster_config
-from roles import taskspec
-from roles.config import PROJECT_ROOT, ClusterConfig, Task
-from roles.errors import Problem, UserError, exit_on_user_error
-from roles.logs import quiet_tensorflow, task_logger
+from cluster import config as cluster_config
+from cluster import taskspec
+from cluster.config import PROJECT_ROOT, ClusterConfig, Task
+from cluster.run_files import RunFiles
+from common.errors import Problem, UserError, exit_on_user_error
+from common.exit_file import run_recording_exit
+from common.logs import quiet_tensorflow, task_logger
 
 SPLITS = ("train", "validation", "test")
 
@@ -24,7 +26,7 @@ SPLITS = ("train", "validation", "test")
 def _prepare_process(config: ClusterConfig):
     """The evaluator's environment: a TF_CONFIG holding only itself, so it never joins the training cluster."""
     evaluators = config.tasks(("evaluator",))
-    task = evaluators[0] if evaluators else Task("evaluator", 0, taskspec.lead_task(config).address)
+    task = evaluators[0] if evaluators else Task("evaluator", 0, config.lead.address)
     taskspec.apply_to_this_process(config, task)
     if not evaluators:
         os.environ.pop("TF_CONFIG", None)
@@ -96,9 +98,9 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
         options = config.training
         source = source_for(options, PROJECT_ROOT)
         evaluator = SidecarEvaluator(training=options, evaluation=config.evaluation, source=source,
-                                     output=config.path(options.output_dir), log=log)
+                                     files=RunFiles(config.path(options.output_dir)), log=log)
         sys.exit(evaluator.run())
 
 
 if __name__ == "__main__":
-    fire.Fire(evaluate)
+    run_recording_exit(lambda: fire.Fire(evaluate))

@@ -2,37 +2,21 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
-import socket
 import sys
 import threading
 
 import fire
 
-from roles import config as cluster_config
-from roles import taskspec
-from roles.errors import Problem, UserError, exit_on_user_error
-from roles.logs import quiet_tensorflow, task_logger
+from cluster import config as cluster_config
+from cluster import taskspec
+from common.errors import Problem, UserError, exit_on_user_error
+from common.exit_file import record_exit, run_recording_exit
+from common.logs import quiet_tensorflow, task_logger
+from common.net import port_in_use
 
 SERVER_ROLES = ("ps", "worker")
-
-
-def port_in_use(port: int) -> bool:
-    """True when another process listens on `port` on any interface (as TensorFlow's server would)."""
-    family = socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        try:
-            probe.bind(("::" if family == socket.AF_INET6 else "", port))
-        except OSError as error:
-            if error.errno != errno.EADDRINUSE:
-                raise
-            return True
-    return False
 
 
 def check_port_free(port: int) -> None:
@@ -96,8 +80,9 @@ def serve(role: str, index: int, cluster: str = "cluster.json") -> None:
     signal_name = _wait_for_stop_signal()
     log.info("stopping on %s", signal_name)
     sys.stderr.flush()
+    record_exit(0)
     os._exit(0)  # the C++ server has no clean shutdown; leaving the process is the only way to stop it
 
 
 if __name__ == "__main__":
-    fire.Fire(serve)
+    run_recording_exit(lambda: fire.Fire(serve))

@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from roles.process import has_live_thread
+from launcher.process import has_live_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
@@ -102,7 +102,7 @@ def wait_for_line(path: Path, text: str, timeout_s: float, process=None) -> bool
 
 def wait_for_launcher(logs: Path, timeout_s: float = 420) -> str:
     """Waits for a detached launcher (pid file in `logs`) to finish; returns its log."""
-    from roles import process
+    from launcher import process
 
     record = process.PidRecord.read(logs / "launcher.pid")
     deadline = time.monotonic() + timeout_s

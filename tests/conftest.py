@@ -12,8 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import netns  # noqa: E402
 from clusterkit import cluster_document, processes_mentioning, write_cluster  # noqa: E402
-from roles import config as cluster_config  # noqa: E402
-from roles.supervisor import Supervisor  # noqa: E402
+from cluster import config as cluster_config  # noqa: E402
+from launcher.supervisor import Supervisor  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -9,10 +9,10 @@ import json
 import pytest
 
 from clusterkit import ROOT, assert_no_traceback, cluster_document, run_module, write_cluster
-from roles import config as cluster_config
-from roles import taskspec
-from coordinator.options import TrainingOptions
-from evaluator.options import EvaluationOptions
+from cluster import config as cluster_config
+from cluster import taskspec
+from cluster.training_options import TrainingOptions
+from cluster.evaluation_options import EvaluationOptions
 
 BASE = {
     "cluster": {"chief": ["localhost:3000"], "worker": ["localhost:3001", "localhost:3002"],

@@ -16,10 +16,10 @@ from tensorflow.python.distribute.coordinator import coordinator_context
 
 import datakit
 from clusterkit import assert_no_traceback, cluster_document, derive_cluster, run_module, write_cluster
-from coordinator.options import TrainingOptions
+from cluster.training_options import TrainingOptions
 from data import augment, load_source, preflight, source_for
 from data.corrupt import undecodable_records_named
-from roles.errors import UserError
+from common.errors import UserError
 
 SMALL = (8, 8)
 FOLDER_COUNTS = {"train": {"cat": 5, "dog": 4, "owl": 3}, "validation": {"cat": 2, "dog": 2, "owl": 1},

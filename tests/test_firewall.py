@@ -8,8 +8,9 @@ import subprocess
 import pytest
 
 from clusterkit import ROOT, cluster_document, write_cluster
-from roles import config as cluster_config
-from roles import firewall, probe
+from cluster import config as cluster_config
+from common import net
+from launcher import firewall
 
 
 def test_ruleset_allows_loopback_and_members_and_drops_the_rest():
@@ -51,7 +52,7 @@ def test_up_with_firewall_keeps_loopback_working_and_kill_removes_the_table(tmp_
         assert f"firewall on localhost: table {table}" in up.stderr
         listed = subprocess.run(["nft", "list", "table", "inet", table], capture_output=True, text=True)
         assert listed.returncode == 0 and "drop" in listed.stdout
-        assert probe.wait_until_listening(config.tasks(("ps", "worker")), timeout_s=5) == []
+        assert net.wait_until_listening(config.tasks(("ps", "worker")), timeout_s=5) == []
     finally:
         down = subprocess.run([*launcher, "down", str(path)], capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert "firewall on localhost removed" in down.stderr

@@ -12,7 +12,7 @@ import pytest
 
 from clusterkit import (ROOT, cluster_document, processes_mentioning, wait_for_launcher, wait_for_line,
                         write_cluster)
-from roles import process
+from launcher import process
 
 pytestmark = pytest.mark.cluster
 

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from clusterkit import ROOT, cluster_document, processes_mentioning, run_module, wait_for_line, write_cluster
-from roles import config as cluster_config
-from roles import probe
+from cluster import config as cluster_config
+from common import net
 
 pytestmark = pytest.mark.cluster
 
@@ -27,7 +27,7 @@ def test_up_then_kill_leaves_nothing(tmp_path):
     up = run_module("roles.launch", "up", str(path))
     assert up.returncode == 0, up.stderr
     assert "ready: ps:0, ps:1, worker:0, worker:1" in up.stderr
-    assert probe.wait_until_listening(servers, timeout_s=5) == []
+    assert net.wait_until_listening(servers, timeout_s=5) == []
     assert sorted(p.name for p in (tmp_path / "logs").glob("*.pid")) == [
         "ps-0.pid", "ps-1.pid", "worker-0.pid", "worker-1.pid"]
 
@@ -35,7 +35,7 @@ def test_up_then_kill_leaves_nothing(tmp_path):
     assert down.returncode == 0, down.stderr
     assert down.stderr.count(": stopped") == 4, down.stderr
     assert processes_mentioning(str(path)) == []
-    assert [t for t in servers if probe.answers(t.address.host, t.address.port)] == []
+    assert [t for t in servers if net.answers(t.address.host, t.address.port)] == []
 
     again = sh("kill.sh", str(path))
     assert again.returncode == 0 and "nothing to stop" in again.stderr
@@ -79,7 +79,7 @@ def test_status_while_detached_and_kill_stops_launcher_and_tasks(tmp_path):
     assert down.returncode == 0, down.stderr
     assert "launcher (pid" in down.stderr
     assert processes_mentioning(str(path)) == []
-    assert [t for t in servers if probe.answers(t.address.host, t.address.port)] == []
+    assert [t for t in servers if net.answers(t.address.host, t.address.port)] == []
     assert sh("run.sh", "status", str(path)).stdout.startswith("run finished")
 
 

@@ -10,8 +10,8 @@ import pytest
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from coordinator import models  # noqa: E402
-from coordinator.options import TrainingOptions  # noqa: E402
-from roles.errors import UserError  # noqa: E402
+from cluster.training_options import TrainingOptions  # noqa: E402
+from common.errors import UserError  # noqa: E402
 
 USER_MODULE = """
 import tf_keras

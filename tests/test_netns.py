@@ -12,7 +12,7 @@ import pytest
 
 import netns
 from clusterkit import ROOT
-from roles.process import has_live_thread
+from launcher.process import has_live_thread
 
 pytestmark = pytest.mark.multihost
 

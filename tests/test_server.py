@@ -9,8 +9,9 @@ import subprocess
 import pytest
 
 from clusterkit import PYTHON, ROOT, assert_no_traceback, cluster_document, write_cluster
-from roles import config as cluster_config
-from roles import probe, taskspec
+from cluster import config as cluster_config
+from cluster import taskspec
+from common import net
 
 pytestmark = pytest.mark.cluster
 
@@ -45,7 +46,7 @@ def servers(tmp_path):
     tasks = config.tasks(("ps", "worker"))
     children = {task: start_server(config, task, tmp_path) for task in tasks}
     try:
-        assert probe.wait_until_listening(tasks, timeout_s=60) == [], "servers did not come up"
+        assert net.wait_until_listening(tasks, timeout_s=60) == [], "servers did not come up"
         yield config, children
     finally:
         for child in children.values():
@@ -69,7 +70,7 @@ def test_servers_train_a_tiny_model_and_stop_on_sigterm(servers, tmp_path):
         child.send_signal(signal.SIGTERM)
     codes = {task.name: child.wait(timeout=15) for task, child in children.items()}
     assert codes == {task.name: 0 for task in children}
-    assert not [t for t in children if probe.answers(t.address.host, t.address.port)]
+    assert not [t for t in children if net.answers(t.address.host, t.address.port)]
     assert "ready: ps listening" in (tmp_path / "ps-0.log").read_text()
     assert "stopping on SIGTERM" in (tmp_path / "ps-0.log").read_text()
 

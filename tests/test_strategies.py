@@ -12,9 +12,10 @@ import pytest
 
 from clusterkit import (ROOT, cluster_document, processes_mentioning, read_scalars, run_module, wait_for_launcher,
                         wait_for_line, write_cluster)
-from roles import config as cluster_config
-from roles import process, taskspec
-from roles.errors import UserError
+from cluster import config as cluster_config
+from cluster import taskspec
+from launcher import process
+from common.errors import UserError
 
 QUICK = {"epochs": 2, "steps_per_epoch": 20, "steps_per_execution": 5, "lr_decay_epochs": []}
 
@@ -27,8 +28,8 @@ def _load(tmp_path, training: dict, **document_options):
 
 def test_multi_worker_mirrored_runs_the_workers_as_trainers_with_no_ps(tmp_path):
     config = _load(tmp_path, {"strategy": "multi_worker_mirrored"})
-    assert taskspec.launched_jobs(config) == ("worker", "evaluator")
-    assert taskspec.lead_task(config).name == "worker:0"
+    assert config.strategy.launched_jobs == ("worker", "evaluator")
+    assert config.lead.name == "worker:0"
     worker = config.task("worker", 1)
     assert taskspec.tf_config(config, worker) == {
         "cluster": {"worker": [str(a) for a in config.jobs["worker"]]}, "task": {"type": "worker", "index": 1}}
@@ -39,7 +40,7 @@ def test_multi_worker_mirrored_runs_the_workers_as_trainers_with_no_ps(tmp_path)
 @pytest.mark.parametrize("strategy", ["mirrored", "one_device"])
 def test_single_process_strategies_run_only_the_chief_without_a_cluster(tmp_path, strategy):
     config = _load(tmp_path, {"strategy": strategy})
-    assert taskspec.launched_jobs(config) == ("chief", "evaluator")
+    assert config.strategy.launched_jobs == ("chief", "evaluator")
     assert taskspec.tf_config(config, config.task("chief", 0)) == {}
 
 

@@ -6,62 +6,40 @@ import json
 import os
 from typing import Mapping
 
-from coordinator.options import MULTI_WORKER_MIRRORED, PARAMETER_SERVER
-from roles.config import TRAINING_JOBS, ClusterConfig, Task
+from cluster.config import ClusterConfig, Task
+from cluster.strategies import GpuSharing
 
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy",
                    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "GRPC_PROXY")
 NO_GPU = "-1"
 
 
-def launched_jobs(config: ClusterConfig) -> tuple[str, ...]:
-    """The jobs the training strategy runs, in start order; other jobs listed in cluster.json stay idle."""
-    strategy = config.training.strategy
-    if strategy == PARAMETER_SERVER:
-        return ("ps", "worker", "chief", "evaluator")
-    return ("worker", "evaluator") if strategy == MULTI_WORKER_MIRRORED else ("chief", "evaluator")
-
-
-def trainer_jobs(config: ClusterConfig) -> tuple[str, ...]:
-    """Jobs whose processes run coordinator.train and exit when training is done."""
-    return ("worker",) if config.training.strategy == MULTI_WORKER_MIRRORED else ("chief",)
-
-
-def lead_task(config: ClusterConfig) -> Task:
-    """The task that writes checkpoints, TensorBoard logs, the export and the summary."""
-    return config.task(trainer_jobs(config)[0], 0)
-
-
 def tf_config(config: ClusterConfig, task: Task) -> dict:
     """The TF_CONFIG for one task; the evaluator is kept out of the training cluster, where it would hang it."""
-    strategy = config.training.strategy
+    jobs = config.strategy.cluster_jobs
     if task.job == "evaluator":
         cluster = {"evaluator": [str(task.address)]}
-    elif strategy == MULTI_WORKER_MIRRORED:
-        cluster = {"worker": [str(a) for a in config.jobs["worker"]]}  # no chief: worker 0 leads
-    elif strategy != PARAMETER_SERVER:
+    elif not jobs:
         return {}  # one process: no cluster at all
     else:
-        cluster = {job: [str(a) for a in config.jobs[job]] for job in TRAINING_JOBS}
+        cluster = {job: [str(a) for a in config.jobs[job]] for job in jobs}  # mwms: no chief, worker 0 leads
     return {"cluster": cluster, "task": {"type": task.job, "index": task.index}}
 
 
 def visible_gpus(config: ClusterConfig, task: Task) -> str:
-    """CUDA_VISIBLE_DEVICES: one GPU per worker, in order on its host; the evaluator takes a spare one.
-
-    multi_worker_mirrored splits a host's GPUs between its workers; mirrored gives the chief all of its host's
-    GPUs and one_device the first.
-    """
+    """CUDA_VISIBLE_DEVICES for `task`, as its strategy shares its host's GPUs (see GpuSharing)."""
     gpus = config.host(task.address.host).gpus
-    strategy = config.training.strategy
+    sharing = config.strategy.gpus
     workers_here = [t.index for t in config.tasks(("worker",)) if t.address.host == task.address.host]
-    if task.job == "chief" and strategy in ("mirrored", "one_device") and gpus:
-        return ",".join(map(str, gpus if strategy == "mirrored" else gpus[:1]))
-    if task.job == "worker" and gpus and strategy == MULTI_WORKER_MIRRORED:
+    if not gpus:
+        return NO_GPU
+    if task.job == "chief" and sharing in (GpuSharing.ALL_TO_CHIEF, GpuSharing.FIRST_TO_CHIEF):
+        return ",".join(map(str, gpus if sharing == GpuSharing.ALL_TO_CHIEF else gpus[:1]))
+    if task.job == "worker" and sharing == GpuSharing.SPLIT_BETWEEN_WORKERS:
         share = len(gpus) // len(workers_here)
         position = workers_here.index(task.index)
         return ",".join(map(str, gpus[position * share:(position + 1) * share]))
-    if task.job == "worker" and gpus:
+    if task.job == "worker" and sharing == GpuSharing.ONE_PER_WORKER:
         return str(gpus[workers_here.index(task.index)])
     if task.job == "evaluator" and len(gpus) > len(workers_here):
         return str(gpus[len(workers_here)])
@@ -98,9 +76,10 @@ def apply_to_this_process(config: ClusterConfig, task: Task) -> None:
 def task_command(config: ClusterConfig, task: Task) -> list[str]:
     """The command line that starts `task` on its host, from that host's working directory."""
     python = config.host(task.address.host).python
-    if task.job in trainer_jobs(config):
+    strategy = config.strategy
+    if task.job == strategy.trainer_job:
         command = [python, "-m", "coordinator.train"]
-        if config.training.strategy == MULTI_WORKER_MIRRORED:
+        if task.job == "worker":  # every worker trains (multi_worker_mirrored)
             command += ["--worker", str(task.index)]
     elif task.job == "evaluator":
         command = [python, "-m", "evaluator.sidecar"]

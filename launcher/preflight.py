@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import data
-from roles import hostctl, taskspec
-from roles.config import PROJECT_ROOT, ClusterConfig
-from roles.hosts import AgentFailed, HostUnreachable
+from cluster.config import PROJECT_ROOT, ClusterConfig
+from launcher import agent
+from launcher.backends.base import AgentFailed, HostUnreachable
 
 
 class PreflightFailed(Exception):
@@ -18,7 +18,7 @@ class PreflightFailed(Exception):
 
 def exposure_warning(config: ClusterConfig) -> str | None:
     """What is open to the network when tasks listen on non-loopback addresses (TensorFlow has no auth)."""
-    listening = tuple(job for job in taskspec.launched_jobs(config) if job != "evaluator")
+    listening = tuple(job for job in config.strategy.launched_jobs if job != "evaluator")
     exposed = [t for t in config.tasks(listening) if not t.address.is_loopback]
     if not exposed:
         return None
@@ -30,15 +30,15 @@ def exposure_warning(config: ClusterConfig) -> str | None:
 def check_cluster(config: ClusterConfig, hosts: dict, say) -> None:
     """Checks the data set (when the lead trainer runs here), syncs remote hosts, then checks ports, disk, the
     lead's output and versions on every host that runs a task."""
-    if not hosts[taskspec.lead_task(config).address.host].is_remote:
+    if not hosts[config.lead.address.host].is_remote:
         data.preflight(config.training, PROJECT_ROOT)  # a data mistake: one line per problem, exit 2
     warning = exposure_warning(config)
     if warning:
         say(warning)
-    mine = hostctl.versions()
+    mine = agent.versions()
     problems = []
     for name, host in hosts.items():
-        tasks = [t for t in config.tasks(taskspec.launched_jobs(config)) if t.address.host == name]
+        tasks = [t for t in config.launched_tasks() if t.address.host == name]
         if not tasks:
             continue
         try:
@@ -52,9 +52,9 @@ def check_cluster(config: ClusterConfig, hosts: dict, say) -> None:
             problems.append(f"{error}; check hosts.{name}.python (it needs the project's packages: "
                             "leave it relative to bootstrap .venv there)")
             continue
-        problems += report["problems"]
-        if report["versions"] != mine:
-            problems.append(f"{name} has {report['versions']} but the launcher has {mine}; install the same "
+        problems += report.problems
+        if report.versions != mine:
+            problems.append(f"{name} has {report.versions} but the launcher has {mine}; install the same "
                             "versions there (sh roles/bootstrap.sh run in its workdir)")
     if problems:
         raise PreflightFailed(problems)

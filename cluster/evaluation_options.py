@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from roles.fields import Check, parse_or_raise, positive_int, positive_number
+from common.fields import Check, parse_or_raise, positive_int, positive_number
 
 
 def _option(default, help_text: str):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, NamedTuple
 
-from roles.errors import Problem, UserError
+from common.errors import Problem, UserError
 
 
 class Check(NamedTuple):

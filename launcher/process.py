@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -12,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from launcher.backends.base import StopOutcome
+
 
 @dataclasses.dataclass(frozen=True)
 class PidRecord:
@@ -20,6 +23,7 @@ class PidRecord:
     pid: int
     start_ticks: int
     command: tuple[str, ...]
+    group: int | None = None  # the process group (and session) it leads, when started by `start`
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(dataclasses.asdict(self)))
@@ -28,8 +32,10 @@ class PidRecord:
     def read(cls, path: Path) -> "PidRecord | None":
         try:
             raw = json.loads(path.read_text())
-            return cls(int(raw["pid"]), int(raw["start_ticks"]), tuple(raw["command"]))
-        except (OSError, ValueError, KeyError, TypeError):
+            group = raw.get("group")
+            return cls(int(raw["pid"]), int(raw["start_ticks"]), tuple(raw["command"]),
+                       None if group is None else int(group))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
 
@@ -71,12 +77,15 @@ def is_running(record: PidRecord) -> bool:
 
 def start(command: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_path: Path,
           pid_path: Path) -> tuple[subprocess.Popen, PidRecord]:
-    """Starts `command` detached in a new session (its own process group), appending output to `log_path`."""
+    """Starts `command` detached in a new session (its own process group), appending output to `log_path`.
+
+    The pid file records the process itself (no wrapper), so the pid people see is the one to signal.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         child = subprocess.Popen(list(command), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    record = PidRecord(child.pid, start_ticks(child.pid) or 0, tuple(command))
+    record = PidRecord(child.pid, start_ticks(child.pid) or 0, tuple(command), group=child.pid)
     record.write(pid_path)
     return child, record
 
@@ -90,24 +99,38 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def stop(record: PidRecord, *, grace_s: float = 10.0) -> str:
-    """Stops the process group of `record` (or the process alone when it leads no group, e.g. a launcher run in
-    the foreground): SIGTERM, wait up to `grace_s`, then SIGKILL. Returns what happened."""
-    fields = _proc_stat(record.pid)
-    if not is_running(record) or fields is None:
-        return "had already exited"
-    if int(fields[2]) == record.pid:  # started with start_new_session: the leader's pid is the group id
-        signal_it, alive = functools.partial(os.killpg, record.pid), functools.partial(_group_alive, record.pid)
+def group_alive(record: PidRecord) -> bool:
+    """True while a process of the group `record` leads is alive, even after the leader itself is gone;
+    False when the leader's pid now belongs to another process (the group id was reused)."""
+    if record.group is None:
+        return is_running(record)
+    if start_ticks(record.pid) not in (None, record.start_ticks):
+        return False
+    return _group_alive(record.group)
+
+
+def stop(record: PidRecord, *, grace_s: float = 10.0) -> StopOutcome:
+    """Stops the process group `record` leads (every process of it, even when the leader already died), or the
+    process alone when it leads none (a launcher run in the foreground): SIGTERM, wait up to `grace_s`, then
+    SIGKILL."""
+    if not group_alive(record):
+        return StopOutcome.ALREADY_EXITED
+    if record.group is not None:
+        signal_it, alive = functools.partial(os.killpg, record.group), functools.partial(group_alive, record)
     else:
         signal_it, alive = functools.partial(os.kill, record.pid), functools.partial(is_running, record)
-    signal_it(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
+    if _signal_until_gone(signal_it, alive, signal.SIGTERM, grace_s):
+        return StopOutcome.STOPPED
+    _signal_until_gone(signal_it, alive, signal.SIGKILL, 5.0)
+    return StopOutcome.KILLED
+
+
+def _signal_until_gone(signal_it, alive, signum: int, timeout_s: float) -> bool:
+    with contextlib.suppress(ProcessLookupError):
+        signal_it(signum)
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not alive():
-            return "stopped"
+            return True
         time.sleep(0.1)
-    signal_it(signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while alive() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return "killed after SIGTERM was ignored"
+    return not alive()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import Sequence
 
-from roles.config import HostSettings, LauncherSettings
+from cluster.config import HostSettings, LauncherSettings
 
 SYNC_EXCLUDES = (".venv", ".git", "logs", "output", "__pycache__", ".pytest_cache", ".pscluster")
 CONTROL_PATH = "~/.ssh/pscluster-%C"

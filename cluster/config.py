@@ -10,14 +10,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from coordinator.options import MULTI_WORKER_MIRRORED, PARAMETER_SERVER, TrainingOptions, parse_training_options
-from evaluator.options import EvaluationOptions, parse_evaluation_options
-from roles.errors import Problem, UserError
-from roles.fields import Check, is_int, parse_section, positive_number
+from cluster.evaluation_options import EvaluationOptions, parse_evaluation_options
+from cluster.strategies import Strategy, StrategyName, strategy_named
+from cluster.training_options import TrainingOptions, parse_training_options
+from common.errors import Problem, UserError
+from common.fields import Check, is_int, parse_section, positive_number
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 JOBS = ("chief", "worker", "ps", "evaluator")
-TRAINING_JOBS = ("chief", "worker", "ps")
 TOP_LEVEL_KEYS = ("$schema", "cluster", "hosts", "training", "evaluation", "launcher", "security")
 LOOPBACK_NAMES = ("localhost",)
 
@@ -112,6 +112,19 @@ class ClusterConfig:
                                     f"use an index in {valid}"))
         return Task(job, index, addresses[index])
 
+    @property
+    def strategy(self) -> Strategy:
+        return strategy_named(self.training.strategy)
+
+    @property
+    def lead(self) -> Task:
+        """The task that writes checkpoints, TensorBoard logs, the export and the summary."""
+        return self.task(self.strategy.lead_job, 0)
+
+    def launched_tasks(self) -> list[Task]:
+        """The tasks the strategy runs, in start order; other jobs listed in cluster.json stay idle."""
+        return self.tasks(self.strategy.launched_jobs)
+
     def host(self, name: str) -> HostSettings:
         return self.hosts.get(name, HostSettings())
 
@@ -160,7 +173,7 @@ def parse(raw: Any, source: Path) -> ClusterConfig:
     training_problems: list[Problem] = []  # parsed first (the strategy decides which jobs are needed), told later
     training = _parse_or_collect(parse_training_options, _section(raw, "training", training_problems),
                                  training_problems)
-    strategy = training.strategy if training else PARAMETER_SERVER
+    strategy = strategy_named(training.strategy if training else StrategyName.PARAMETER_SERVER)
     jobs = _parse_cluster(raw.get("cluster"), allow_public is True, strategy, problems)
     hosts = _parse_hosts(_section(raw, "hosts", problems), problems)
     _check_gpus_suffice(jobs, hosts, problems)
@@ -191,7 +204,7 @@ def _section(raw: dict, key: str, problems: list[Problem]) -> dict:
     return value
 
 
-def _parse_cluster(cluster: Any, allow_public: bool, strategy: str,
+def _parse_cluster(cluster: Any, allow_public: bool, strategy: Strategy,
                    problems: list[Problem]) -> dict[str, tuple[Address, ...]]:
     if not isinstance(cluster, dict):
         problems.append(Problem("cluster", cluster, "must be an object of job name -> list of host:port",
@@ -233,22 +246,19 @@ def _parse_address(field: str, entry: Any, allow_public: bool, problems: list[Pr
     return Address(bare, int(port_text))
 
 
-REQUIRED_JOBS = {PARAMETER_SERVER: ("chief", "worker", "ps"), MULTI_WORKER_MIRRORED: ("worker",),
-                 "mirrored": ("chief",), "one_device": ("chief",)}
-
-
-def _check_counts(cluster: dict, strategy: str, problems: list[Problem]) -> None:
+def _check_counts(cluster: dict, strategy: Strategy, problems: list[Problem]) -> None:
     def count(job):  # a job that is not a list was reported already; do not report it twice
         entries = cluster.get(job, [])
         return len(entries) if isinstance(entries, list) else None
 
-    needed = REQUIRED_JOBS[strategy]
+    needed = strategy.required_jobs
     if "chief" in needed and count("chief") not in (1, None):
         problems.append(Problem("cluster.chief", cluster.get("chief"), "needs exactly one chief (the coordinator)",
                                 'list one address, e.g. "chief": ["localhost:2220"]'))
     elif (count("chief") or 0) > 1:
-        problems.append(Problem("cluster.chief", cluster.get("chief"), f"allows at most one chief ({strategy} "
-                                "does not use it)", "keep one address or none"))
+        problems.append(Problem("cluster.chief", cluster.get("chief"),
+                                f"allows at most one chief ({strategy.name.value} does not use it)",
+                                "keep one address or none"))
     for job in ("worker", "ps"):
         if job in needed and count(job) == 0:
             problems.append(Problem(f"cluster.{job}", cluster.get(job), f"needs at least one {job}",

@@ -7,8 +7,8 @@ import re
 import time
 from pathlib import Path
 
-from roles import process, taskspec
-from roles.config import ClusterConfig
+from cluster.config import ClusterConfig
+from launcher import process
 
 STATUS_NAME = "status.json"
 EPOCH = re.compile(r"train \| epoch (\d+/\d+) \| step (\d+/\d+) \| ([\d.]+) steps/s")
@@ -27,7 +27,7 @@ def run_progress(config: ClusterConfig) -> dict:
     """Epoch, step and steps/s from the lead trainer's last progress line; the last validation from the evaluator's."""
     logs = config.path(config.launcher.logs_dir)
     progress = {}
-    lead = taskspec.lead_task(config)
+    lead = config.lead
     epoch = _last_match(logs / f"{lead.job}-{lead.index}.log", EPOCH)
     if epoch:
         progress.update(epoch=epoch[1], step=epoch[2], steps_per_s=float(epoch[3]))

@@ -6,18 +6,18 @@ import dataclasses
 import re
 from typing import Any, Mapping
 
-from data import (FILE_DATASETS, IMAGE_SIZE, SYNTHETIC_EXAMPLES, SYNTHETIC_SHAPE, TFRECORD_IMAGE_KEY,
-                  TFRECORD_LABEL_KEY)
-from roles.errors import Problem, UserError
-from roles.fields import (Check, is_int, is_number, optional_positive_int, parse_or_raise, positive_int,
+from cluster.strategies import STRATEGY_NAMES, StrategyName
+from common.errors import Problem, UserError
+from common.fields import (Check, is_int, is_number, optional_positive_int, parse_or_raise, positive_int,
                           positive_number)
 
+FILE_DATASETS = ("image_folder", "cifar10", "mnist", "tfrecord")
+IMAGE_SIZE = (224, 224)
+SYNTHETIC_SHAPE, SYNTHETIC_EXAMPLES = (28, 28, 1), 4096  # the tutorial's MNIST-sized images
+TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY = "image/encoded", "image/class/label"  # as ImageNet's build scripts write
 MODEL_NAMES = ("cnn", "mlp", "resnet", "mobilenet_v2")
 DATASET_NAMES = ("digits", "synthetic", *FILE_DATASETS)
 OPTIMIZER_NAMES = ("adam", "sgd", "rmsprop")
-PARAMETER_SERVER = "parameter_server"
-MULTI_WORKER_MIRRORED = "multi_worker_mirrored"
-STRATEGY_NAMES = (PARAMETER_SERVER, MULTI_WORKER_MIRRORED, "mirrored", "one_device")
 COLLECTIVE_NAMES = ("auto", "ring", "nccl")
 LOOP_NAMES = ("fit", "custom")
 USER_MODEL_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -46,7 +46,7 @@ class TrainingOptions:
     tfrecord_label_key: str = _option(TFRECORD_LABEL_KEY, "tf.train.Example feature holding the integer label")
     tfrecord_num_classes: int | None = _option(None, "classes of a tfrecord data set; null reads every label once "
                                                      "to find the largest")
-    strategy: str = _option(PARAMETER_SERVER, "parameter_server (chief, workers and ps), multi_worker_mirrored "
+    strategy: str = _option("parameter_server", "parameter_server (chief, workers and ps), multi_worker_mirrored "
                                               "(every worker trains, worker 0 leads; no ps), mirrored (the chief "
                                               "alone, all its GPUs) or one_device (the chief alone, one device)")
     collective: str = _option("auto", "multi_worker_mirrored's all-reduce: auto, ring or nccl")
@@ -73,6 +73,8 @@ class TrainingOptions:
     keep_checkpoints: int = _option(3, "newest checkpoints kept (older ones go once the evaluator has read them)")
     probe_timeout_s: float = _option(60.0, "seconds to wait for every ps and worker port before giving up")
     seed: int = _option(0, "random seed for model initialisation and shuffling")
+    progress_every_s: float = _option(30.0, "seconds between progress lines (and TensorBoard points) within an "
+                                            "epoch; a line also ends each epoch")
 
 
 FIELD_NAMES = tuple(f.name for f in dataclasses.fields(TrainingOptions))
@@ -131,13 +133,14 @@ CHECKS = {
                               "keep at least 2 so the evaluator can read one while the next is written"),
     "probe_timeout_s": Check(positive_number, "must be a positive number of seconds", "use e.g. 60"),
     "seed": Check(is_int, "must be an integer", "use e.g. 0"),
+    "progress_every_s": Check(positive_number, "must be a positive number of seconds", "use e.g. 30"),
 }
 
 
 def parse_training_options(raw: Mapping[str, Any], field_prefix: str = "training.") -> TrainingOptions:
     """Builds TrainingOptions from a mapping, raising one UserError that lists every bad field."""
     options = parse_or_raise(TrainingOptions, raw, CHECKS, field_prefix)
-    if options.loop == "custom" and options.strategy == PARAMETER_SERVER:
+    if options.loop == "custom" and options.strategy == StrategyName.PARAMETER_SERVER:
         raise UserError(Problem(f"{field_prefix}loop", options.loop, "the custom loop needs a synchronous strategy",
                                 'use "loop": "fit" with parameter_server, or another strategy'))
     return options

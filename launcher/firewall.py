@@ -7,7 +7,7 @@ import ipaddress
 import socket
 import subprocess
 
-from roles.config import ClusterConfig, Task
+from cluster.config import ClusterConfig, Task
 
 
 class FirewallError(Exception):

@@ -1,14 +1,14 @@
-"""The per-host agent: starts, stops and reports this host's tasks; the launcher calls it in-process or over ssh.
+"""The per-place agent: starts, stops and reports this host's tasks; the launcher calls it in-process or over ssh.
 
-Each task runs in its own session under a small `sh` wrapper that records the exit code, with three files in
-the logs directory: `<job>-<index>.log`, `.pid` (pid and start time, to never signal a reused pid) and `.exit`.
+Each task runs in its own session (its pid is its process group), with three files in the logs directory:
+`<job>-<index>.log`, `.pid` (pid, start time and group, to never signal a reused pid) and `.exit` (the exit
+code the task writes itself as it ends; none when it was killed).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import socket
 import subprocess
@@ -18,12 +18,14 @@ from pathlib import Path
 
 import fire
 
-from roles import config as cluster_config
-from roles import firewall, process, taskspec
-from roles.config import PROJECT_ROOT, ClusterConfig, Task
-from roles.server import port_in_use
-
-EXIT_WRAPPER = '"$@"; echo $? > {exit_file}'
+from cluster import config as cluster_config
+from cluster import taskspec
+from cluster.config import PROJECT_ROOT, ClusterConfig, Task
+from cluster.run_files import Phase, RunFiles, read_progress
+from common.exit_file import EXIT_FILE_VARIABLE
+from common.net import port_in_use
+from launcher import firewall, process
+from launcher.backends.base import FirewallReport, PreflightReport, StopOutcome, StopResult, TaskStatus, as_json
 
 
 def task_file(config: ClusterConfig, task: Task, suffix: str) -> Path:
@@ -47,35 +49,44 @@ def read_exit_code(config: ClusterConfig, task: Task) -> int | None:
         return None
 
 
-def start(config: ClusterConfig, task: Task) -> dict:
-    """Starts `task` detached unless it already runs; returns its status row."""
+def start(config: ClusterConfig, task: Task) -> TaskStatus:
+    """Starts `task` detached unless it already runs; returns its status."""
     record = process.PidRecord.read(task_file(config, task, "pid"))
-    if record and process.is_running(record):
+    if record and process.group_alive(record):
         return status(config, task)
-    task_file(config, task, "exit").unlink(missing_ok=True)
-    wrapper = ["sh", "-c", EXIT_WRAPPER.format(exit_file=shlex.quote(str(task_file(config, task, "exit")))),
-               "sh", *taskspec.task_command(config, task)]
-    process.start(wrapper, cwd=PROJECT_ROOT, env=taskspec.task_environment(config, task, os.environ),
+    exit_file = task_file(config, task, "exit")
+    exit_file.unlink(missing_ok=True)
+    env = {**taskspec.task_environment(config, task, os.environ), EXIT_FILE_VARIABLE: str(exit_file)}
+    process.start(taskspec.task_command(config, task), cwd=PROJECT_ROOT, env=env,
                   log_path=task_file(config, task, "log"), pid_path=task_file(config, task, "pid"))
     return status(config, task)
 
 
-def status(config: ClusterConfig, task: Task) -> dict:
-    """One row: pid, whether it runs, its exit code once it ended, uptime and last log line."""
+def status(config: ClusterConfig, task: Task) -> TaskStatus:
+    """Its pid, whether it runs, its exit code once it ended, uptime and last log line."""
     record = process.PidRecord.read(task_file(config, task, "pid"))
     running = bool(record and process.is_running(record))
     uptime = time.time() - task_file(config, task, "pid").stat().st_mtime if running else 0.0
-    return {"task": task.name, "pid": record.pid if record else None, "running": running,
-            "exit_code": None if running else read_exit_code(config, task), "uptime_s": round(uptime, 1),
-            "last_line": last_line(task_file(config, task, "log"))}
+    return TaskStatus(task=task.name, pid=record.pid if record else None, running=running,
+                      exit_code=None if running else read_exit_code(config, task), uptime_s=round(uptime, 1),
+                      last_line=last_line(task_file(config, task, "log")),
+                      step=training_step(config, task, record.pid) if running else None)
 
 
-def stop(config: ClusterConfig, task: Task) -> dict:
-    """Stops the task's whole process group (SIGTERM, then SIGKILL) and removes its pid file."""
+def training_step(config: ClusterConfig, task: Task, pid: int) -> int | None:
+    """The lead's optimizer step from its heartbeat, while this very process trains (not a predecessor's file)."""
+    if task != config.lead:
+        return None
+    progress = read_progress(RunFiles(config.path(config.training.output_dir)))
+    return progress.step if progress and progress.pid == pid and progress.phase == Phase.TRAIN else None
+
+
+def stop(config: ClusterConfig, task: Task) -> StopResult:
+    """Stops every process of the task's group (SIGTERM, then SIGKILL) and removes its pid file."""
     record = process.PidRecord.read(task_file(config, task, "pid"))
-    outcome = process.stop(record) if record else "not started"
+    outcome = process.stop(record) if record else StopOutcome.NOT_STARTED
     task_file(config, task, "pid").unlink(missing_ok=True)
-    return {"task": task.name, "pid": record.pid if record else None, "outcome": outcome}
+    return StopResult(task=task.name, pid=record.pid if record else None, outcome=outcome)
 
 
 def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 512 << 20) -> list[str]:
@@ -84,14 +95,14 @@ def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 51
     for task in tasks:
         running = process.PidRecord.read(task_file(config, task, "pid"))
         if task.job in ("ps", "worker") and port_in_use(task.address.port) and not (
-                running and process.is_running(running)):
+                running and process.group_alive(running)):
             problems.append(f"{task.name}: port {task.address.port} on {task.address.host} is already in use; "
                             "stop what holds it (`sh kill.sh` if it is an old run) or change the port")
     free = shutil.disk_usage(PROJECT_ROOT).free
     if free < min_free_bytes:
         problems.append(f"only {free >> 20} MiB free under {PROJECT_ROOT}; free at least "
                         f"{min_free_bytes >> 20} MiB")
-    lead = taskspec.lead_task(config)
+    lead = config.lead
     if lead in tasks:
         output = config.path(config.training.output_dir)
         try:
@@ -121,18 +132,23 @@ def versions() -> dict:
             "tensorflow": version("tensorflow-cpu", "tensorflow"), "tf-keras": version("tf-keras")}
 
 
-def firewall_on(config: ClusterConfig, tasks: list[Task]) -> dict:
+def preflight_report(config: ClusterConfig, tasks: list[Task]) -> PreflightReport:
+    return PreflightReport(problems=preflight(config, tasks), versions=versions())
+
+
+def firewall_on(config: ClusterConfig, tasks: list[Task]) -> FirewallReport:
     """Lets only cluster members (and the launcher, when it came over ssh) reach these tasks' ports."""
     listening = [t for t in tasks if t.job != "evaluator"]
     launcher = os.environ.get("SSH_CLIENT", "").split()[:1]
-    return {"table": firewall.apply(config, listening, launcher), "ports": [t.address.port for t in listening]}
+    return FirewallReport(table=firewall.apply(config, listening, launcher),
+                          ports=[t.address.port for t in listening])
 
 
-def firewall_off(config: ClusterConfig) -> dict:
-    return {"table": firewall.table_name(config), "removed": firewall.remove(config)}
+def firewall_off(config: ClusterConfig) -> bool:
+    return firewall.remove(config)
 
 
-def drop_connections(peers: list[str]) -> dict:
+def drop_connections(peers: list[str]) -> int:
     """Destroys this host's TCP connections to `host:port` peers (`ss -K`), so calls to a peer that vanished
     without closing them fail at once instead of waiting on a silent network."""
     dropped = 0
@@ -142,11 +158,11 @@ def drop_connections(peers: list[str]) -> dict:
             result = subprocess.run(["ss", "-K", "-H", "dst", ip, "dport", "=", f":{port}"], capture_output=True,
                                     text=True, timeout=30)
             dropped += len(result.stdout.strip().splitlines())
-    return {"peers": peers, "dropped": dropped}
+    return dropped
 
 
 class HostControl:
-    """What the launcher asks of one host; every command prints JSON on stdout."""
+    """What the launcher asks of one host; every command prints one line of JSON on stdout."""
 
     def _tasks(self, cluster: str, tasks: str):
         config = cluster_config.load(cluster)
@@ -155,29 +171,33 @@ class HostControl:
 
     def start(self, cluster: str, tasks: str):
         config, selected = self._tasks(cluster, tasks)
-        print(json.dumps([start(config, t) for t in selected]))
+        _print([as_json(start(config, t)) for t in selected])
 
     def stop(self, cluster: str, tasks: str):
         config, selected = self._tasks(cluster, tasks)
-        print(json.dumps([stop(config, t) for t in selected]))
+        _print([as_json(stop(config, t)) for t in selected])
 
     def status(self, cluster: str, tasks: str):
         config, selected = self._tasks(cluster, tasks)
-        print(json.dumps([status(config, t) for t in selected]))
+        _print([as_json(status(config, t)) for t in selected])
 
     def firewall_on(self, cluster: str, tasks: str):
         config, selected = self._tasks(cluster, tasks)
-        print(json.dumps(firewall_on(config, selected)))
+        _print(as_json(firewall_on(config, selected)))
 
     def firewall_off(self, cluster: str, tasks: str = ""):
-        print(json.dumps(firewall_off(cluster_config.load(cluster))))
+        _print(firewall_off(cluster_config.load(cluster)))
 
     def drop_connections(self, cluster: str, peers: str, tasks: str = ""):
-        print(json.dumps(drop_connections(peers.split(","))))
+        _print(drop_connections(peers.split(",")))
 
     def preflight(self, cluster: str, tasks: str):
         config, selected = self._tasks(cluster, tasks)
-        print(json.dumps({"problems": preflight(config, selected), "versions": versions()}))
+        _print(as_json(preflight_report(config, selected)))
+
+
+def _print(document) -> None:
+    print(json.dumps(document))
 
 
 def _split(name: str) -> tuple[str, int]:

@@ -1,0 +1,222 @@
+"""The run-output contract: every file a run writes under `output_dir`, and typed records to read them back.
+
+The chief (or lead worker) writes checkpoints, TensorBoard train events, the export and `summary.json`; the
+evaluator writes `checkpoints/evaluated.json`, validation events and `best_model/`; the launcher and bench read
+them. Writers replace JSON files atomically, so a reader never sees half of one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from pathlib import Path
+from typing import Any
+
+
+class RunStatus(str, enum.Enum):
+    RUNNING = "running"
+    COMPLETE = "complete"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFiles:
+    """The paths of one run's output directory."""
+
+    output: Path
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.output / "checkpoints"
+
+    @property
+    def evaluated(self) -> Path:
+        return self.checkpoints / "evaluated.json"
+
+    @property
+    def summary(self) -> Path:
+        return self.output / "summary.json"
+
+    @property
+    def progress(self) -> Path:
+        return self.output / "progress.json"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.output / "model"
+
+    @property
+    def reference_predictions(self) -> Path:
+        return self.model_dir / "reference_predictions.npz"
+
+    @property
+    def best_dir(self) -> Path:
+        return self.output / "best_model"
+
+    @property
+    def best_record(self) -> Path:
+        return self.best_dir / "best.json"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.output / "tensorboard"
+
+    @property
+    def train_events(self) -> Path:
+        return self.tensorboard / "train"
+
+    @property
+    def validation_events(self) -> Path:
+        return self.tensorboard / "validation"
+
+    @property
+    def backup(self) -> Path:
+        return self.output / "backup"
+
+    def scratch(self, worker_index: int) -> Path:
+        """Where a non-lead worker writes the saves it must take part in (multi_worker_mirrored), then removes."""
+        return self.output / f".worker-{worker_index}"
+
+
+def write_json_atomically(path: Path, document: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(document, indent=2))
+    partial.replace(path)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _from_json(cls, raw: Any):
+    """`cls` from a JSON object, ignoring keys it does not know (files of older or newer versions)."""
+    if not isinstance(raw, dict):
+        return None
+    names = {f.name for f in dataclasses.fields(cls)}
+    try:
+        return cls(**{k: v for k, v in raw.items() if k in names})
+    except TypeError:  # a required field is missing: not a file of ours
+        return None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSummary:
+    """`summary.json`: `running` while the lead trains, then everything about the finished run."""
+
+    status: str
+    epochs: int
+    options: dict = dataclasses.field(default_factory=dict)
+    optimizer_steps: int | None = None
+    steps_per_epoch: int | None = None
+    global_batch: int | None = None
+    strategy: str | None = None
+    workers: int | None = None
+    ps: int | None = None
+    train_seconds: float | None = None
+    final_metrics: dict = dataclasses.field(default_factory=dict)
+    checkpoint: str | None = None
+    model: dict = dataclasses.field(default_factory=dict)
+    tensorboard: str | None = None
+    variable_placement: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return self.status == RunStatus.COMPLETE
+
+
+def read_summary(files: RunFiles) -> RunSummary | None:
+    """The summary, or None when there is none yet (or it cannot be read)."""
+    return _from_json(RunSummary, _read_json(files.summary))
+
+
+def write_summary(files: RunFiles, summary: RunSummary) -> None:
+    write_json_atomically(files.summary, dataclasses.asdict(summary))
+
+
+def training_finished(files: RunFiles, planned_epochs: int) -> bool:
+    """True once the lead has marked this plan complete (a stale summary of a shorter plan does not count)."""
+    summary = read_summary(files)
+    return bool(summary and summary.complete and summary.epochs == planned_epochs)
+
+
+class Phase(str, enum.Enum):
+    TRAIN = "train"
+    EXPORT = "export"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainingProgress:
+    """`progress.json`: the lead's heartbeat while it trains, so stalls are judged by the optimizer step."""
+
+    pid: int
+    phase: str
+    epoch: int
+    step: int
+    time: float
+
+
+def read_progress(files: RunFiles) -> TrainingProgress | None:
+    return _from_json(TrainingProgress, _read_json(files.progress))
+
+
+def write_progress(files: RunFiles, progress: TrainingProgress) -> None:
+    write_json_atomically(files.progress, dataclasses.asdict(progress))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BestRecord:
+    """`best_model/best.json`: which checkpoint the evaluator exported as the best, and its metrics."""
+
+    checkpoint: str
+    epoch: int
+    step: int
+    metrics: dict
+    best_metric: str
+    best_mode: str
+    model: dict
+
+
+def read_best(files: RunFiles) -> BestRecord | None:
+    return _from_json(BestRecord, _read_json(files.best_record))
+
+
+def write_best(files: RunFiles, record: BestRecord) -> None:
+    write_json_atomically(files.best_record, dataclasses.asdict(record))
+
+
+@dataclasses.dataclass
+class EvaluationState:
+    """`checkpoints/evaluated.json`: names done with (evaluated or skipped), results, skip reasons and the best.
+
+    The lead deletes an old checkpoint only once its name is in `evaluated`, and a restarted evaluator skips
+    those names, so no checkpoint is evaluated twice.
+    """
+
+    path: Path
+    evaluated: list[str] = dataclasses.field(default_factory=list)
+    results: dict[str, dict] = dataclasses.field(default_factory=dict)
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)
+    best: str | None = None
+
+    @classmethod
+    def load(cls, files: RunFiles) -> "EvaluationState":
+        raw = _read_json(files.evaluated)
+        if not isinstance(raw, dict):
+            return cls(files.evaluated)
+        return cls(files.evaluated, list(raw.get("evaluated", [])), dict(raw.get("results", {})),
+                   dict(raw.get("skipped", {})), raw.get("best"))
+
+    def save(self) -> None:
+        write_json_atomically(self.path, {k: v for k, v in dataclasses.asdict(self).items() if k != "path"})
+
+    def record(self, name: str, result: dict) -> None:
+        self.evaluated.append(name)
+        self.results[name] = result
+
+    def skip(self, name: str, reason: str) -> None:
+        self.evaluated.append(name)
+        self.skipped[name] = reason

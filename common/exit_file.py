@@ -1,0 +1,38 @@
+"""A task's exit code, written by the task itself to the file its launcher names, so no wrapper process is needed."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+EXIT_FILE_VARIABLE = "PSCLUSTER_EXIT_FILE"
+
+
+def record_exit(code: int) -> None:
+    """Writes `code` to the exit file the launcher named (nothing when started by hand)."""
+    path = os.environ.get(EXIT_FILE_VARIABLE)
+    if path:
+        with open(path, "w") as handle:
+            handle.write(f"{code}\n")
+
+
+def _code_of(exit_request: SystemExit) -> int:
+    if exit_request.code is None:
+        return 0
+    return exit_request.code if isinstance(exit_request.code, int) else 1
+
+
+def run_recording_exit(main: Callable[[], object]) -> None:
+    """Runs an entry point and records how it ended: 0, its sys.exit code, or 1 for an exception.
+
+    A process killed by a signal records nothing; its launcher reads the missing file as "died".
+    """
+    code = 1
+    try:
+        main()
+        code = 0
+    except SystemExit as exit_request:
+        code = _code_of(exit_request)
+        raise
+    finally:
+        record_exit(code)

@@ -1,0 +1,146 @@
+"""The training set-up every strategy shares: data, batch and steps, model, checkpoints, resume, callbacks, export."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+import tf_keras
+
+from cluster.config import PROJECT_ROOT, ClusterConfig
+from cluster.run_files import RunFiles, RunStatus, RunSummary, read_summary, write_summary
+from cluster.training_options import TrainingOptions
+from coordinator import export, models
+from coordinator.callbacks import FirstStepReport, SaveEachEpoch, StepDecay
+from coordinator.checkpoints import EpochCheckpoints
+from coordinator.progress import ProgressReport
+from data import source_for
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainingRun:
+    """One run's facts, fixed before training starts; `scratch` is set on a worker that does not lead."""
+
+    config: ClusterConfig
+    options: TrainingOptions
+    files: RunFiles
+    source: object  # data.source.DataSource
+    workers: int  # input pipelines: one per worker, or 1 for a single process
+    global_batch: int
+    steps_per_epoch: int
+    log: object
+    scratch: Path | None = None
+
+    @property
+    def lead(self) -> bool:
+        return self.scratch is None
+
+
+def plan(config: ClusterConfig, options: TrainingOptions, log, *, workers: int, batch_note: str,
+         scratch: Path | None = None) -> TrainingRun:
+    """Opens the data set (data mistakes stop here) and fixes the batch and the steps per epoch."""
+    source = source_for(options, PROJECT_ROOT)
+    global_batch = options.per_worker_batch * workers
+    steps_per_epoch = options.steps_per_epoch or source.steps_per_epoch(global_batch)
+    log.info("%s: %d training examples; %s; %d steps per epoch", source.name, source.sizes["train"],
+             batch_note.format(global_batch=global_batch, per_worker=options.per_worker_batch, workers=workers),
+             steps_per_epoch)
+    log.info("%s: %s", source.name, source.sharding(workers))
+    return TrainingRun(config=config, options=options, files=RunFiles(config.path(options.output_dir)),
+                       source=source, workers=workers, global_batch=global_batch, steps_per_epoch=steps_per_epoch,
+                       log=log, scratch=scratch)
+
+
+def variable_placement(model) -> dict[str, list[str]]:
+    """Each trainable variable's devices: several for a variable the partitioner split over ps."""
+    placement: dict[str, list[str]] = {}
+    for variable in model.trainable_variables:  # a split variable is listed as its parts, `<name>/part_<k>`
+        placement.setdefault(variable.name.split("/part_")[0].removesuffix(":0"), []).append(variable.device)
+    return placement
+
+
+def build_model(run: TrainingRun, distribution):
+    """The model, compiled, with its optimizer's slots built (so a restore is not deferred), under `distribution`."""
+    options = run.options
+    tf_keras.utils.set_random_seed(options.seed)
+    with distribution.scope():
+        model = models.build(options.model, run.source.input_shape, run.source.num_classes)
+        models.compile_model(model, options, steps_per_execution=options.steps_per_execution)
+        model.optimizer.build(model.trainable_variables)
+    for name, devices in variable_placement(model).items():
+        if len(devices) > 1:
+            run.log.info("%s split into %d shards on %s", name, len(devices),
+                         ", ".join(d.split("/device")[0].removeprefix("/job:") for d in devices))
+    return model
+
+
+def epoch_checkpoints(run: TrainingRun, model, *, io_device: str | None) -> EpochCheckpoints:
+    """The per-epoch checkpoint series that resuming, the evaluator and the export share."""
+    scratch = run.scratch and run.scratch / "checkpoints"
+    return EpochCheckpoints(run.files, model=model, optimizer=model.optimizer, keep=run.options.keep_checkpoints,
+                            has_evaluator=bool(run.config.jobs.get("evaluator")), io_device=io_device,
+                            scratch=scratch)
+
+
+def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> int | None:
+    """Restores the newest checkpoint and returns the epochs it completed, or None when the plan is already
+    complete; the lead marks the run as running (the evaluator waits while it is)."""
+    options, done = run.options, checkpoints.restore_latest()
+    summary = read_summary(run.files)
+    if done >= options.epochs and summary and summary.complete:
+        run.log.info("already complete: %d of %d epochs are in %s; nothing to train", done, options.epochs,
+                     run.files.output)
+        return None
+    if done:
+        run.log.info("resuming after epoch %d (optimizer step %d)", done, int(model.optimizer.iterations.numpy()))
+    if run.lead:
+        write_summary(run.files, RunSummary(status=RunStatus.RUNNING, epochs=options.epochs,
+                                            options=dataclasses.asdict(options)))
+    return done
+
+
+def callbacks(run: TrainingRun, checkpoints: EpochCheckpoints, *, device: str | None) -> list:
+    """Learning-rate decay, a checkpoint per epoch, the first-step report and the progress lines."""
+    events = (run.scratch or run.files.output) / "tensorboard" / "train"
+    return [StepDecay(run.options), SaveEachEpoch(checkpoints), FirstStepReport(run.log),
+            ProgressReport(run.log, events, run.files if run.lead else None, epochs=run.options.epochs,
+                           steps_per_epoch=run.steps_per_epoch, global_batch=run.global_batch,
+                           every_s=run.options.progress_every_s, device=device)]
+
+
+def fit(run: TrainingRun, model, dataset_fn, callback_list: list, initial_epoch: int) -> tuple[dict, float]:
+    """Keras fit over `dataset_fn` for the epochs left; returns the last epoch's metrics and the seconds taken."""
+    started = time.monotonic()
+    history = model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn), epochs=run.options.epochs,
+                        initial_epoch=initial_epoch, steps_per_epoch=run.steps_per_epoch, verbose=0,
+                        callbacks=callback_list)
+    final = {k: float(v[-1]) for k, v in history.history.items()} if history.history else {}
+    return final, time.monotonic() - started
+
+
+def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float, checkpoint: str,
+           device: str | None) -> RunSummary:
+    """Exports the last checkpoint's whole weights, checks them against `model`, and writes the run summary."""
+    options, files = run.options, run.files
+    whole = export.restore_whole(options, run.source.input_shape, run.source.num_classes, checkpoint,
+                                 device=device, io_device=device)
+    inputs = export.reference_inputs(run.source.split("test"))
+    trained = model(inputs, training=False).numpy()
+    exported = whole(inputs, training=False).numpy()
+    run.log.info("export check: largest difference between trained and exported predictions %.2e",
+                 float(np.abs(trained - exported).max()))
+    paths = export.export(whole, files.model_dir)
+    np.savez(files.reference_predictions, inputs=inputs, predictions=trained)
+    strategy = run.config.strategy
+    summary = RunSummary(
+        status=RunStatus.COMPLETE, options=dataclasses.asdict(options), epochs=options.epochs,
+        optimizer_steps=int(model.optimizer.iterations.numpy()), steps_per_epoch=run.steps_per_epoch,
+        global_batch=run.global_batch, strategy=options.strategy, workers=run.workers,
+        ps=len(run.config.jobs.get("ps", ())) if "ps" in strategy.server_jobs else 0,
+        train_seconds=round(train_seconds, 2), final_metrics=final_metrics, checkpoint=checkpoint, model=paths,
+        tensorboard=str(files.tensorboard), variable_placement=variable_placement(model))
+    write_summary(files, summary)
+    run.log.info("model exported to %s (.h5, SavedModel, .keras); summary %s", files.model_dir, files.summary)
+    return summary

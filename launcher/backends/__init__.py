@@ -1,0 +1,23 @@
+"""Where tasks run: the registry of backends, keyed by the kind of place; each module here implements base.Backend."""
+
+from __future__ import annotations
+
+from cluster.config import ClusterConfig
+from launcher.backends.base import Backend
+
+
+def hosts_backends(config: ClusterConfig) -> dict[str, Backend]:
+    """One backend per host of the cluster: LocalHost for this machine's names and addresses, SshHost otherwise."""
+    from launcher.backends.local import LocalHost, is_this_machine
+    from launcher.backends.ssh import SshHost
+
+    names = sorted({t.address.host for t in config.tasks()})
+    return {name: LocalHost(config, name) if is_this_machine(name) else SshHost(config, name) for name in names}
+
+
+BACKENDS = {"hosts": hosts_backends}
+
+
+def backends_for(config: ClusterConfig) -> dict[str, Backend]:
+    """The backends that run this cluster's tasks, by place name."""
+    return BACKENDS["hosts"](config)

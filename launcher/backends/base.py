@@ -1,0 +1,144 @@
+"""The backend seam: where a cluster's tasks run (this machine, an ssh host, ...), behind one typed interface.
+
+A backend serves the tasks of one place. The supervisor only ever calls these methods and reads these records;
+a new kind of place (a scheduler, a container platform) is one more module implementing `Backend`, registered
+in `launcher/backends/__init__.py`.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+from typing import Any, Callable
+
+from cluster.config import Task
+
+
+class HostError(Exception):
+    """Something went wrong reaching or running the agent on a place; the message says which and what."""
+
+
+class HostUnreachable(HostError):
+    """The place did not answer (down, cut off, or refusing us)."""
+
+
+class AgentFailed(HostError):
+    """The place answered, but what runs our tasks there failed (e.g. its python lacks the project's packages)."""
+
+
+class StopOutcome(str, enum.Enum):
+    STOPPED = "stopped"
+    KILLED = "killed after SIGTERM was ignored"
+    ALREADY_EXITED = "had already exited"
+    NOT_STARTED = "not started"
+
+    @property
+    def was_running(self) -> bool:
+        return self in (StopOutcome.STOPPED, StopOutcome.KILLED)
+
+
+def _record(cls, raw: dict):
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in raw.items() if k in names})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TaskStatus:
+    """One task as its place sees it now."""
+
+    task: str
+    pid: int | None
+    running: bool
+    exit_code: int | None
+    uptime_s: float
+    last_line: str
+    step: int | None = None  # the lead's optimizer step while it trains (from this process's progress file)
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "TaskStatus":
+        return _record(cls, raw)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StopResult:
+    """What stopping one task did."""
+
+    task: str
+    pid: int | None
+    outcome: StopOutcome
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "StopResult":
+        return cls(task=raw["task"], pid=raw.get("pid"), outcome=StopOutcome(raw["outcome"]))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PreflightReport:
+    """Problems that would stop tasks at a place (one line each), and its Python/TensorFlow versions."""
+
+    problems: list[str]
+    versions: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "PreflightReport":
+        return _record(cls, raw)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FirewallReport:
+    """The nftables table guarding a place's task ports."""
+
+    table: str
+    ports: list[int]
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "FirewallReport":
+        return _record(cls, raw)
+
+
+def as_json(record) -> dict:
+    """A record as the agent prints it (enums by value)."""
+    return {k: (v.value if isinstance(v, enum.Enum) else v) for k, v in dataclasses.asdict(record).items()}
+
+
+class Backend(abc.ABC):
+    """The tasks of one place: start, stop, status, logs, preflight and firewall, as typed records."""
+
+    name: str
+    is_remote: bool
+
+    def prepare(self, say: Callable[[str], None]) -> None:
+        """Makes the place ready before anything starts (copy code, install packages); nothing by default."""
+        return None
+
+    @abc.abstractmethod
+    def start(self, tasks: list[Task]) -> list[TaskStatus]:
+        """Starts each task unless it already runs."""
+
+    @abc.abstractmethod
+    def stop(self, tasks: list[Task]) -> list[StopResult]:
+        """Stops each task and everything it started; safe for tasks that are not running."""
+
+    @abc.abstractmethod
+    def status(self, tasks: list[Task]) -> list[TaskStatus]:
+        """Each task's state now."""
+
+    @abc.abstractmethod
+    def preflight(self, tasks: list[Task]) -> PreflightReport:
+        """What would stop these tasks here, found before any starts."""
+
+    def firewall_on(self, tasks: list[Task]) -> FirewallReport:
+        raise HostError(f"{self.name}: this backend has no firewall")
+
+    def firewall_off(self) -> bool:
+        """Removes this cluster's firewall table here; True when one was removed."""
+        return False
+
+    def drop_connections(self, peers: list[str]) -> int:
+        """Closes this place's connections to `host:port` peers that vanished; returns how many."""
+        return 0
+
+    def fetch_logs(self) -> None:
+        """Brings the task logs into the launcher's logs directory (nothing when they are already there)."""
+        return None

@@ -1,0 +1,70 @@
+"""The healing policy: what to do when a task ends or training stops advancing, apart from the loop that watches.
+
+The supervisor observes and carries out; this module only decides, from the strategy and the launcher settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from cluster.config import LauncherSettings
+from cluster.strategies import Strategy
+from common.errors import USER_ERROR_EXIT_CODE
+from launcher.records import TaskRecord
+
+
+class Action(enum.Enum):
+    FINISHED = "finished"  # a trainer or the evaluator did its job
+    RESTART = "restart"  # start it again after `delay_s`
+    DROP = "drop"  # a sidecar out of restarts: training goes on without it
+    FAIL_RUN = "fail the run"
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    action: Action
+    message: str
+    delay_s: float = 0.0
+    hold_chief: bool = False  # a ps died: its variables are gone, the chief waits until every ps is back
+    restart_group: bool = False  # collectives cannot lose a member: the other trainers restart too
+
+
+class HealingPolicy:
+    """Restarts with doubling backoff up to `max_restarts`; user errors (exit 2) never; a ps holds the chief."""
+
+    def __init__(self, settings: LauncherSettings, strategy: Strategy):
+        self.settings, self.strategy = settings, strategy
+
+    def finishes(self, record: TaskRecord) -> bool:
+        """Whether this task ends by itself when its work is done (trainers and the evaluator)."""
+        return record.task.job in (self.strategy.trainer_job, "evaluator")
+
+    def on_exit(self, record: TaskRecord, code: int | None) -> Decision:
+        name, job = record.name, record.task.job
+        if self.finishes(record) and code == 0:
+            return Decision(Action.FINISHED, f"{name} finished")
+        what = f"{name} exited with code {code}" if code is not None else f"{name} died"
+        if code == USER_ERROR_EXIT_CODE:
+            return Decision(Action.FAIL_RUN, f"{what} (a user error; not restarted): {record.last_line}")
+        if record.restarts >= self.settings.max_restarts:
+            used_up = f"{what} after {record.restarts} restarts (launcher.max_restarts)"
+            if job == "evaluator":
+                return Decision(Action.DROP, f"{used_up}; training goes on without it; last log line: "
+                                             f"{record.last_line}")
+            return Decision(Action.FAIL_RUN, f"{used_up}; last log line: {record.last_line}")
+        delay_s = self.settings.restart_backoff_s * 2 ** record.restarts
+        return Decision(Action.RESTART, f"{what}; restarting in {delay_s:.0f} s (restart {record.restarts + 1} of "
+                                        f"{self.settings.max_restarts})", delay_s=delay_s,
+                        hold_chief=job == "ps",
+                        restart_group=job == self.strategy.trainer_job and self.strategy.restarts_as_group)
+
+    def stall(self, lead: TaskRecord, servers_up: bool, now: float) -> str | None:
+        """Why the lead counts as stalled, or None: its optimizer step unchanged for stall_timeout_s while every
+        server is up. Judged only while it trains (not while it starts or exports); a slow but advancing run is
+        never touched."""
+        frozen_s = now - lead.step_changed_at
+        if lead.step is None or not servers_up or frozen_s <= self.settings.stall_timeout_s:
+            return None
+        return (f"{lead.name}'s optimizer step has not advanced from {lead.step} for {frozen_s:.0f} s "
+                "(launcher.stall_timeout_s) while every ps and worker is up")

@@ -1,0 +1,91 @@
+"""A whole run: preflight, start in order, supervise to the end, stop everything, report; in the foreground or not."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+
+from cluster.config import PROJECT_ROOT, ClusterConfig
+from common.errors import USER_ERROR_EXIT_CODE
+from launcher import process
+from launcher.console import LogFollower, say
+from launcher.preflight import PreflightFailed, check_cluster
+from launcher.report import final_report
+from launcher.status import write_status
+from launcher.supervisor import RunFailed, Supervisor
+
+LOG_FETCH_EVERY_S = 3.0
+
+
+def launcher_pid_path(config: ClusterConfig) -> Path:
+    return config.path(config.launcher.logs_dir) / "launcher.pid"
+
+
+def _raise_on_sigterm(signum, _frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def run_job(config: ClusterConfig) -> int:
+    """Preflight, start in order, supervise to the end, stop every task, report; returns the exit code."""
+    started = time.monotonic()
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    supervisor = Supervisor(config, say)
+    follower = LogFollower(config)
+    code, last_fetch = 1, 0.0
+
+    def tick():
+        nonlocal last_fetch
+        if time.monotonic() - last_fetch > LOG_FETCH_EVERY_S:
+            supervisor.fetch_logs()
+            last_fetch = time.monotonic()
+        follower.echo_new_lines()
+        write_status(config, supervisor, started)
+
+    try:
+        check_cluster(config, supervisor.hosts, say)
+        supervisor.start_cluster()
+        code = supervisor.run(on_tick=tick)
+    except PreflightFailed as failure:
+        for line in failure.lines:
+            say(f"preflight: {line}")
+        code = USER_ERROR_EXIT_CODE
+    except RunFailed as failure:
+        say(f"run failed: {failure}")
+    except KeyboardInterrupt:
+        say("interrupted: stopping every task")
+        code = 130
+    finally:
+        for line in supervisor.stop_everything():
+            say(line)
+        supervisor.fetch_logs(wait=True)
+        follower.echo_new_lines()
+        write_status(config, supervisor, started, finished=True)
+    for line in final_report(config, supervisor.records.values(), time.monotonic() - started):
+        say(line)
+    return code
+
+
+def start_in_background(config: ClusterConfig) -> None:
+    """Starts `run` in the background in its own session, with its output in logs/launcher.log."""
+    logs = config.path(config.launcher.logs_dir)
+    command = [sys.executable, "-m", "roles.launch", "run", str(config.source)]
+    _, record = process.start(command, cwd=PROJECT_ROOT, env=dict(os.environ),
+                              log_path=logs / "launcher.log", pid_path=launcher_pid_path(config))
+    say(f"running in the background (pid {record.pid}); log {logs / 'launcher.log'}; "
+        f"`sh run.sh status {shlex.quote(str(config.source))}` shows it, `sh kill.sh` stops it")
+
+
+def stop_all(config: ClusterConfig) -> list[str]:
+    """Stops a background launcher first (so it cannot heal what we stop), then every task on every host."""
+    lines = []
+    record = process.PidRecord.read(launcher_pid_path(config))
+    if record and process.is_running(record):
+        lines.append(f"launcher (pid {record.pid}): {process.stop(record, grace_s=60)}")
+    launcher_pid_path(config).unlink(missing_ok=True)
+    return lines + Supervisor(config, say).stop_everything()
+
+

@@ -1,0 +1,272 @@
+"""Runs a cluster to the end: start in order, watch every task, carry out the healing policy, stop everything."""
+
+from __future__ import annotations
+
+import time
+
+from cluster.config import ClusterConfig, Task
+from common import net
+from launcher.backends import backends_for
+from launcher.backends.base import AgentFailed, HostError, HostUnreachable, TaskStatus
+from launcher.firewall import FirewallError
+from launcher.healing import Action, HealingPolicy
+from launcher.records import DONE_STATES, BackgroundCalls, RunFailed, TaskRecord, TaskState
+
+__all__ = ["RunFailed", "Supervisor", "TaskState"]
+
+
+class Supervisor:
+    """Starts the cluster's tasks in order and keeps them alive until the trainers and evaluator are done.
+
+    The strategy table says which jobs run, which train (they exit when done; task 0 leads) and which serve.
+    """
+
+    def __init__(self, config: ClusterConfig, say):
+        self.config, self.say = config, say
+        self.settings, self.strategy = config.launcher, config.strategy
+        self.policy = HealingPolicy(config.launcher, config.strategy)
+        self.hosts = backends_for(config)
+        launched = config.strategy.launched_jobs  # records in the file's order, as status shows them
+        self.records = {t.name: TaskRecord(t) for t in config.tasks() if t.job in launched}
+        self.lead = self.records[config.lead.name]
+        self.background = BackgroundCalls()
+        self.chief_done_at: float | None = None
+
+    def _jobs(self, *jobs: str) -> list[TaskRecord]:
+        return [r for r in self.records.values() if r.task.job in jobs]
+
+    # ----- starting -------------------------------------------------------------------------------------
+    def start_servers(self) -> None:
+        """Every ps and worker (behind each host's allowlist if the firewall is on), once all their ports answer."""
+        if self.config.firewall:
+            for name, host in self.hosts.items():
+                rules = host.firewall_on([t for t in self.config.tasks() if t.address.host == name])
+                self.say(f"firewall on {name}: table {rules.table} guards ports {rules.ports}")
+        servers = self._jobs(*self.strategy.server_jobs)
+        if servers:
+            self._start(servers)
+            self._wait_for_servers([r.task for r in servers])
+
+    def start_cluster(self) -> None:
+        """ps and workers until their ports answer, then the trainers (the chief), then the evaluator."""
+        self.start_servers()
+        self._start(self._jobs(self.strategy.trainer_job))
+        self._start(self._jobs("evaluator"))
+
+    def _start(self, records: list[TaskRecord]) -> None:
+        by_host: dict[str, list[TaskRecord]] = {}
+        for record in records:
+            by_host.setdefault(record.host, []).append(record)
+        for name, group in by_host.items():
+            rows = self.hosts[name].start([r.task for r in group])
+            for record, row in zip(group, rows, strict=True):
+                record.state, record.pid, record.exit_code, record.step = TaskState.STARTING, row.pid, None, None
+                record.started_at = record.step_changed_at = time.monotonic()
+                self.say(f"{record.name} started on {name} (pid {row.pid})")
+
+    def _wait_for_servers(self, tasks: list[Task]) -> None:
+        silent = net.wait_until_listening(tasks, self.settings.ready_timeout_s)
+        if silent:
+            raise RunFailed("did not come up within {:.0f} s: {}".format(
+                self.settings.ready_timeout_s, ", ".join(f"{t.name} ({self.records[t.name].last_line or 'no log'})"
+                                                         for t in silent)))
+        for task in tasks:
+            self.records[task.name].state = TaskState.RUNNING
+        self.say("ready: " + ", ".join(t.name for t in tasks))
+
+    # ----- watching -------------------------------------------------------------------------------------
+    def run(self, on_tick=lambda: None) -> int:
+        """The loop: observe, heal, and return the lead trainer's exit code once trainers and evaluator are done."""
+        while True:
+            self._observe()
+            self._heal()
+            on_tick()
+            if self._finished():
+                return self.lead.exit_code or 0
+            time.sleep(self.settings.poll_s)
+
+    def _observe(self) -> None:
+        for name, host in self.hosts.items():
+            tasks = [r.task for r in self.records.values() if r.host == name and r.state not in DONE_STATES]
+            if not tasks:
+                continue
+            if not host.is_remote:
+                self._apply(host.status(tasks), asked_at=time.monotonic())
+                continue
+            answer = self.background.take(f"status {name}", lambda host=host, tasks=tasks: (
+                time.monotonic(), host.status(tasks)))
+            if answer is None:
+                continue
+            try:
+                asked_at, rows = answer.result()
+                self._apply(rows, asked_at)
+            except HostUnreachable as error:
+                self._host_lost([self.records[t.name] for t in tasks], str(error))
+            except AgentFailed as error:
+                raise RunFailed(str(error)) from None
+
+    def _apply(self, rows: list[TaskStatus], asked_at: float) -> None:
+        """Takes rows into the records, except rows asked before a task's latest start (they describe the past)."""
+        for row in rows:
+            record = self.records[row.task]
+            if record.started_at <= asked_at and record.state not in (*DONE_STATES, TaskState.RESTARTING):
+                self._update(record, row)
+
+    def _host_lost(self, records: list[TaskRecord], reason: str) -> None:
+        newly_lost = [r for r in records if r.state != TaskState.LOST]
+        for record in newly_lost:
+            self.say(f"{record.name} lost: {reason}")
+            record.state = TaskState.LOST
+        self._cut_chief_from([r.task for r in newly_lost if r.task.job in self.strategy.server_jobs])
+
+    def _cut_chief_from(self, tasks: list[Task]) -> None:
+        """A host cut off the network drops packets without closing connections, and TensorFlow would wait on
+        it forever: close the chief's connections to its tasks, so their calls fail and training moves on."""
+        if not tasks or self.lead.state not in (TaskState.RUNNING, TaskState.STARTING):
+            return
+        try:
+            self.hosts[self.lead.host].drop_connections([str(t.address) for t in tasks])
+            self.say(f"closed {self.lead.name}'s connections to {', '.join(t.name for t in tasks)}: training goes "
+                     "on without them (a lost ps stops the chief, which is restarted)")
+        except HostError as error:
+            self.say(f"could not close {self.lead.name}'s connections to the lost tasks: {error}")
+
+    def _update(self, record: TaskRecord, row: TaskStatus) -> None:
+        record.last_line, record.pid, record.uptime_s = row.last_line, row.pid, row.uptime_s
+        if row.step != record.step:
+            record.step, record.step_changed_at = row.step, time.monotonic()
+        if not row.running:
+            if record.state in (TaskState.RUNNING, TaskState.STARTING, TaskState.LOST):
+                self._exited(record, row.exit_code)
+            return
+        if record.state == TaskState.LOST:
+            self.say(f"{record.name} is back")
+        if record.state in (TaskState.LOST, TaskState.STARTING) and (
+                record.task.job not in self.strategy.server_jobs or net.answers(*_host_port(record.task))):
+            record.state = TaskState.RUNNING
+
+    def _exited(self, record: TaskRecord, code: int | None) -> None:
+        record.exit_code = code
+        decision = self.policy.on_exit(record, code)
+        self.say(decision.message)
+        if decision.action == Action.FINISHED:
+            record.state = TaskState.EXITED
+            if record is self.lead:
+                self.chief_done_at = time.monotonic()
+        elif decision.action == Action.DROP:
+            record.state = TaskState.FAILED
+        elif decision.action == Action.FAIL_RUN:
+            record.state = TaskState.FAILED
+            raise RunFailed(decision.message)
+        else:
+            record.state, record.restart_at = TaskState.RESTARTING, time.monotonic() + decision.delay_s
+            record.counts_as_restart = True
+            if decision.hold_chief:
+                self._hold_lead_for_ps()
+            if decision.restart_group:
+                self._restart_group_with(record)
+
+    def _restart_group_with(self, failed: TaskRecord) -> None:
+        """Collectives cannot lose a member: stop the other trainers and start them all again together."""
+        others = [r for r in self._jobs(self.strategy.trainer_job) if r is not failed
+                  and r.state not in (*DONE_STATES, TaskState.RESTARTING)]
+        for record in others:
+            self.hosts[record.host].stop([record.task])
+            record.state, record.restart_at, record.counts_as_restart = TaskState.RESTARTING, failed.restart_at, False
+        if others:
+            self.say(f"stopped {', '.join(r.name for r in others)}: the whole group restarts with "
+                     f"{failed.name} and resumes from the last checkpoint")
+
+    def _hold_lead_for_ps(self) -> None:
+        """A lost ps takes its variables with it: stop the chief now, start it again once every ps is back."""
+        chief = self.lead
+        if chief.state in DONE_STATES:
+            return
+        if chief.state != TaskState.RESTARTING:
+            self.hosts[chief.host].stop([chief.task])
+            self.say(f"{chief.name} stopped until every ps is back; it will resume from its last checkpoint")
+        chief.state, chief.restart_at, chief.counts_as_restart = TaskState.RESTARTING, float("inf"), False
+
+    # ----- healing --------------------------------------------------------------------------------------
+    def _heal(self) -> None:
+        now = time.monotonic()
+        if self.lead.restart_at == float("inf") and all(r.state == TaskState.RUNNING for r in self._jobs("ps")):
+            self.lead.restart_at = now  # every ps is back
+        for record in self.records.values():
+            if record.state == TaskState.RESTARTING and now >= record.restart_at:
+                record.restarts += int(record.counts_as_restart)
+                self._start([record])
+        self._watch_for_stall(now)
+
+    def _watch_for_stall(self, now: float) -> None:
+        lead = self.lead
+        if lead.state == TaskState.LOST and now - lead.step_changed_at > self.settings.stall_timeout_s:
+            raise RunFailed(f"{lead.name}'s host {lead.host} has not answered for "
+                            f"{now - lead.step_changed_at:.0f} s")
+        servers_up = all(r.state == TaskState.RUNNING for r in self._jobs(*self.strategy.server_jobs))
+        reason = self.policy.stall(lead, servers_up, now) if lead.state == TaskState.RUNNING else None
+        if reason:
+            self.say(f"stall: {reason}; restarting it")
+            self.hosts[lead.host].stop([lead.task])
+            self._exited(lead, None)
+
+    def _finished(self) -> bool:
+        if self.chief_done_at is None:
+            return False
+        waiting = [r for r in self.records.values() if self.policy.finishes(r) and r.state not in DONE_STATES]
+        grace_s = self.config.evaluation.idle_timeout_s + 60
+        if waiting and time.monotonic() - self.chief_done_at > grace_s:
+            self.say(f"{', '.join(r.name for r in waiting)} still running {grace_s:.0f} s after training "
+                     "ended; stopping it")
+            return True
+        return not waiting
+
+    # ----- stopping -------------------------------------------------------------------------------------
+    def stop_everything(self) -> list[str]:
+        """Stops every task, evaluator and chief first, on every host that answers; returns one line each."""
+        lines = []
+        for job in reversed(("ps", "worker", "chief", "evaluator")):
+            for name, host in self.hosts.items():
+                tasks = [t for t in self.config.tasks((job,)) if t.address.host == name]
+                if tasks:
+                    lines += self._stop_on(host, tasks)
+        return lines + self._remove_firewalls()
+
+    def _stop_on(self, host, tasks: list[Task]) -> list[str]:
+        try:
+            results = host.stop(tasks)
+        except HostError as error:
+            return [f"{t.name}: not stopped, {error}" for t in tasks]
+        lines = []
+        for result in results:
+            if result.outcome.was_running:
+                if result.task in self.records:
+                    self.records[result.task].state = TaskState.STOPPED
+                lines.append(f"{result.task} (pid {result.pid}): {result.outcome.value}")
+        return lines
+
+    def _remove_firewalls(self) -> list[str]:
+        """Deletes this cluster's nftables table wherever one is left (also when the file no longer asks for it)."""
+        lines = []
+        for name, host in self.hosts.items():
+            try:
+                if host.firewall_off():
+                    lines.append(f"firewall on {name} removed")
+            except (HostError, FirewallError) as error:
+                if self.config.firewall:
+                    lines.append(f"firewall on {name} not removed: {error}")
+        return lines
+
+    def fetch_logs(self, wait: bool = False) -> None:
+        """Copies remote logs here in the background (or now, with `wait`, at the end of a run)."""
+        for name, host in self.hosts.items():
+            if not host.is_remote:
+                continue
+            if wait:
+                host.fetch_logs()
+            else:
+                self.background.take(f"logs {name}", host.fetch_logs)
+
+
+def _host_port(task: Task) -> tuple[str, int]:
+    return task.address.host, task.address.port
