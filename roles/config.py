@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import json
 import re
 from pathlib import Path
 from types import MappingProxyType
@@ -12,8 +11,9 @@ from typing import Any, Mapping
 
 from coordinator.options import MULTI_WORKER_MIRRORED, PARAMETER_SERVER, TrainingOptions, parse_training_options
 from evaluator.options import EvaluationOptions, parse_evaluation_options
+from roles import crosschecks, jsonfile
 from roles.errors import Problem, UserError
-from roles.fields import Check, is_int, parse_section, positive_number
+from roles.fields import INT32_MAX, MAX_SECONDS, Check, int_in, is_int, parse_section, seconds, seconds_check
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 JOBS = ("chief", "worker", "ps", "evaluator")
@@ -37,11 +37,21 @@ class Address:
     port: int
 
     def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
     @property
     def is_loopback(self) -> bool:
-        return self.host in LOOPBACK_NAMES or _ip_is(self.host, "is_loopback")
+        return self.host.lower().rstrip(".") in LOOPBACK_NAMES or _ip_is(self.host, "is_loopback")
+
+    @property
+    def place(self) -> tuple[str, int]:
+        """Where the port really is: loopback and unspecified (0.0.0.0, ::) names are all this machine, IP
+        spellings are normalised (::ffff:10.0.0.1 is 10.0.0.1), host names compare without case."""
+        ip = _ip(self.host)
+        ip = ip.ipv4_mapped or ip if isinstance(ip, ipaddress.IPv6Address) else ip
+        if self.is_loopback or (ip and ip.is_unspecified) or (ip and ip.is_loopback):
+            return ("this machine", self.port)
+        return (str(ip) if ip else self.host.lower().rstrip("."), self.port)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,17 +132,8 @@ class ClusterConfig:
 
 def load(path: str | Path) -> ClusterConfig:
     """Reads and validates cluster.json, raising one UserError that lists every problem."""
-    path = Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except OSError as error:
-        raise UserError(Problem("file", str(path), f"cannot be read ({error.strerror})",
-                                "pass --cluster with the path of an existing cluster.json")) from None
-    except json.JSONDecodeError as error:
-        raise UserError(Problem(f"line {error.lineno} column {error.colno}", error.msg, "invalid JSON",
-                                "fix the JSON syntax there (a trailing comma or a missing quote?)"),
-                        source=str(path)) from None
-    return parse(raw, path)
+    path = Path(str(path))  # Fire turns a file named 123 into an int
+    return parse(jsonfile.read_document(path), path)
 
 
 def parse(raw: Any, source: Path) -> ClusterConfig:
@@ -168,11 +169,20 @@ def parse(raw: Any, source: Path) -> ClusterConfig:
                              problems)
     problems += training_problems
     evaluation = _parse_or_collect(parse_evaluation_options, _section(raw, "evaluation", problems), problems)
+    if not problems:  # checks across sections, once each section is right (no echoes of a section's mistake)
+        problems += _cross_section_problems(jobs, hosts, training, evaluation, launcher)
     if problems:
         raise UserError(problems, source=str(source))
     return ClusterConfig(source=source.resolve(), jobs=MappingProxyType(jobs), hosts=MappingProxyType(hosts),
                          training=training, evaluation=evaluation, launcher=launcher,
                          allow_public_addresses=allow_public, firewall=firewall)
+
+
+def _cross_section_problems(jobs, hosts, training, evaluation, launcher) -> list[Problem]:
+    return [*crosschecks.unknown_host_problems(hosts, jobs), *crosschecks.duplicate_gpu_problems(hosts),
+            *crosschecks.evaluator_placement_problems(jobs, training),
+            *crosschecks.best_metric_problems(training, evaluation),
+            *crosschecks.directory_problems(training, launcher.logs_dir, PROJECT_ROOT)]
 
 
 def _parse_or_collect(parse, raw: dict, problems: list[Problem]):
@@ -215,7 +225,8 @@ def _parse_cluster(cluster: Any, allow_public: bool, strategy: str,
 def _parse_address(field: str, entry: Any, allow_public: bool, problems: list[Problem]) -> Address | None:
     match = ADDRESS.match(entry) if isinstance(entry, str) else None
     if not match:
-        problems.append(Problem(field, entry, "is not host:port", 'use e.g. "localhost:2222" or "10.0.0.5:2222"'))
+        problems.append(Problem(field, entry, "is not host:port", 'use e.g. "localhost:2222" or "10.0.0.5:2222" '
+                                '(an IPv6 address goes in brackets: "[fd00::5]:2222")'))
         return None
     host, port_text = match["host"], match["port"]
     if not (port_text.isdigit() and 1 <= int(port_text) <= 65535):
@@ -262,7 +273,7 @@ def _check_duplicates(jobs: dict[str, tuple[Address, ...]], problems: list[Probl
     seen: dict[tuple[str, int], str] = {}
     for job, addresses in jobs.items():
         for index, address in enumerate(addresses):
-            key = ("loopback" if address.is_loopback else address.host, address.port)
+            key = address.place
             if key in seen:
                 problems.append(Problem(f"cluster.{job}[{index}]", str(address), f"is also used by {seen[key]}",
                                         "give every task its own host:port"))
@@ -298,7 +309,7 @@ HOST_CHECKS = {
                       "use 22 unless sshd listens elsewhere"),
     "workdir": _or_null(_safe_path("/srv/pscluster")),
     "python": _safe_path(".venv/bin/python"),
-    "gpus": Check(lambda v: isinstance(v, list) and all(is_int(g) and g >= 0 for g in v),
+    "gpus": Check(lambda v: isinstance(v, list) and all(int_in(0, 1023)(g) for g in v),
                   "must be a list of non-negative GPU ids", "use e.g. [0, 1], or [] for CPU only"),
     "tf_package": Check(lambda v: v is None or (isinstance(v, str) and bool(PACKAGE.match(v))),
                         "must be a pinned TensorFlow wheel", "use e.g. tensorflow[and-cuda]==2.21.0, or null for "
@@ -306,20 +317,20 @@ HOST_CHECKS = {
 }
 LAUNCHER_CHECKS = {
     "logs_dir": _safe_path("logs"),
-    "ready_timeout_s": Check(positive_number, "must be a positive number of seconds", "use e.g. 60"),
+    "ready_timeout_s": seconds_check("60"),
     "ssh_identity": _or_null(_safe_path("~/.ssh/id_ed25519")),
     "ssh_known_hosts": _or_null(_safe_path("~/.ssh/known_hosts")),
     "ssh_host_keys": Check(lambda v: v in ("accept-new", "strict"), "must be accept-new or strict",
                            "use strict to refuse hosts missing from known_hosts, accept-new to record them "
                            "on first contact"),
-    "ssh_connect_timeout_s": Check(lambda v: is_int(v) and v > 0, "must be a positive whole number of seconds",
+    "ssh_connect_timeout_s": Check(int_in(1, 3600), "must be a whole number of seconds from 1 to 3600",
                                    "use e.g. 10"),
-    "max_restarts": Check(lambda v: is_int(v) and v >= 0, "must be a non-negative integer",
+    "max_restarts": Check(int_in(0, INT32_MAX), f"must be an integer from 0 to {INT32_MAX}",
                           "use e.g. 3 (0 turns healing off)"),
-    "restart_backoff_s": Check(positive_number, "must be a positive number of seconds", "use e.g. 2"),
-    "stall_timeout_s": Check(positive_number, "must be a positive number of seconds",
+    "restart_backoff_s": seconds_check("2"),
+    "stall_timeout_s": Check(seconds, f"must be a positive number of seconds, at most {MAX_SECONDS}",
                              "use more than one epoch's duration, e.g. 900"),
-    "poll_s": Check(positive_number, "must be a positive number of seconds", "use e.g. 1"),
+    "poll_s": seconds_check("1"),
 }
 
 

@@ -70,7 +70,7 @@ CASES = [
     ("fewer gpus than workers", set_path("hosts", "localhost", "gpus", value=[0]), "fewer GPUs than the 2 workers"),
     ("unknown training option", set_path("training", "epoch", value=3), "training.epoch = 3: unknown setting"),
     ("unknown model", set_path("training", "model", value="vgg"), "training.model = 'vgg': unknown model"),
-    ("zero epochs", set_path("training", "epochs", value=0), "training.epochs = 0: must be a positive integer"),
+    ("zero epochs", set_path("training", "epochs", value=0), "training.epochs = 0: must be an integer from 1 to 2147483647"),
     ("negative batch", set_path("training", "per_worker_batch", value=-8), "training.per_worker_batch = -8"),
     ("one checkpoint kept", set_path("training", "keep_checkpoints", value=1), "keep at least 2"),
     ("launcher setting", set_path("launcher", "ready_timeout_s", value=-1), "launcher.ready_timeout_s = -1"),
