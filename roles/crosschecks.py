@@ -62,19 +62,20 @@ def lead_address(jobs: Mapping[str, tuple], training: TrainingOptions):
 
 
 def evaluator_placement_problems(jobs: Mapping[str, tuple], training: TrainingOptions) -> list[Problem]:
-    """The evaluator reads the lead trainer's checkpoints from its output_dir: it must run on the same host."""
+    """The evaluator reads the lead trainer's checkpoints from its output_dir: it must run on the same host.
+    A loopback address and a host name may both be this machine: the launcher's preflight judges that pair."""
     lead, evaluators = lead_address(jobs, training), jobs.get("evaluator", ())
-    if not (lead and evaluators) or _same_host(lead.host, evaluators[0].host):
+    if not (lead and evaluators) or "this machine" in (lead.place[0], evaluators[0].place[0]):
         return []
+    if lead.place[0] == evaluators[0].place[0]:
+        return []
+    return [evaluator_problem(evaluators[0], lead, training)]
+
+
+def evaluator_problem(evaluator, lead, training: TrainingOptions) -> Problem:
     who = "worker 0" if training.strategy == MULTI_WORKER_MIRRORED else "the chief"
-    return [Problem("cluster.evaluator[0]", str(evaluators[0]), f"runs on another host than {who} ({lead}), whose "
-                    "output_dir it must read", f'put it on {lead.host}, e.g. "{lead.host}:{evaluators[0].port}"')]
-
-
-def _same_host(a: str, b: str) -> bool:
-    from roles.config import Address  # here: roles.config imports this module
-
-    return host_key(a) == host_key(b) or (Address(a, 1).is_loopback and Address(b, 1).is_loopback)
+    return Problem("cluster.evaluator[0]", str(evaluator), f"runs on another host than {who} ({lead}), whose "
+                   "output_dir it must read", f'put it on {lead.host}, e.g. "{lead.host}:{evaluator.port}"')
 
 
 def directory_problems(training: TrainingOptions, logs_dir: str, root: Path) -> list[Problem]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import data
-from roles import hostctl, taskspec
+from roles import crosschecks, hostctl, taskspec
 from roles.config import PROJECT_ROOT, ClusterConfig
 from roles.errors import Problem, UserError
 from roles.hosts import AgentFailed, HostUnreachable
@@ -54,10 +54,22 @@ def loopback_problems(config: ClusterConfig, hosts: dict) -> list[Problem]:
                     "can reach") for field, task in _launched(config) if task.address.place[0] == "this machine"]
 
 
+def evaluator_host_problems(config: ClusterConfig, hosts: dict) -> list[Problem]:
+    """The evaluator must share the lead trainer's machine (validation judged every pair but loopback vs name)."""
+    lead, evaluators = crosschecks.lead_address(config.jobs, config.training), config.jobs.get("evaluator", ())
+    if not (lead and evaluators):
+        return []
+    lead_host, evaluator_host = hosts[lead.host], hosts[evaluators[0].host]
+    if not (lead_host.is_remote or evaluator_host.is_remote) or lead_host is evaluator_host:
+        return []
+    return [crosschecks.evaluator_problem(evaluators[0], lead, config.training)]
+
+
 def check_cluster(config: ClusterConfig, hosts: dict, say) -> None:
     """Checks placement and the data set (when the lead trainer runs here), syncs remote hosts, then checks ports,
     disk, the lead's output, the firewall's needs and versions on every host that runs a task."""
-    problems = same_port_problems(config, hosts) + loopback_problems(config, hosts)
+    problems = [*same_port_problems(config, hosts), *loopback_problems(config, hosts),
+                *evaluator_host_problems(config, hosts)]
     if problems:
         raise UserError(problems, source=str(config.source))
     if not hosts[taskspec.lead_task(config).address.host].is_remote:
