@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from common.fields import Check, parse_or_raise, positive_int, positive_number
+from common.fields import INT32_MAX, Check, int_in, parse_or_raise, positive_int, seconds_check
 
 
 def _option(default, help_text: str):
@@ -28,10 +28,10 @@ CHECKS = {
     "best_metric": Check(lambda v: isinstance(v, str) and v.startswith("val_") and len(v) > 4,
                          "must name a validation metric", "use val_accuracy, val_loss or val_<metric>"),
     "best_mode": Check(lambda v: v in ("max", "min"), "must be max or min", "use max for accuracy, min for loss"),
-    "idle_timeout_s": Check(positive_number, "must be a positive number of seconds", "use e.g. 600"),
-    "poll_s": Check(positive_number, "must be a positive number of seconds", "use e.g. 2"),
-    "batch": Check(positive_int, "must be a positive integer", "use e.g. 256"),
-    "read_retries": Check(positive_int, "must be a positive integer", "use e.g. 3"),
+    "idle_timeout_s": seconds_check("600"),
+    "poll_s": seconds_check("2"),
+    "batch": Check(positive_int, f"must be an integer from 1 to {INT32_MAX}", "use e.g. 256"),
+    "read_retries": Check(int_in(1, 1000), "must be an integer from 1 to 1000", "use e.g. 3"),
 }
 
 

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 USER_ERROR_EXIT_CODE = 2  # the launcher does not restart a task that exits with it
 CLUSTER_UNAVAILABLE_EXIT_CODE = 3  # a task this one needs did not answer; restarting may help
+MAX_VALUE_CHARS = 200  # a value echoed in an error is cut after this many characters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,8 +22,21 @@ class Problem:
     fix: str
 
     def line(self, source: str = "") -> str:
+        return f"error: {self.text(source)}"
+
+    def text(self, source: str = "") -> str:
+        """The line without its `error: ` prefix; always one line, however odd the field or value."""
         where = f"{source}: " if source else ""
-        return f"error: {where}{self.field} = {self.value!r}: {self.problem}; {self.fix}"
+        return f"{where}{printable(self.field)} = {shortened(repr(self.value))}: {self.problem}; {self.fix}"
+
+
+def printable(text: str) -> str:
+    """`text` with line breaks and other control characters escaped, so a key from the file cannot split a line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def shortened(text: str, limit: int = MAX_VALUE_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 class UserError(Exception):

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Mapping, NamedTuple
 
 from common.errors import Problem, UserError
+
+
+INT32_MAX = 2**31 - 1  # TensorFlow keeps sizes, steps and counts in int32 or int64; beyond this they overflow
+MAX_SECONDS = 10_000_000  # about 116 days; time.sleep and subprocess timeouts overflow on far larger values
 
 
 class Check(NamedTuple):
@@ -21,11 +26,21 @@ def is_int(value: Any) -> bool:
 
 
 def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """An int or a finite float (JSON text may hold NaN or Infinity, or 1e999, which Python reads as inf)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def positive_int(value: Any) -> bool:
-    return is_int(value) and value > 0
+    return is_int(value) and 0 < value <= INT32_MAX
+
+
+def int_in(low: int, high: int) -> Callable[[Any], bool]:
+    return lambda value: is_int(value) and low <= value <= high
+
+
+def seconds(value: Any) -> bool:
+    """A positive duration that sleeps and timeouts accept."""
+    return is_number(value) and 0 < value <= MAX_SECONDS
 
 
 def optional_positive_int(value: Any) -> bool:
@@ -34,6 +49,10 @@ def optional_positive_int(value: Any) -> bool:
 
 def positive_number(value: Any) -> bool:
     return is_number(value) and value > 0
+
+
+def seconds_check(example: str) -> Check:
+    return Check(seconds, f"must be a positive number of seconds, at most {MAX_SECONDS}", f"use e.g. {example}")
 
 
 def field_help(cls) -> str:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from cluster.training_options import (FILE_DATASETS, IMAGE_SIZE, SYNTHETIC_EXAMPLES, SYNTHETIC_SHAPE,
+from cluster.training_options import (FILE_DATASETS, IMAGE_SIZE, ONE_HOT_LOSSES, SYNTHETIC_EXAMPLES, SYNTHETIC_SHAPE,
                                       TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY)
 from data import layouts
-ONE_HOT_LOSSES = ("categorical_crossentropy", "categorical_focal_crossentropy", "categorical_hinge")
 LAYOUTS = {"image_folder": layouts.image_folders, "cifar10": layouts.cifar10, "mnist": layouts.mnist,
            "tfrecord": layouts.tfrecord_files}
 

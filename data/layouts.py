@@ -62,6 +62,9 @@ def data_root(dataset: str, data_dir: str | None, base_dir: Path) -> Path:
         raise UserError(Problem("training.data_dir", data_dir, f"{root} does not exist",
                                 f"give the directory that holds {WHAT_TO_GIVE[dataset]}, at the same path on the "
                                 "chief, every worker and the evaluator host"))
+    if not root.is_dir():
+        raise UserError(Problem("training.data_dir", data_dir, f"{root} is a file, not a directory",
+                                f"give the directory that holds {WHAT_TO_GIVE[dataset]}"))
     return root
 
 

@@ -98,6 +98,7 @@ def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 51
                 running and process.group_alive(running)):
             problems.append(f"{task.name}: port {task.address.port} on {task.address.host} is already in use; "
                             "stop what holds it (`sh kill.sh` if it is an old run) or change the port")
+    problems += machine_problems(config, tasks)
     free = shutil.disk_usage(PROJECT_ROOT).free
     if free < min_free_bytes:
         problems.append(f"only {free >> 20} MiB free under {PROJECT_ROOT}; free at least "
@@ -113,6 +114,25 @@ def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 51
         except OSError as error:
             problems.append(f"{lead.name}: output_dir {output} is not writable ({error.strerror}); fix its "
                             "permissions or set training.output_dir")
+    return problems
+
+
+def machine_problems(config: ClusterConfig, tasks: list[Task]) -> list[str]:
+    """What this host lacks for these tasks: the firewall's root and nft, each task host's python."""
+    where = f"{config.source.name}: "
+    problems = []
+    missing = [what for what, present in (("root", os.geteuid() == 0), ("nft", shutil.which("nft"))) if not present]
+    if config.firewall and missing:
+        problems.append(f"{where}security.firewall = True: {socket.gethostname()} has no {' and no '.join(missing)}"
+                        "; run the launcher as root on hosts with nftables (apt-get install nftables), or set "
+                        '"firewall": false')
+    for name in sorted({t.address.host for t in tasks}):
+        python = config.host(name).python
+        found = shutil.which(python if os.path.isabs(python) or "/" not in python else str(PROJECT_ROOT / python))
+        if not found:
+            problems.append(f"{where}hosts.{name}.python = {python!r}: no such executable on {socket.gethostname()} "
+                            f"(from {PROJECT_ROOT}); use .venv/bin/python (sh run.sh creates it) or the absolute "
+                            "path of a python that has the project's packages")
     return problems
 
 

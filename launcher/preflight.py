@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import data
+from cluster import crosschecks
 from cluster.config import PROJECT_ROOT, ClusterConfig
+from common.errors import Problem, UserError
 from launcher import agent
 from launcher.backends.base import AgentFailed, HostUnreachable
 
@@ -27,9 +29,50 @@ def exposure_warning(config: ClusterConfig) -> str | None:
             "Keep these hosts on a private network.")
 
 
+def _launched(config: ClusterConfig) -> list:
+    return [(f"cluster.{t.job}[{t.index}]", t) for t in config.launched_tasks()]
+
+
+def same_port_problems(config: ClusterConfig, hosts: dict) -> list[Problem]:
+    """Two tasks on this machine (by any of its names or addresses) on one port: the second could never start."""
+    seen, problems = {}, []
+    for field, task in _launched(config):
+        key = ("this machine", task.address.port) if not hosts[task.address.host].is_remote else task.address.place
+        if key in seen:
+            problems.append(Problem(field, str(task.address), f"is the same port on the same machine as {seen[key]}",
+                                    "give every task its own port"))
+        seen.setdefault(key, f"{field} ({task.address})")
+    return problems
+
+
+def loopback_problems(config: ClusterConfig, hosts: dict) -> list[Problem]:
+    """A loopback address means each host itself: tasks on other hosts could never reach it."""
+    remote = sorted(name for name, host in hosts.items() if host.is_remote)
+    if not remote:
+        return []
+    return [Problem(field, str(task.address), f"is this machine only, but tasks on {', '.join(remote)} connect to it "
+                    "too and would reach themselves", "use a name or address of this machine that the other hosts "
+                    "can reach") for field, task in _launched(config) if task.address.place[0] == "this machine"]
+
+
+def evaluator_host_problems(config: ClusterConfig, hosts: dict) -> list[Problem]:
+    """The evaluator must share the lead trainer's machine (validation judged every pair but loopback vs name)."""
+    lead, evaluators = crosschecks.lead_address(config.jobs, config.training), config.jobs.get("evaluator", ())
+    if not (lead and evaluators):
+        return []
+    lead_host, evaluator_host = hosts[lead.host], hosts[evaluators[0].host]
+    if not (lead_host.is_remote or evaluator_host.is_remote) or lead_host is evaluator_host:
+        return []
+    return [crosschecks.evaluator_problem(evaluators[0], lead, config.training)]
+
+
 def check_cluster(config: ClusterConfig, hosts: dict, say) -> None:
-    """Checks the data set (when the lead trainer runs here), syncs remote hosts, then checks ports, disk, the
-    lead's output and versions on every host that runs a task."""
+    """Checks placement and the data set (when the lead trainer runs here), syncs remote hosts, then checks ports,
+    disk, the lead's output, the firewall's needs and versions on every host that runs a task."""
+    problems = [*same_port_problems(config, hosts), *loopback_problems(config, hosts),
+                *evaluator_host_problems(config, hosts)]
+    if problems:
+        raise UserError(problems, source=str(config.source))
     if not hosts[config.lead.address.host].is_remote:
         data.preflight(config.training, PROJECT_ROOT)  # a data mistake: one line per problem, exit 2
     warning = exposure_warning(config)

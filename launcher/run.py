@@ -35,7 +35,7 @@ def run_job(config: ClusterConfig) -> int:
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     supervisor = Supervisor(config, say)
     follower = LogFollower(config)
-    code, last_fetch = 1, 0.0
+    code, last_fetch, preflight_failed = 1, 0.0, False
 
     def tick():
         nonlocal last_fetch
@@ -49,10 +49,10 @@ def run_job(config: ClusterConfig) -> int:
         check_cluster(config, supervisor.hosts, say)
         supervisor.start_cluster()
         code = supervisor.run(on_tick=tick)
-    except PreflightFailed as failure:
+    except PreflightFailed as failure:  # nothing started: the problems alone, as for a mistake in the file
         for line in failure.lines:
-            say(f"preflight: {line}")
-        code = USER_ERROR_EXIT_CODE
+            print(f"[launcher] error: {line}", file=sys.stderr, flush=True)
+        code, preflight_failed = USER_ERROR_EXIT_CODE, True
     except RunFailed as failure:
         say(f"run failed: {failure}")
     except KeyboardInterrupt:
@@ -64,7 +64,8 @@ def run_job(config: ClusterConfig) -> int:
         supervisor.fetch_logs(wait=True)
         follower.echo_new_lines()
         write_status(config, supervisor, started, finished=True)
-    for line in final_report(config, supervisor.records.values(), time.monotonic() - started):
+    for line in [] if preflight_failed else final_report(config, supervisor.records.values(),
+                                                         time.monotonic() - started):
         say(line)
     return code
 

@@ -70,10 +70,55 @@ CASES = [
     ("fewer gpus than workers", set_path("hosts", "localhost", "gpus", value=[0]), "fewer GPUs than the 2 workers"),
     ("unknown training option", set_path("training", "epoch", value=3), "training.epoch = 3: unknown setting"),
     ("unknown model", set_path("training", "model", value="vgg"), "training.model = 'vgg': unknown model"),
-    ("zero epochs", set_path("training", "epochs", value=0), "training.epochs = 0: must be a positive integer"),
+    ("zero epochs", set_path("training", "epochs", value=0),
+     "training.epochs = 0: must be an integer from 1 to 2147483647"),
     ("negative batch", set_path("training", "per_worker_batch", value=-8), "training.per_worker_batch = -8"),
     ("one checkpoint kept", set_path("training", "keep_checkpoints", value=1), "keep at least 2"),
     ("launcher setting", set_path("launcher", "ready_timeout_s", value=-1), "launcher.ready_timeout_s = -1"),
+    ("negative seed", set_path("training", "seed", value=-1), "training.seed = -1: must be an integer from 0 to"),
+    ("seed past numpy's range", set_path("training", "seed", value=2**32), "training.seed = 4294967296"),
+    ("batch past int32", set_path("training", "per_worker_batch", value=2**40), "training.per_worker_batch"),
+    ("endless timeout", set_path("launcher", "stall_timeout_s", value=1e300), "at most 10000000"),
+    ("unknown loss", set_path("training", "loss", value="crossentropy"), "training.loss = 'crossentropy': unknown"),
+    ("regression loss on class labels", set_path("training", "loss", value="mse"), "unknown loss for class labels"),
+    ("unknown metric", set_path("training", "metrics", value=["acuracy"]), "training.metrics = ['acuracy']"),
+    ("metric for the other labels", lambda d: d.update(training={"loss": "categorical_crossentropy",
+                                                                 "metrics": ["sparse_categorical_accuracy"]}),
+     "does not work with the one-hot labels"),
+    ("best metric not trained", set_path("training", "metrics", value=["acc"]),
+     "evaluation.best_metric = 'val_accuracy': is not among the validation metrics of this training "
+     "(training.metrics = ['acc']); use one of val_loss, val_acc"),
+    ("best metric typo", set_path("evaluation", "best_metric", value="val_acc"), "use one of val_loss, val_accuracy"),
+    ("val_loss maximised", set_path("evaluation", "best_metric", value="val_loss"),
+     "evaluation.best_mode = 'max': would keep the worst checkpoint by val_loss"),
+    ("hosts entry for no task", set_path("hosts", "locahost", "gpus", value=[0]),
+     "hosts.locahost = 'locahost': matches no host in cluster, so its settings would be ignored; use the host "
+     "exactly as written in cluster: localhost"),
+    ("repeated gpu id", set_path("hosts", "localhost", "gpus", value=[0, 0, 1]), "lists GPU 0 twice"),
+    ("::1 is localhost", set_path("cluster", "ps", value=["[::1]:3001"]), "is also used by cluster.worker[0]"),
+    ("0.0.0.0 is this machine", set_path("cluster", "ps", value=["0.0.0.0:3001"]), "is also used by"),
+    ("host names ignore case", set_path("cluster", "ps", value=["LocalHost:3001"]), "is also used by"),
+    ("ipv6 without brackets", set_path("cluster", "ps", value=["::1:3003"]), "an IPv6 address goes in brackets"),
+    ("evaluator away from the chief", lambda d: d["cluster"].update(chief=["10.0.0.4:3000"],
+                                                                     evaluator=["10.0.0.5:3005"]),
+     "cluster.evaluator[0] = '10.0.0.5:3005': runs on another host than the chief (10.0.0.4:3000)"),
+    ("evaluator away from worker 0", lambda d: d.update(training={"strategy": "multi_worker_mirrored"},
+                                                        cluster={"worker": ["10.0.0.4:3001"],
+                                                                 "evaluator": ["10.0.0.5:3005"]}),
+     "runs on another host than worker 0"),
+    ("logs inside output", lambda d: d.update(training={"output_dir": "out"}, launcher={"logs_dir": "out"}),
+     "launcher.logs_dir = 'out': is training.output_dir (out) too"),
+    ("output_dir is a file", set_path("training", "output_dir", value="cluster.json"), "is a file, not a directory"),
+    ("logs_dir under a file", set_path("launcher", "logs_dir", value="run.sh/logs"), "run.sh is a file"),
+    ("output_dir of an unknown user", set_path("training", "output_dir", value="~nobody_here/out"),
+     "is not a usable path"),
+    ("flat synthetic input not square", lambda d: d.update(training={"dataset": "synthetic",
+                                                                     "synthetic_shape": [10]}),
+     "this size is not a square"),
+    ("image smaller than cnn's kernel", lambda d: d.update(training={"dataset": "synthetic",
+                                                                     "synthetic_shape": [2, 2, 1]}),
+     "needs images of at least 3x3"),
+    ("newline in a key", set_path("training", "epo\nchs", value=1), "training.epo\\nchs = 1: unknown setting"),
 ]
 
 
@@ -198,3 +243,50 @@ def test_schema_names_exactly_the_settings_the_loader_knows():
         assert defaults == json.loads(json.dumps(dataclasses.asdict(cls()))), section
     host = schema["hosts"]["additionalProperties"]["properties"]
     assert list(host) == [f.name for f in dataclasses.fields(cluster_config.HostSettings)]
+
+
+# (case id, bytes of the file, text the single error line must hold)
+FILE_CASES = [
+    ("not UTF-8", b'\xff\xfe{\x00}\x00', "byte 0 = b'\\xff\\xfe{\\x00': is not UTF-8 text; save the file as UTF-8"),
+    ("latin-1 text", '{"cluster": {}, "hosts": {"café": {}}}'.encode("latin-1"), "is not UTF-8 text"),
+    ("empty", b"", "content = '': the file is empty"),
+    ("only blanks", b"  \n\t\n", "the file is empty"),
+    ("NaN", b'{"training": {"learning_rate": NaN}}', "NaN is not a JSON number"),
+    ("Infinity", b'{"training": {"learning_rate": Infinity}}', "Infinity is not a JSON number"),
+    ("repeated key", b'{"training": {"epochs": 2}, "training": {"epochs": 3}}',
+     "key 'training' appears twice in one object"),
+    ("4300-digit number", b'{"training": {"seed": ' + b"9" * 5000 + b"}}", "is not plain JSON"),
+    ("nested too deep", b"[" * 100_000 + b"]" * 100_000, "is not plain JSON"),
+    ("a JSON list", b"[]", "document = 'list': must be a JSON object"),
+]
+
+
+@pytest.mark.parametrize("case_id,content,expected", FILE_CASES, ids=[c[0] for c in FILE_CASES])
+def test_each_unreadable_file_is_one_line_and_exit_2(tmp_path, case_id, content, expected):
+    path = tmp_path / "cluster.json"
+    path.write_bytes(content)
+    result = run_module("roles.launch", "print_config", str(path))
+    assert result.returncode == 2, result.stderr
+    assert_no_traceback(result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"[launcher] error: {path}: ") and expected in lines[0], lines[0]
+
+
+def test_utf8_byte_order_mark_is_accepted(tmp_path):
+    path = tmp_path / "cluster.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(BASE).encode())
+    assert cluster_config.load(path).task("ps", 1).address.port == 3004
+
+
+def test_file_named_like_a_number(tmp_path):
+    """Fire turns the argument 123 into an int; it must still be read as a file name."""
+    (tmp_path / "123").write_text(json.dumps(BASE))
+    result = run_module("roles.launch", "print_config", "123", cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+
+
+def test_ipv6_addresses_are_bracketed_in_tf_config(tmp_path):
+    document = mutated(set_path("cluster", "ps", value=["[::1]:3003", "[fd00::5]:3004"]))
+    config = cluster_config.parse(document, tmp_path / "c.json")
+    assert taskspec.tf_config(config, config.task("chief", 0))["cluster"]["ps"] == ["[::1]:3003", "[fd00::5]:3004"]

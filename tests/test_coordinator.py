@@ -126,7 +126,8 @@ def test_bad_option_is_one_line(shared_servers, tmp_path):
     result = run_chief(shared_servers, tmp_path, "--per_worker_batch", "0")
     assert result.returncode == 2
     assert_no_traceback(result.stderr)
-    assert result.stderr.strip() == "error: --per_worker_batch = 0: must be a positive integer; use e.g. 32"
+    assert result.stderr.strip() == ("error: --per_worker_batch = 0: must be an integer from 1 to 2147483647; "
+                                     "use e.g. 32")
 
 
 def test_unreachable_ps_is_named_instead_of_hanging(tmp_path):

@@ -1,0 +1,106 @@
+"""The `hosts` and `launcher` sections: how the launcher reaches each host and how it heals the cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from cluster.addresses import HOSTNAME, ip_of
+from common.errors import Problem
+from common.fields import INT32_MAX, MAX_SECONDS, Check, int_in, is_int, parse_section, seconds, seconds_check
+
+USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+SAFE_PATH = re.compile(r"^[A-Za-z0-9_./~+-]+$")
+PACKAGE = re.compile(r"^tensorflow(-cpu)?(\[[a-z-]+\])?==[0-9][0-9A-Za-z.]*$")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HostSettings:
+    """How the launcher reaches a host and what that host's tasks may use."""
+
+    ssh_user: str | None = None
+    ssh_port: int = 22
+    workdir: str | None = None
+    python: str = ".venv/bin/python"
+    gpus: tuple[int, ...] = ()
+    tf_package: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LauncherSettings:
+    """How the launcher reaches hosts, where tasks keep their files, and how it heals the cluster."""
+
+    logs_dir: str = "logs"
+    ready_timeout_s: float = 60.0
+    ssh_identity: str | None = None
+    ssh_known_hosts: str | None = None
+    ssh_host_keys: str = "accept-new"
+    ssh_connect_timeout_s: int = 10
+    max_restarts: int = 3
+    restart_backoff_s: float = 2.0
+    stall_timeout_s: float = 900.0
+    poll_s: float = 1.0
+
+
+def parse_hosts(hosts: dict, problems: list[Problem]) -> dict[str, HostSettings]:
+    parsed = {}
+    for name, raw in hosts.items():
+        field = f"hosts.{name}"
+        if not (HOSTNAME.match(name) or ip_of(name)):
+            problems.append(Problem(field, name, "is not a valid host name", "use the host exactly as in cluster"))
+        elif not isinstance(raw, dict):
+            problems.append(Problem(field, raw, "must be an object", 'use e.g. {"ssh_user": "alice"}'))
+        else:
+            parsed[name] = parse_section(HostSettings, raw, HOST_CHECKS, f"{field}.", problems)
+    return parsed
+
+
+def _safe_path(example: str) -> Check:
+    return Check(lambda v: isinstance(v, str) and bool(SAFE_PATH.match(v)),
+                 "paths may hold only letters, digits and _ . / ~ + -", f"use a plain path, e.g. {example}")
+
+
+def _or_null(check: Check) -> Check:
+    return Check(lambda v: v is None or check.accepts(v), check.problem, check.fix)
+
+
+HOST_CHECKS = {
+    "ssh_user": Check(lambda v: v is None or (isinstance(v, str) and bool(USER.match(v))),
+                      "user names may hold only a-z, 0-9, '_' and '-'", "fix the user name"),
+    "ssh_port": Check(lambda v: is_int(v) and 1 <= v <= 65535, "must be an integer in 1-65535",
+                      "use 22 unless sshd listens elsewhere"),
+    "workdir": _or_null(_safe_path("/srv/pscluster")),
+    "python": _safe_path(".venv/bin/python"),
+    "gpus": Check(lambda v: isinstance(v, list) and all(int_in(0, 1023)(g) for g in v),
+                  "must be a list of non-negative GPU ids", "use e.g. [0, 1], or [] for CPU only"),
+    "tf_package": Check(lambda v: v is None or (isinstance(v, str) and bool(PACKAGE.match(v))),
+                        "must be a pinned TensorFlow wheel", "use e.g. tensorflow[and-cuda]==2.21.0, or null for "
+                        "the CPU wheel"),
+}
+LAUNCHER_CHECKS = {
+    "logs_dir": _safe_path("logs"),
+    "ready_timeout_s": seconds_check("60"),
+    "ssh_identity": _or_null(_safe_path("~/.ssh/id_ed25519")),
+    "ssh_known_hosts": _or_null(_safe_path("~/.ssh/known_hosts")),
+    "ssh_host_keys": Check(lambda v: v in ("accept-new", "strict"), "must be accept-new or strict",
+                           "use strict to refuse hosts missing from known_hosts, accept-new to record them "
+                           "on first contact"),
+    "ssh_connect_timeout_s": Check(int_in(1, 3600), "must be a whole number of seconds from 1 to 3600",
+                                   "use e.g. 10"),
+    "max_restarts": Check(int_in(0, INT32_MAX), f"must be an integer from 0 to {INT32_MAX}",
+                          "use e.g. 3 (0 turns healing off)"),
+    "restart_backoff_s": seconds_check("2"),
+    "stall_timeout_s": Check(seconds, f"must be a positive number of seconds, at most {MAX_SECONDS}",
+                             "use longer than the longest pause between optimizer steps, e.g. 900"),
+    "poll_s": seconds_check("1"),
+}
+
+
+def check_gpus_suffice(jobs, hosts: dict[str, HostSettings], problems: list[Problem]) -> None:
+    """One worker process per GPU: a host that lists GPUs needs one for each of its workers."""
+    for name, settings in hosts.items():
+        workers = sum(1 for a in jobs.get("worker", ()) if a.host == name)
+        if settings.gpus and workers > len(settings.gpus):
+            problems.append(Problem(f"hosts.{name}.gpus", list(settings.gpus),
+                                    f"has fewer GPUs than the {workers} workers on {name}",
+                                    "list one GPU per worker, or run fewer workers on that host"))
