@@ -6,6 +6,7 @@ import dataclasses
 import os
 import re
 from pathlib import Path
+from typing import Iterable
 
 CPUS_PER_NODE = 4  # more than these 2-core machines have: accepted thanks to SlurmdParameters=config_overrides
 CONTROLLER_NAME = "ctl"  # slurmctld runs in a UTS namespace of its own with this hostname
@@ -123,13 +124,32 @@ def without_hosts_block(hosts_text: str, marker: str) -> str:
 
 def hosts_block_markers(hosts_text: str) -> list[str]:
     """Markers of every test-cluster block in `hosts_text`."""
-    return re.findall(rf"^# BEGIN ({re.escape(HOSTS_BLOCK_PREFIX)}-\d+-\d+)$", hosts_text, flags=re.MULTILINE)
+    return list(_hosts_blocks(hosts_text))
+
+
+def blocks_naming(hosts_text: str, names: Iterable[str]) -> list[str]:
+    """Markers of the test-cluster blocks in `hosts_text` that map any of `names`."""
+    wanted = set(names)
+    return [marker for marker, lines in _hosts_blocks(hosts_text).items()
+            if wanted & {name for line in lines for name in line.split()[1:]}]
+
+
+def marker_pid(marker: str) -> int:
+    """The pid of the test run that wrote the block marked `marker`."""
+    return int(marker.split("-")[-2])
+
+
+def _hosts_blocks(hosts_text: str) -> dict[str, list[str]]:
+    """Each test-cluster block's marker and its address lines."""
+    pattern = rf"^# BEGIN ({re.escape(HOSTS_BLOCK_PREFIX)}-\d+-\d+)\n(.*?)^# END \1\n"
+    blocks = re.findall(pattern, hosts_text, flags=re.MULTILINE | re.DOTALL)
+    return {marker: body.splitlines() for marker, body in blocks}
 
 
 def without_stale_hosts_blocks(hosts_text: str) -> str:
     """`hosts_text` without the blocks of test runs whose process is gone (a run killed before its teardown)."""
     for marker in hosts_block_markers(hosts_text):
-        pid = int(marker.split("-")[-2])
+        pid = marker_pid(marker)
         if not Path(f"/proc/{pid}").exists() and pid != os.getpid():
             hosts_text = without_hosts_block(hosts_text, marker)
     return hosts_text

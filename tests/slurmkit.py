@@ -26,8 +26,8 @@ from slurmdaemons import SlurmSetupError
 NEEDED_COMMANDS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "setpriv", "sbatch", "srun",
                    "salloc", "squeue", "scancel", "scontrol", "sinfo")
 ETC_HOSTS = Path("/etc/hosts")
-CLUSTER_LOCK = Path("/run/lock/pscluster-slurm.lock")  # node names are global in /etc/hosts: one cluster at a time
-CLUSTER_LOCK_TIMEOUT_S = 300
+HOSTS_LOCK = Path("/run/lock/pscluster-etc-hosts.lock")  # parallel test runs edit /etc/hosts one at a time
+NODE_NAMES_TIMEOUT_S = 300  # how long to wait for another run to free our node names in /etc/hosts
 IDLE_TIMEOUT_S = 15
 FINISHED_STATES = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
                    "PREEMPTED", "TIMEOUT"}
@@ -44,6 +44,7 @@ class SlurmCluster:
     layout: slurmconf.SlurmLayout
     hosts: netns.NamespaceHosts
     env: dict[str, str]
+    hosts_block_marker: str  # its block in /etc/hosts begins "# BEGIN <marker>"
 
     node_names = property(lambda self: self.layout.node_names)
     node_addresses = property(lambda self: self.layout.node_addresses)
@@ -117,15 +118,14 @@ def create_slurm(hosts: netns.NamespaceHosts, *, first_node_number: int = 1,
         controller_address=hosts.launcher_address, controller_port=controller_port, slurmd_port=slurmd_port,
         node_names=names, node_addresses=hosts.addresses)
     marker = f"{slurmconf.HOSTS_BLOCK_PREFIX}-{pid}-{creation}"
-    with _locked(CLUSTER_LOCK, timeout_s=CLUSTER_LOCK_TIMEOUT_S):
-        try:
-            with contextlib.ExitStack() as teardown:
-                yield _start(layout, hosts, marker, teardown)
-        finally:
-            left = leftovers(layout, hosts, marker)
-            if left:
-                raise SlurmSetupError(f"Slurm teardown left {'; '.join(left)}: kill them by pid, delete the "
-                                      f"block {marker} from {ETC_HOSTS}, rm -r the directory, and report the bug")
+    try:
+        with contextlib.ExitStack() as teardown:
+            yield _start(layout, hosts, marker, teardown)
+    finally:
+        left = leftovers(layout, hosts, marker)
+        if left:
+            raise SlurmSetupError(f"Slurm teardown left {'; '.join(left)}: kill them by pid, delete the "
+                                  f"block {marker} from {ETC_HOSTS}, rm -r the directory, and report the bug")
 
 
 @contextlib.contextmanager
@@ -168,7 +168,7 @@ def _start(layout: slurmconf.SlurmLayout, hosts: netns.NamespaceHosts, marker: s
     slurmdaemons.start_slurmds(layout, hosts.sshd_pids, teardown)
     teardown.callback(slurmdaemons.cancel_every_job, env)  # registered last, so it runs first
     slurmdaemons.wait_until_idle(layout, env, timeout_s=IDLE_TIMEOUT_S)
-    return SlurmCluster(layout=layout, hosts=hosts, env=env)
+    return SlurmCluster(layout=layout, hosts=hosts, env=env, hosts_block_marker=marker)
 
 
 def client_env(layout: slurmconf.SlurmLayout) -> dict[str, str]:
@@ -185,13 +185,30 @@ def _make_state_dir(layout: slurmconf.SlurmLayout) -> None:
 
 
 def _add_hosts_block(marker: str, entries: dict[str, str]) -> None:
-    """Appends the block, in place (/etc/hosts may be a bind mount), dropping blocks of runs that died."""
-    text = slurmconf.without_stale_hosts_blocks(ETC_HOSTS.read_text())
-    _rewrite_in_place(ETC_HOSTS, slurmconf.with_hosts_block(text, marker, entries))
+    """Appends the block once no other live run's block names the same nodes; drops blocks of runs that died.
+
+    Node names are global in /etc/hosts, so parallel runs with the same names take turns (bounded wait).
+    """
+    deadline = time.monotonic() + NODE_NAMES_TIMEOUT_S
+    while True:
+        with _locked(HOSTS_LOCK, timeout_s=30):
+            text = slurmconf.without_stale_hosts_blocks(ETC_HOSTS.read_text())
+            holders = slurmconf.blocks_naming(text, entries)
+            if not holders:
+                _rewrite_in_place(ETC_HOSTS, slurmconf.with_hosts_block(text, marker, entries))
+                return
+        if any(slurmconf.marker_pid(holder) == os.getpid() for holder in holders):
+            raise SlurmSetupError(f"this test process already runs a Slurm cluster naming some of {list(entries)} "
+                                  f"({holders}): give the second one other names with `first_node_number`")
+        if time.monotonic() > deadline:
+            raise SlurmSetupError(f"node names {list(entries)} stayed taken in {ETC_HOSTS} by {holders} for "
+                                  f"{NODE_NAMES_TIMEOUT_S} s: is that test run hanging?")
+        time.sleep(0.5)
 
 
 def _remove_hosts_block(marker: str) -> None:
-    _rewrite_in_place(ETC_HOSTS, slurmconf.without_hosts_block(ETC_HOSTS.read_text(), marker))
+    with _locked(HOSTS_LOCK, timeout_s=30):
+        _rewrite_in_place(ETC_HOSTS, slurmconf.without_hosts_block(ETC_HOSTS.read_text(), marker))
 
 
 def _rewrite_in_place(path: Path, text: str) -> None:
@@ -211,9 +228,8 @@ def _locked(path: Path, *, timeout_s: float) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise SlurmSetupError(f"another test run held {path} for {timeout_s} s (one Slurm test "
-                                          "cluster at a time, since node names go into /etc/hosts); "
-                                          f"find it with `fuser {path}`") from None
+                    raise SlurmSetupError(f"another test run held {path} for {timeout_s} s; find it with "
+                                          f"`fuser {path}`") from None
                 time.sleep(0.2)
         yield
 
