@@ -46,10 +46,23 @@ class SlurmCluster:
     env: dict[str, str]
     hosts_block_marker: str  # its block in /etc/hosts begins "# BEGIN <marker>"
 
-    node_names = property(lambda self: self.layout.node_names)
-    node_addresses = property(lambda self: self.layout.node_addresses)
-    controller_address = property(lambda self: self.layout.controller_address)
-    state_dir = property(lambda self: self.layout.state_dir)
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return self.layout.node_names
+
+    @property
+    def node_addresses(self) -> tuple[str, ...]:
+        return self.layout.node_addresses
+
+    @property
+    def controller_address(self) -> str:
+        """slurmctld's address: the launcher's, on the hosts' bridge."""
+        return self.layout.controller_address
+
+    @property
+    def state_dir(self) -> Path:
+        """slurm.conf, munge's files, the daemons' logs and spools, and jobs/ (scripts and their output)."""
+        return self.layout.state_dir
 
     def run(self, argv: Sequence[str], *, timeout_s: float = 30, check: bool = True) -> subprocess.CompletedProcess:
         """Runs a client command against this cluster; output captured; raises on failure if `check`."""
