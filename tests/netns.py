@@ -116,8 +116,8 @@ class NamespaceHosts:
 def create_hosts(count: int) -> Iterator[NamespaceHosts]:
     """Builds `count` hosts, yields them, then kills everything in them and removes every trace.
 
-    Skips the test (never falls back to the real network) when this machine cannot build them; raises
-    HostSetupError when teardown leaves anything behind.
+    Skips the test (fails it under CI=true; never falls back to the real network) when this machine cannot
+    build them; raises HostSetupError when teardown leaves anything behind.
     """
     _skip_unless_possible()
     claims = Claims.new(count)
@@ -144,13 +144,20 @@ def leftovers(claims: Claims) -> list[str]:
     return found
 
 
+def skip_or_fail(reason: str) -> None:
+    """Skips the test because this machine cannot build what it needs; under CI (CI=true) fails it instead."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: a test that cannot build its hosts fails rather than skips)")
+    pytest.skip(reason)
+
+
 def _skip_unless_possible() -> None:
     if os.geteuid() != 0:
-        pytest.skip("multi-host tests need root (network namespaces, veth, sshd): run `sh tests/run.sh -m "
+        skip_or_fail("multi-host tests need root (network namespaces, veth, sshd): run `sh tests/run.sh -m "
                     "multihost` as root")
     missing = [command for command in NEEDED_COMMANDS if shutil.which(command) is None]
     if missing:
-        pytest.skip(f"multi-host tests need {', '.join(missing)}: run `sh tests/system_packages.sh` as root")
+        skip_or_fail(f"multi-host tests need {', '.join(missing)}: run `sh tests/system_packages.sh` as root")
 
 
 def _build(claims: Claims, teardown: contextlib.ExitStack) -> NamespaceHosts:
@@ -303,7 +310,7 @@ def _step(argv: list[str], *, skip_on_failure: bool = False) -> str:
         return result.stdout
     message = f"`{shlex.join(argv)}` failed: {result.stderr.strip()}"
     if skip_on_failure:
-        pytest.skip(f"this machine cannot build test hosts in network namespaces: {message}")
+        skip_or_fail(f"this machine cannot build test hosts in network namespaces: {message}")
     raise HostSetupError(message)
 
 

@@ -1,6 +1,7 @@
 #!/bin/sh
-# Installs the Debian packages the multi-host tests need (sshd, ssh, rsync, nftables, iproute2, unshare) when
-# one is missing and we are root; never leaves a system sshd running. A failure here only skips those tests.
+# Installs the Debian packages the multi-host tests need (sshd, ssh, rsync, nftables, iproute2, unshare, Slurm,
+# munge) when one is missing and we are root; never leaves a system sshd, munged, slurmd or slurmctld running.
+# A failure here only skips those tests.
 set -eu
 PATH="$PATH:/usr/sbin:/sbin"
 
@@ -15,14 +16,20 @@ nft nftables
 ip iproute2
 ss iproute2
 unshare util-linux
-nsenter util-linux"
+nsenter util-linux
+setpriv util-linux
+/usr/sbin/munged munge
+/usr/sbin/slurmctld slurmctld
+/usr/sbin/slurmd slurmd
+sbatch slurm-client
+srun slurm-client"
 
 missing=$(echo "$needs" | while read -r command package; do
     command -v "$command" >/dev/null 2>&1 || echo "$package"
 done | sort -u | tr '\n' ' ')
 
 if [ "$(id -u)" -ne 0 ]; then
-    say "not root: multi-host tests (network namespaces with sshd) will be skipped"
+    say "not root: multi-host tests (network namespaces with sshd, Slurm) will be skipped"
     exit 0
 fi
 [ -n "$missing" ] || exit 0
@@ -32,8 +39,21 @@ sshd_on_port_22() {
     ss -Hltnp 'sport = :22' 2>/dev/null | grep '"sshd"' | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u | tr '\n' ' '
 }
 
-# Debian's postinst starts sshd unless policy-rc.d says no; we only run sshd inside test namespaces.
+# pids of every munged, slurmd and slurmctld, space separated (the tests start their own, never the system's)
+slurm_daemons() {
+    for name in munged slurmd slurmctld; do pgrep -x "$name" || true; done | sort -u | tr '\n' ' '
+}
+
+# true when apt knows every package in $missing, so `apt-get update` can be skipped
+apt_knows_all() {
+    for package in $missing; do
+        apt-cache show "$package" >/dev/null 2>&1 || return 1
+    done
+}
+
+# Debian's postinsts start their daemons unless policy-rc.d says no; we only run them inside test namespaces.
 sshd_before=$(sshd_on_port_22)
+daemons_before=$(slurm_daemons)
 if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
     chmod 755 /usr/sbin/policy-rc.d
@@ -44,7 +64,8 @@ say "installing $missing"
 export DEBIAN_FRONTEND=noninteractive
 apt_log=$(mktemp)
 # shellcheck disable=SC2086
-if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing; } </dev/null >"$apt_log" 2>&1
+if ! { { apt_knows_all || apt-get update -qq; } && apt-get install -y -qq --no-install-recommends $missing; } \
+    </dev/null >"$apt_log" 2>&1
 then
     tail -n 20 "$apt_log" >&2
     say "warning: could not install $missing (apt-get's last lines above); multi-host tests will be skipped"
@@ -57,5 +78,10 @@ for pid in $(sshd_on_port_22); do
     case " $sshd_before " in *" $pid "*) continue ;; esac
     say "stopping the system sshd (pid $pid) that the install started on port 22"
     kill "$pid"
+done
+for pid in $(slurm_daemons); do
+    case " $daemons_before " in *" $pid "*) continue ;; esac
+    say "stopping the system $(cat "/proc/$pid/comm" 2>/dev/null) (pid $pid) that the install started"
+    kill "$pid" 2>/dev/null || true
 done
 say "done"

@@ -149,3 +149,12 @@ def test_teardown_kills_what_ran_on_the_hosts_and_leaves_no_namespace_link_or_mo
 
 def command_output(argv: list[str]) -> list[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout.split()
+
+
+def test_hosts_that_cannot_be_built_skip_the_test_but_fail_it_under_ci(monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no bridge"):
+        netns.skip_or_fail("no bridge")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no bridge.*CI=true"):
+        netns.skip_or_fail("no bridge")
