@@ -58,6 +58,12 @@ class ClusterConfig:
         """The task that writes checkpoints, TensorBoard logs, the export and the summary."""
         return self.task(self.strategy.lead_job, 0)
 
+    @property
+    def input_pipelines(self) -> int:
+        """Processes that read training data: every worker when workers train or serve steps, else one."""
+        worker_jobs = (self.strategy.trainer_job, *self.strategy.server_jobs)
+        return len(self.jobs.get("worker", ())) if "worker" in worker_jobs else 1
+
     def launched_tasks(self) -> list[Task]:
         """The tasks the strategy runs, in start order; other jobs listed in cluster.json stay idle."""
         return self.tasks(self.strategy.launched_jobs)

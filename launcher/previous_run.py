@@ -17,7 +17,7 @@ def different_run(config: ClusterConfig) -> str | None:
     if summary is None:
         return None
     found = differences(summary.options, config.training, previous_workers=summary.workers,
-                        current_workers=_workers(config))
+                        current_workers=config.input_pipelines)
     if not found:
         return None
     return (f"{config.source.name}: training.output_dir = {config.training.output_dir!r}: holds a different run "
@@ -34,7 +34,3 @@ def set_aside(config: ClusterConfig) -> str | None:
     output.rename(target)
     return str(target)
 
-
-def _workers(config: ClusterConfig) -> int:
-    return len(config.jobs["worker"]) if config.strategy.trainer_job == "worker" or \
-        "worker" in config.strategy.server_jobs else 1
