@@ -129,6 +129,9 @@ def ending(config: ClusterConfig) -> list[str]:
 
 
 def write(config: ClusterConfig, output: Path) -> Path:
+    """Writes the script, and creates the logs directory: Slurm opens the job's output file there before the
+    script's first line runs."""
+    config.path(config.launcher.logs_dir).mkdir(parents=True, exist_ok=True)
     output.write_text(script(config))
     output.chmod(0o755)
     return output
