@@ -106,7 +106,7 @@ def test_killed_worker_and_ps_steps_are_relaunched_on_their_nodes_and_the_chief_
         killed_at = time.monotonic()
         scancel_step(slurm, "pscluster-worker-1")
         assert wait_until(lambda: count_lines(logs / "launcher.log", "worker:1 started on n03") == 2, 60)
-        print(f"worker step relaunched {time.monotonic() - killed_at:.1f} s after scancel")
+        print(f"\nworker step relaunched {time.monotonic() - killed_at:.1f} s after scancel")
         status = sh(slurm, str(ROOT / "run.sh"), "status", path).stdout
         assert re.search(r"^worker:1 +n03 +\d+\.\d+ +RUNNING", status, re.MULTILINE), status
         scancel_step(slurm, "pscluster-ps-0")

@@ -8,6 +8,7 @@ job's working directory usually is).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -15,6 +16,7 @@ import time
 
 from cluster import taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
+from cluster.run_files import Phase, RunFiles, read_progress
 from common.exit_file import EXIT_FILE_VARIABLE
 from launcher import agent, process
 from launcher import slurm_commands as slurm
@@ -83,7 +85,21 @@ class SlurmNode(Backend):
     def status(self, tasks: list[Task]) -> list[TaskStatus]:
         if self.view is not None:
             self.view.check(self.name)
-        return [agent.status(self.config, task) for task in tasks]
+        return [self._with_lead_step(task, agent.status(self.config, task)) for task in tasks]
+
+    def _with_lead_step(self, task: Task, row: TaskStatus) -> TaskStatus:
+        """The lead's optimizer step from its heartbeat, for stall detection. The heartbeat names the trainer's
+        pid on its node, never the srun's here, so a heartbeat counts when written since this srun started."""
+        if task != self.config.lead or not row.running:
+            return row
+        progress = read_progress(RunFiles(self.config.path(self.config.training.output_dir)))
+        try:
+            started = agent.task_file(self.config, task, "pid").stat().st_mtime
+        except OSError:  # stopped meanwhile
+            return row
+        if progress and progress.phase == Phase.TRAIN and progress.time >= started:
+            return dataclasses.replace(row, step=progress.step)
+        return row
 
     def stop(self, tasks: list[Task]) -> list[StopResult]:
         """Stops each step's srun (which cancels its step), then cancels any step of the task still listed."""
