@@ -154,5 +154,10 @@ def node_is_lost(state: str) -> bool:
 
 
 def cancel(target: str) -> None:
-    """scancel of a job or of one step (JOB.STEP)."""
-    run_client(["scancel", target])
+    """scancel of a job or of one step (JOB.STEP); one that has already ended is no error (callers check what
+    remains afterwards)."""
+    try:
+        run_client(["scancel", target])
+    except SlurmError as error:
+        if "already completing or completed" not in str(error) and "Invalid job id" not in str(error):
+            raise

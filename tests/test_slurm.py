@@ -148,6 +148,23 @@ def test_kill_sh_stops_every_step_and_cancels_the_job(slurm, tmp_path):
     assert again.returncode == 0 and "nothing to stop" in again.stderr, again.stderr
 
 
+def test_a_job_that_ends_under_the_run_stops_it_and_leaves_nothing(slurm, tmp_path):
+    path = cluster_file(tmp_path, {"chief": 1, "worker": 1, "ps": 1}, {"epochs": 50})
+    logs = tmp_path / "logs"
+    started = sh(slurm, str(ROOT / "run.sh"), "--detach", path)
+    assert started.returncode == 0, started.stderr
+    try:
+        assert wait_for_line(logs / "launcher.log", "ready: ", 120), (logs / "launcher.log").read_text()
+        job_id = json.loads((logs / "slurm-job.json").read_text())["job_id"]
+        slurm.run(["scancel", job_id])  # as a time limit or an administrator would
+        assert wait_for_line(logs / "launcher.log", f"run failed: job {job_id} is", 60), (logs / "launcher.log"
+                                                                                          ).read_text()
+        assert wait_for_line(logs / "launcher.log", "nothing of it remains", 60), (logs / "launcher.log").read_text()
+    finally:
+        sh(slurm, str(ROOT / "kill.sh"), path)
+    assert_nothing_left(slurm, tmp_path)
+
+
 def test_the_exported_sbatch_script_runs_as_written(slurm, tmp_path):
     path = cluster_file(tmp_path, {"chief": 1, "worker": 2, "ps": 1, "evaluator": 1},
                         {"epochs": 2, "steps_per_epoch": 20}, slurm={"nodes": 3, "time_limit": "10:00"})
