@@ -66,9 +66,10 @@ def evaluator_host_problems(config: ClusterConfig, hosts: dict) -> list[Problem]
     return [crosschecks.evaluator_problem(evaluators[0], lead, config.training)]
 
 
-def check_cluster(config: ClusterConfig, hosts: dict, say) -> None:
+def check_cluster(config: ClusterConfig, hosts: dict, say, *, fresh: bool = False) -> None:
     """Checks placement and the data set (when the lead trainer runs here), syncs remote hosts, then checks ports,
-    disk, the lead's output, the firewall's needs and versions on every host that runs a task."""
+    disk, the lead's output, the firewall's needs and versions on every host that runs a task. With `fresh`, a
+    previous run in the lead's output_dir is first moved aside."""
     problems = [*same_port_problems(config, hosts), *loopback_problems(config, hosts),
                 *evaluator_host_problems(config, hosts)]
     if problems:
@@ -86,6 +87,8 @@ def check_cluster(config: ClusterConfig, hosts: dict, say) -> None:
             continue
         try:
             host.prepare(say)
+            if fresh and config.lead in tasks:
+                _set_aside(config, host, say)
             report = host.preflight(tasks)
         except HostUnreachable as error:
             problems.append(f"{error}; check that it is up, that sshd runs there and that `ssh {name}` works "
@@ -101,3 +104,9 @@ def check_cluster(config: ClusterConfig, hosts: dict, say) -> None:
                             "versions there (sh roles/bootstrap.sh run in its workdir)")
     if problems:
         raise PreflightFailed(problems)
+
+
+def _set_aside(config: ClusterConfig, host, say) -> None:
+    moved_to = host.set_aside_previous_run()
+    if moved_to:
+        say(f"--fresh: moved the previous run in {config.training.output_dir} aside to {host.name}:{moved_to}")

@@ -18,7 +18,7 @@ def _raise_on_sigterm(signum, _frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def run_in_allocation(config: ClusterConfig) -> int:
+def run_in_allocation(config: ClusterConfig, *, fresh: bool = False) -> int:
     """Gets the allocation (submitted, or the caller's own), places the tasks on its nodes, runs the job as on any
     hosts (start order, healing, summary), and releases the allocation however the run ends."""
     signal.signal(signal.SIGTERM, _raise_on_sigterm)  # `sh kill.sh` while the job is still queued
@@ -31,7 +31,7 @@ def run_in_allocation(config: ClusterConfig) -> int:
         say("interrupted while waiting for the allocation; the job was cancelled")
         return 130
     try:
-        return run_job(slurm_allocation.placed(config, allocation))
+        return run_job(slurm_allocation.placed(config, allocation), fresh=fresh)
     finally:
         for line in slurm_allocation.release(config, allocation):
             say(line)

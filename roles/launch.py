@@ -11,7 +11,7 @@ import fire
 
 from cluster import config as cluster_config
 from cluster import taskspec
-from common.errors import Problem, UserError, exit_on_user_error
+from common.errors import USER_ERROR_EXIT_CODE, Problem, UserError, exit_on_user_error
 from launcher import process, sbatch_script, slurm_run
 from launcher.console import say
 from launcher.preflight import PreflightFailed, check_cluster
@@ -24,12 +24,14 @@ class Launcher:
     """Runs, shows and stops the cluster described by cluster.json."""
 
     @exit_on_user_error("[launcher] ")
-    def run(self, cluster: str = "cluster.json", detach: bool = False) -> None:
+    def run(self, cluster: str = "cluster.json", detach: bool = False, fresh: bool = False) -> None:
         """Runs the whole job of CLUSTER: ps and workers, the chief to an exported model, the evaluator to the end.
 
         Args:
           cluster: path of cluster.json.
           detach: run in the background (`sh run.sh --detach`); `sh run.sh status` shows it.
+          fresh: start over: move a previous run in output_dir aside (to OUTPUT.replaced-<time>) first. Without
+            it a run of the same options resumes, and a run of different ones is refused.
         """
         config = cluster_config.load(cluster)
         running = process.PidRecord.read(launcher_pid_path(config))
@@ -37,14 +39,15 @@ class Launcher:
             raise UserError(Problem("launcher", running.pid, "already runs this cluster",
                                     "see `sh run.sh status`, or stop it with `sh kill.sh`"))
         if detach:
-            start_in_background(config)
+            start_in_background(config, fresh=fresh)
             return
         pid_path = launcher_pid_path(config)  # so that `sh kill.sh` stops a foreground run too, not just its tasks
         pid_path.parent.mkdir(parents=True, exist_ok=True)
         mine = process.PidRecord(os.getpid(), process.start_ticks(os.getpid()) or 0, tuple(sys.argv))
         mine.write(pid_path)
         try:
-            sys.exit(slurm_run.run_in_allocation(config) if _under_slurm(config) else run_job(config))
+            sys.exit(slurm_run.run_in_allocation(config, fresh=fresh) if _under_slurm(config)
+                     else run_job(config, fresh=fresh))
         finally:
             if process.PidRecord.read(pid_path) == mine:
                 pid_path.unlink()
@@ -58,10 +61,14 @@ class Launcher:
         supervisor = Supervisor(config, say)
         try:
             check_cluster(config, supervisor.hosts, say)
+        except PreflightFailed as failure:  # nothing started: the problems alone, exit 2, as for the file
+            for line in failure.lines:
+                print(f"[launcher] error: {line}", file=sys.stderr, flush=True)
+            sys.exit(USER_ERROR_EXIT_CODE)
+        try:
             supervisor.start_servers()
-        except (PreflightFailed, RunFailed) as failure:
-            for line in getattr(failure, "lines", [str(failure)]):
-                say(line)
+        except RunFailed as failure:
+            say(f"run failed: {failure}")
             supervisor.stop_everything()
             sys.exit(1)
 

@@ -128,6 +128,10 @@ class Backend(abc.ABC):
     def preflight(self, tasks: list[Task]) -> PreflightReport:
         """What would stop these tasks here, found before any starts."""
 
+    def set_aside_previous_run(self) -> str | None:
+        """Moves the lead's previous run out of its output_dir (never deletes it); returns where it went."""
+        raise HostError(f"{self.name}: this backend cannot set a previous run aside; use a new output_dir")
+
     def firewall_on(self, tasks: list[Task]) -> FirewallReport:
         raise HostError(f"{self.name}: this backend has no firewall")
 

@@ -18,7 +18,7 @@ from cluster import taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.run_files import Phase, RunFiles, read_progress
 from common.exit_file import EXIT_FILE_VARIABLE
-from launcher import agent, process
+from launcher import agent, previous_run, process
 from launcher import slurm_commands as slurm
 from launcher.backends.base import AgentFailed, Backend, HostUnreachable, PreflightReport, StopResult, TaskStatus
 from launcher.slurm_allocation import Allocation, allocation_path, live_steps
@@ -110,6 +110,10 @@ class SlurmNode(Backend):
                 if step.name in names:
                     slurm.cancel(step.step_id)
         return results
+
+    def set_aside_previous_run(self) -> str | None:
+        """Done here: output_dir is on the filesystem the nodes share, the same here as on the lead's node."""
+        return previous_run.set_aside(self.config)
 
     def preflight(self, tasks: list[Task]) -> PreflightReport:
         """The agent's checks (ports, disk, output_dir, python, versions), run on the node as a step of the job."""

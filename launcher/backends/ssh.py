@@ -81,6 +81,9 @@ class SshHost(Backend):
     def preflight(self, tasks: list[Task]) -> PreflightReport:
         return PreflightReport.from_json(self._agent("preflight", tasks))
 
+    def set_aside_previous_run(self) -> str | None:
+        return self._agent("set_aside_previous_run", [])
+
     def firewall_on(self, tasks: list[Task]) -> FirewallReport:
         return FirewallReport.from_json(self._agent("firewall_on", tasks))
 
