@@ -1,17 +1,18 @@
-"""`python -m roles.launch run|up|status|down|print_config CLUSTER`: the commands behind run.sh and kill.sh."""
+"""`python -m roles.launch run|up|status|down|print_config|sbatch CLUSTER`: the commands behind run.sh and kill.sh."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import sys
+from pathlib import Path
 
 import fire
 
 from cluster import config as cluster_config
 from cluster import taskspec
 from common.errors import USER_ERROR_EXIT_CODE, Problem, UserError, exit_on_user_error
-from launcher import process
+from launcher import process, sbatch_script, slurm_run
 from launcher.console import say
 from launcher.preflight import PreflightFailed, check_cluster
 from launcher.run import launcher_pid_path, run_job, start_in_background, stop_all
@@ -45,7 +46,8 @@ class Launcher:
         mine = process.PidRecord(os.getpid(), process.start_ticks(os.getpid()) or 0, tuple(sys.argv))
         mine.write(pid_path)
         try:
-            sys.exit(run_job(config, fresh=fresh))
+            sys.exit(slurm_run.run_in_allocation(config, fresh=fresh) if _under_slurm(config)
+                     else run_job(config, fresh=fresh))
         finally:
             if process.PidRecord.read(pid_path) == mine:
                 pid_path.unlink()
@@ -54,6 +56,8 @@ class Launcher:
     def up(self, cluster: str = "cluster.json") -> None:
         """Starts only the ps and workers of CLUSTER, returns once their ports answer (run the chief yourself)."""
         config = cluster_config.load(cluster)
+        if _under_slurm(config):
+            config = slurm_run.start_servers_in_allocation(config)
         supervisor = Supervisor(config, say)
         try:
             check_cluster(config, supervisor.hosts, say)
@@ -71,12 +75,17 @@ class Launcher:
     @exit_on_user_error("[launcher] ")
     def status(self, cluster: str = "cluster.json") -> None:
         """Prints one row per task (host, pid, state, restarts, uptime, last log line) and the run's progress."""
-        print(render_status(cluster_config.load(cluster)))
+        config = cluster_config.load(cluster)
+        print(render_status(config))
+        if _under_slurm(config):
+            print("\n".join(slurm_run.status_lines(config)))
 
     @exit_on_user_error("[launcher] ")
     def down(self, cluster: str = "cluster.json") -> None:
-        """Stops every task of CLUSTER by pid file and process group, here and over ssh; safe to repeat."""
-        lines = stop_all(cluster_config.load(cluster))
+        """Stops every task of CLUSTER by pid file and process group, here and over ssh (under Slurm: every step,
+        then the job is cancelled); safe to repeat."""
+        config = cluster_config.load(cluster)
+        lines = slurm_run.stop_in_allocation(config) if _under_slurm(config) else stop_all(config)
         for line in lines or ["nothing to stop"]:
             say(line)
 
@@ -84,6 +93,10 @@ class Launcher:
     def print_config(self, cluster: str = "cluster.json") -> None:
         """Shows each task's TF_CONFIG, environment and command line without starting anything."""
         config = cluster_config.load(cluster)
+        if config.job_sizes:
+            config, nodes = sbatch_script.symbolic_config(config)
+            print(f"# job sizes: placed when the job starts; shown on stand-ins for its {nodes} nodes, in "
+                  "Slurm's order\n")
         idle = [t.name for t in config.tasks() if t.job not in config.strategy.launched_jobs]
         if idle:
             print(f"# not started under {config.training.strategy}: {', '.join(idle)}\n")
@@ -94,6 +107,21 @@ class Launcher:
                 print(f"export {name}={shlex.quote(value)}")
             print(shlex.join(taskspec.task_command(config, task)))
             print()
+
+    @exit_on_user_error("[launcher] ")
+    def sbatch(self, cluster: str = "cluster.json", output: str = "job.sh") -> None:
+        """Writes a batch script that runs CLUSTER's tasks as job steps, for `sbatch job.sh` (it does not heal).
+
+        Args:
+          cluster: path of cluster.json.
+          output: where to write the script.
+        """
+        path = sbatch_script.write(cluster_config.load(cluster), Path(output))
+        say(f"wrote {path}: submit it with `sbatch {shlex.quote(str(path))}`; logs go to the logs directory")
+
+
+def _under_slurm(config) -> bool:
+    return config.launcher.backend == "slurm"
 
 
 if __name__ == "__main__":
