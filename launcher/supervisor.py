@@ -33,7 +33,8 @@ class Supervisor:
         self.chief_done_at: float | None = None
 
     def _jobs(self, *jobs: str) -> list[TaskRecord]:
-        return [r for r in self.records.values() if r.task.job in jobs]
+        """The records of these jobs, in the order the jobs are named (ps before workers: the start order)."""
+        return [self.records[t.name] for t in self.config.tasks(jobs) if t.name in self.records]
 
     # ----- starting -------------------------------------------------------------------------------------
     def start_servers(self) -> None:
