@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from pathlib import Path
 
@@ -10,7 +11,8 @@ import numpy as np
 import tf_keras
 
 from cluster.config import PROJECT_ROOT, ClusterConfig
-from cluster.run_files import RunFiles, RunStatus, RunSummary, read_summary, write_summary
+from cluster.run_files import (Phase, RunFiles, RunStatus, RunSummary, TrainingProgress, read_summary,
+                               write_progress, write_summary)
 from cluster.same_run import differences
 from cluster.training_options import TrainingOptions
 from common.errors import Problem, UserError
@@ -132,6 +134,8 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
            device: str | None) -> RunSummary:
     """Exports the last checkpoint's whole weights, checks them against `model`, and writes the run summary."""
     options, files = run.options, run.files
+    steps = int(model.optimizer.iterations.numpy())
+    _exporting(run, steps)  # a heartbeat per stage: exporting is not a stall, for the launcher or the evaluator
     whole = export.restore_whole(options, run.source.input_shape, run.source.num_classes, checkpoint,
                                  device=device, io_device=device)
     inputs = export.reference_inputs(run.source.split("test"))
@@ -139,12 +143,13 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
     exported = whole(inputs, training=False).numpy()
     run.log.info("export check: largest difference between trained and exported predictions %.2e (at most %.0e)",
                  export.check_export(trained, exported), export.TOLERANCE)
+    _exporting(run, steps)
     paths = export.export(whole, files.model_dir)
     np.savez(files.reference_predictions, inputs=inputs, predictions=trained)
     strategy = run.config.strategy
     summary = RunSummary(
         status=RunStatus.COMPLETE, options=dataclasses.asdict(options), epochs=options.epochs,
-        optimizer_steps=int(model.optimizer.iterations.numpy()), steps_per_epoch=run.steps_per_epoch,
+        optimizer_steps=steps, steps_per_epoch=run.steps_per_epoch,
         global_batch=run.global_batch, strategy=options.strategy, workers=run.workers,
         ps=len(run.config.jobs.get("ps", ())) if "ps" in strategy.server_jobs else 0,
         train_seconds=round(train_seconds, 2), final_metrics=final_metrics, checkpoint=checkpoint, model=paths,
@@ -152,3 +157,8 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
     write_summary(files, summary)
     run.log.info("model exported to %s (.h5, SavedModel, .keras); summary %s", files.model_dir, files.summary)
     return summary
+
+
+def _exporting(run: TrainingRun, steps: int) -> None:
+    write_progress(run.files, TrainingProgress(pid=os.getpid(), phase=Phase.EXPORT, epoch=run.options.epochs,
+                                               step=steps, time=time.time()))

@@ -45,15 +45,15 @@ class SidecarEvaluator:
         if self.state.evaluated:
             self.log.info("resuming: %d checkpoints already done (%s)", len(self.state.evaluated),
                           ", ".join(self.state.evaluated))
-        last_news, last_step = time.monotonic(), self._training_step()
+        last_news, last_beat = time.monotonic(), read_progress(self.files)
         while True:
             finished = training_finished(self.files, self.training.epochs)  # read before listing: no race
             pending = self._pending()
             for path in pending:
                 self._evaluate(path)
-            step = self._training_step()
-            if pending or step != last_step:
-                last_news, last_step = time.monotonic(), step
+            beat = read_progress(self.files)  # the lead's heartbeat: it moves while training (or exporting) goes on
+            if pending or beat != last_beat:
+                last_news, last_beat = time.monotonic(), beat
             elif finished:
                 self.log.info("training complete and all %d checkpoints done; best %s", len(self.state.evaluated),
                               self.state.best)
@@ -64,11 +64,6 @@ class SidecarEvaluator:
                                self.checkpoint_dir, self.evaluation.idle_timeout_s)
                 return 1
             time.sleep(self.evaluation.poll_s)
-
-    def _training_step(self) -> int | None:
-        """The optimizer step of the lead's heartbeat, which moves while training advances."""
-        progress = read_progress(self.files)
-        return progress.step if progress else None
 
     def _pending(self) -> list[str]:
         """Listed checkpoints not yet done, oldest first; epochs that vanished unread are reported as skipped."""
