@@ -12,6 +12,7 @@ from cluster.run_files import (BestRecord, EvaluationState, RunFiles, read_progr
                                write_best)
 from cluster.training_options import TrainingOptions
 from common.errors import Problem, UserError
+from common.proc import has_live_thread
 from coordinator import export, models
 from coordinator.checkpoints import checkpoint_epoch, checkpoint_step, listed_checkpoints
 UNREADABLE = (tf.errors.NotFoundError, tf.errors.DataLossError, tf.errors.FailedPreconditionError, OSError)
@@ -40,8 +41,9 @@ class SidecarEvaluator:
         self.writer = tf.summary.create_file_writer(str(files.validation_events))
 
     def run(self) -> int:
-        """Evaluates until training is marked complete and every checkpoint is done; 1 if it waited in vain (no
-        new checkpoint and no training progress for idle_timeout_s)."""
+        """Evaluates until training is marked complete and every checkpoint is done; 1 if it waited in vain: no
+        new checkpoint and no training progress for idle_timeout_s, and the lead that last wrote a heartbeat is
+        gone (it runs on this host; a live but frozen lead is the launcher's to restart)."""
         if self.state.evaluated:
             self.log.info("resuming: %d checkpoints already done (%s)", len(self.state.evaluated),
                           ", ".join(self.state.evaluated))
@@ -58,7 +60,7 @@ class SidecarEvaluator:
                 self.log.info("training complete and all %d checkpoints done; best %s", len(self.state.evaluated),
                               self.state.best)
                 return 0
-            elif time.monotonic() - last_news > self.evaluation.idle_timeout_s:
+            elif time.monotonic() - last_news > self.evaluation.idle_timeout_s and not _writer_alive(beat):
                 self.log.error("no new checkpoint in %s and no training progress for %.0f s, and training is not "
                                "marked complete in summary.json: is the chief running? (see logs/chief-0.log)",
                                self.checkpoint_dir, self.evaluation.idle_timeout_s)
@@ -133,3 +135,8 @@ class SidecarEvaluator:
         write_best(self.files, BestRecord(checkpoint=name, epoch=checkpoint_epoch(name), step=step, metrics=metrics,
                                           best_metric=self.evaluation.best_metric,
                                           best_mode=self.evaluation.best_mode, model=paths))
+
+
+def _writer_alive(beat) -> bool:
+    """Whether the process that wrote the lead's last heartbeat still runs here (the evaluator shares its host)."""
+    return beat is not None and has_live_thread(beat.pid)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from common.proc import has_live_thread, proc_stat, start_ticks
 from launcher.backends.base import StopOutcome
 
 
@@ -39,37 +40,6 @@ class PidRecord:
             return None
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2:].split()  # fields after "pid (comm) "
-
-
-def start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None if gone."""
-    fields = _proc_stat(pid)
-    return int(fields[19]) if fields else None
-
-
-def has_live_thread(pid: int) -> bool:
-    """True while any thread of `pid` runs: a multithreaded process's leader shows as a zombie while the
-    other threads are still exiting and still hold its sockets."""
-    try:
-        threads = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return False
-    for thread in threads:
-        try:
-            state = thread.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state not in ("Z", "X"):
-            return True
-    return False
-
-
 def is_running(record: PidRecord) -> bool:
     """True while the process of `record` (not a reused pid) still has a live thread."""
     return start_ticks(record.pid) == record.start_ticks and has_live_thread(record.pid)
@@ -93,7 +63,7 @@ def start(command: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_path
 def _group_alive(pgid: int) -> bool:
     """True while any live (non-zombie) process still belongs to process group `pgid`."""
     for entry in Path("/proc").iterdir():
-        fields = _proc_stat(int(entry.name)) if entry.name.isdigit() else None
+        fields = proc_stat(int(entry.name)) if entry.name.isdigit() else None
         if fields and int(fields[2]) == pgid and has_live_thread(int(entry.name)):
             return True
     return False
