@@ -143,19 +143,31 @@ CUSTOM_OBJECTS = {"FusedTables": FusedTables, "SeparateTables": SeparateTables, 
 def inference_model(model: SparseDenseModel) -> tf_keras.Model:
     """The same layers and weights as a plain functional model (no second optimizer): what export saves.
     Load it with `tf_keras.models.load_model(path, custom_objects=CUSTOM_OBJECTS)`."""
-    return tf_keras.Model(model.inputs, model.outputs, name=model.name)
+    plain = tf_keras.Model(model.inputs, model.outputs, name=model.name)
+    plain.compile(loss="binary_crossentropy", metrics=click_metrics())  # evaluable as loaded, e.g. --model
+    return plain
 
 
-def click_metrics() -> list:
-    return [tf_keras.metrics.AUC(name="auc"), tf_keras.metrics.BinaryCrossentropy(name="log_loss")]
+def click_metrics(names=METRICS_FOR_CLICKS) -> list:
+    made = {"auc": lambda: tf_keras.metrics.AUC(name="auc"),
+            "log_loss": lambda: tf_keras.metrics.BinaryCrossentropy(name="log_loss")}
+    return [made[name]() for name in names]
 
 
-def build_and_compile(name: str, options: RecommenderOptions, dense_optimizer, **compile_kwargs) -> SparseDenseModel:
+def from_training(training) -> RecommenderOptions:
+    """The RecommenderOptions that TrainingOptions `training` (already validated) give."""
+    fields = {f.name for f in dataclasses.fields(RecommenderOptions)}
+    return RecommenderOptions(**{k: v for k, v in dataclasses.asdict(training).items() if k in fields})
+
+
+def build_and_compile(name: str, options: RecommenderOptions, dense_optimizer, *, metric_names=METRICS_FOR_CLICKS,
+                      **compile_kwargs) -> SparseDenseModel:
     """The named recommender, compiled with both optimizers and their slots created (call under strategy.scope())."""
     model = RECOMMENDERS[name](options)
     check_tables_sparse(model)
     model.embedding_optimizer = make_embedding_optimizer(options.embedding_optimizer,
                                                          options.embedding_learning_rate)
-    model.compile(optimizer=dense_optimizer, loss="binary_crossentropy", metrics=click_metrics(), **compile_kwargs)
+    model.compile(optimizer=dense_optimizer, loss="binary_crossentropy", metrics=click_metrics(metric_names),
+                  **compile_kwargs)
     model.build_optimizers()
     return model

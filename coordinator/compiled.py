@@ -1,0 +1,30 @@
+"""The model a run trains, compiled with its optimizer slots built: the same way for training, export and evaluation."""
+
+from __future__ import annotations
+
+import tf_keras
+
+from cluster.recommender_options import RECOMMENDER_MODELS
+from cluster.training_options import TrainingOptions
+from coordinator import models, recommenders
+from coordinator.sparse import SparseDenseModel
+
+
+def build_compiled(options: TrainingOptions, input_shape, num_classes: int, **compile_kwargs) -> tf_keras.Model:
+    """A zoo, user or recommender model (dlrm, wide_deep: two optimizers); call under the strategy's scope."""
+    if options.model in RECOMMENDER_MODELS:
+        return recommenders.build_and_compile(options.model, recommenders.from_training(options),
+                                              models.make_optimizer(options), metric_names=options.metrics,
+                                              **compile_kwargs)
+    model = models.build(options.model, input_shape, num_classes)
+    models.compile_model(model, options, **compile_kwargs)
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def exportable(model: tf_keras.Model) -> tf_keras.Model:
+    """What export saves: a recommender as a plain functional model (no second optimizer), others as they are."""
+    return recommenders.inference_model(model) if isinstance(model, SparseDenseModel) else model
+
+
+CUSTOM_OBJECTS = recommenders.CUSTOM_OBJECTS  # what loading an exported recommender needs
