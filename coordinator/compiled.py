@@ -7,6 +7,7 @@ import tf_keras
 from cluster.recommender_options import RECOMMENDER_MODELS
 from cluster.training_options import TrainingOptions
 from coordinator import models, recommenders
+from coordinator.shard_report import report_lines, shard_report
 from coordinator.sparse import SparseDenseModel
 
 
@@ -28,3 +29,15 @@ def exportable(model: tf_keras.Model) -> tf_keras.Model:
 
 
 CUSTOM_OBJECTS = recommenders.CUSTOM_OBJECTS  # what loading an exported recommender needs
+
+
+def ps_report(model: tf_keras.Model, source, global_batch: int, log) -> dict:
+    """A recommender's per-ps report (bytes held, rows looked up and bytes moved per step, for one training batch),
+    logged one line per ps; {} for other models."""
+    if not isinstance(model, SparseDenseModel):
+        return {}
+    features, _ = next(iter(source.split("train").batch(global_batch).take(1)))
+    report = shard_report(model, features["ids"].numpy())
+    for line in report_lines(report):
+        log.info("per ps: %s", line)
+    return report

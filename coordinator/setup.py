@@ -17,7 +17,7 @@ from cluster.same_run import differences
 from cluster.training_options import TrainingOptions
 from common.errors import Problem, UserError
 from coordinator import export
-from coordinator.compiled import build_compiled
+from coordinator.compiled import build_compiled, ps_report
 from coordinator.callbacks import FirstStepReport, SaveEachEpoch, StepDecay
 from coordinator.checkpoints import EpochCheckpoints
 from coordinator.progress import ProgressReport
@@ -153,7 +153,8 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
         global_batch=run.global_batch, strategy=options.strategy, workers=run.workers,
         ps=len(run.config.jobs.get("ps", ())) if "ps" in strategy.server_jobs else 0,
         train_seconds=round(train_seconds, 2), final_metrics=final_metrics, checkpoint=checkpoint, model=paths,
-        tensorboard=str(files.tensorboard), variable_placement=variable_placement(model))
+        tensorboard=str(files.tensorboard), variable_placement=variable_placement(model),
+        ps_report=ps_report(model, run.source, run.global_batch, run.log))
     write_summary(files, summary)
     run.log.info("model exported to %s (.h5, SavedModel, .keras); summary %s", files.model_dir, files.summary)
     return summary

@@ -37,6 +37,8 @@ def test_dlrm_on_synthetic_criteo_is_evaluated_by_auc_and_exported(shared_server
     assert codes == [0, 0], (tmp_path / "chief.log").read_text()[-3000:] + (tmp_path / "evaluator.log").read_text()
     summary = json.loads((output / "summary.json").read_text())
     assert any(len(devices) == 2 for devices in summary["variable_placement"].values())  # a table split over 2 ps
+    assert set(summary["ps_report"]) == {"ps:0", "ps:1"}  # bytes held and moved per step on each ps
+    assert "per ps: " in (tmp_path / "chief.log").read_text()
     best = json.loads((output / "best_model" / "best.json").read_text())
     assert best["best_metric"] == "val_auc" and 0.0 <= best["metrics"]["val_auc"] <= 1.0
     report = tmp_path / "best_eval.json"
