@@ -122,6 +122,7 @@ class RunSummary:
     model: dict = dataclasses.field(default_factory=dict)
     tensorboard: str | None = None
     variable_placement: dict = dataclasses.field(default_factory=dict)
+    ps_report: dict = dataclasses.field(default_factory=dict)  # recommenders: per ps, bytes held and moved per step
 
     @property
     def complete(self) -> bool:

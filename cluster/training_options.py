@@ -6,20 +6,21 @@ import dataclasses
 import re
 from typing import Any, Mapping
 
+from cluster import recommender_options as clicks
 from cluster.strategies import STRATEGY_NAMES, StrategyName
 from common.errors import Problem, UserError
 from common.fields import (INT32_MAX, Check, int_in, is_number, optional_positive_int, parse_or_raise, positive_int,
                            positive_number, seconds_check)
 
-FILE_DATASETS = ("image_folder", "cifar10", "mnist", "tfrecord")
+FILE_DATASETS = ("image_folder", "cifar10", "mnist", "tfrecord", "criteo")
 IMAGE_SIZE = (224, 224)
 SYNTHETIC_SHAPE, SYNTHETIC_EXAMPLES = (28, 28, 1), 4096  # the tutorial's MNIST-sized images
 TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY = "image/encoded", "image/class/label"  # as ImageNet's build scripts write
 ONE_HOT_LOSSES = ("categorical_crossentropy", "categorical_focal_crossentropy", "categorical_hinge")
-MODEL_NAMES = ("cnn", "mlp", "resnet", "mobilenet_v2")
+MODEL_NAMES = ("cnn", "mlp", "resnet", "mobilenet_v2", *clicks.RECOMMENDER_MODELS)
 CONVOLUTIONAL_MODELS = ("cnn", "resnet", "mobilenet_v2")
 RESIZED_DATASETS = ("image_folder", "tfrecord")  # images resized to image_size
-DATASET_NAMES = ("digits", "synthetic", *FILE_DATASETS)
+DATASET_NAMES = ("digits", "synthetic", *FILE_DATASETS, "synthetic_criteo")
 OPTIMIZER_NAMES = ("adam", "sgd", "rmsprop")
 COLLECTIVE_NAMES = ("auto", "ring", "nccl")
 LOOP_NAMES = ("fit", "custom")
@@ -32,7 +33,8 @@ SPARSE_LABEL_METRICS = ("accuracy", "acc", "sparse_categorical_accuracy", "spars
 ONE_HOT_LABEL_METRICS = ("accuracy", "acc", "categorical_accuracy", "top_k_categorical_accuracy",
                          "categorical_crossentropy")
 METRIC_NAMES = tuple(dict.fromkeys(SPARSE_LABEL_METRICS + ONE_HOT_LABEL_METRICS))
-MINIMISED_METRICS = ("loss", "sparse_categorical_crossentropy", "categorical_crossentropy")  # smaller is better
+MINIMISED_METRICS = ("loss", "sparse_categorical_crossentropy", "categorical_crossentropy",  # smaller is better
+                     "log_loss")
 MAX_SIDE = 8192  # pixels per image side, or elements per synthetic axis
 SEED_LIMIT = 2**32  # numpy (tf_keras.utils.set_random_seed) takes seeds in [0, 2**32)
 
@@ -45,10 +47,10 @@ def _option(default, help_text: str):
 class TrainingOptions:
     """What to train and how; every field can come from cluster.json's `training` or the command line."""
 
-    model: str = _option("cnn", "cnn, mlp, resnet, mobilenet_v2, or package.module:function returning a "
-                                "tf_keras model")
-    dataset: str = _option("digits", "digits (embedded, real), synthetic, or from data_dir: image_folder, cifar10, "
-                                     "mnist, tfrecord")
+    model: str = _option("cnn", "cnn, mlp, resnet, mobilenet_v2, dlrm, wide_deep (click data), or "
+                                "package.module:function returning a tf_keras model")
+    dataset: str = _option("digits", "digits (embedded, real), synthetic, synthetic_criteo, or from data_dir: "
+                                     "image_folder, cifar10, mnist, tfrecord, criteo")
     data_dir: str | None = _option(None, "directory of a file-based data set (relative: from the project directory); "
                                          "workers read it at the same path on their own hosts")
     image_size: tuple[int, ...] = _option(IMAGE_SIZE, "[height, width] image_folder and tfrecord images are resized to")
@@ -91,6 +93,14 @@ class TrainingOptions:
     seed: int = _option(0, "random seed for model initialisation and shuffling")
     progress_every_s: float = _option(30.0, "seconds between progress lines (and TensorBoard points) within an "
                                             "epoch; a line also ends each epoch")
+    embedding_dim: int = _option(16, "dlrm, wide_deep: width of each categorical feature's embedding")
+    table_rows: int | tuple[int, ...] = _option(clicks.DEFAULT_TABLE_ROWS, "dlrm, wide_deep: rows (hash buckets) "
+                                                "of every table, or a list of 26, one per categorical feature")
+    bottom_mlp: tuple[int, ...] = _option((64,), "dlrm: layer widths on the numeric features")
+    top_mlp: tuple[int, ...] = _option((64, 32), "dlrm: layer widths after the interaction; wide_deep: the deep part")
+    embedding_optimizer: str = _option("adagrad", "dlrm, wide_deep: the tables' optimizer, one that updates only "
+                                                  "looked-up rows: adagrad, sgd or ftrl")
+    embedding_learning_rate: float = _option(0.05, "dlrm, wide_deep: the tables' learning rate")
 
 
 FIELD_NAMES = tuple(f.name for f in dataclasses.fields(TrainingOptions))
@@ -147,10 +157,12 @@ CHECKS = {
     "lr_decay_epochs": Check(lambda v: isinstance(v, (list, tuple)) and all(positive_int(e) for e in v),
                              f"must be a list of epoch numbers from 1 to {INT32_MAX}", "use e.g. [4, 6] or []"),
     "lr_decay_factor": Check(lambda v: is_number(v) and 0 < v <= 1, "must be in (0, 1]", "use e.g. 0.1"),
-    "loss": Check(lambda v: v in LOSS_NAMES, "unknown loss for class labels", f"use one of {', '.join(LOSS_NAMES)}"),
-    "metrics": Check(lambda v: isinstance(v, (list, tuple)) and all(m in METRIC_NAMES for m in v)
+    "loss": Check(lambda v: v in (*LOSS_NAMES, clicks.CLICK_LOSS), "unknown loss for class labels or clicks",
+                  f"use one of {', '.join(LOSS_NAMES)} ({clicks.CLICK_LOSS} for dlrm, wide_deep)"),
+    "metrics": Check(lambda v: isinstance(v, (list, tuple)) and all(m in (*METRIC_NAMES, *clicks.CLICK_METRICS)
+                                                                    for m in v)
                      and len(set(v)) == len(v), "must be a list of distinct Keras metric names",
-                     f"use some of {', '.join(METRIC_NAMES)}"),
+                     f"use some of {', '.join(METRIC_NAMES)} ({', '.join(clicks.CLICK_METRICS)} for click data)"),
     "output_dir": Check(_non_empty_text, "must be a path", "give a directory, e.g. output"),
     "min_shard_bytes": Check(int_in(1, 2**63 - 1), "must be a positive integer (int64)", "use e.g. 262144 (256 KiB)"),
     "max_shards": Check(optional_positive_int, f"must be an integer from 1 to {INT32_MAX}, or null",
@@ -161,14 +173,15 @@ CHECKS = {
     "seed": Check(int_in(0, SEED_LIMIT - 1), f"must be an integer from 0 to {SEED_LIMIT - 1}",
                   "use e.g. 0 (numpy takes seeds in [0, 2**32))"),
     "progress_every_s": seconds_check("30"),
+    **clicks.CHECKS,
 }
 
 
 def parse_training_options(raw: Mapping[str, Any], field_prefix: str = "training.") -> TrainingOptions:
     """Builds TrainingOptions from a mapping, raising one UserError that lists every bad field."""
-    options = parse_or_raise(TrainingOptions, raw, CHECKS, field_prefix)
-    problems = [*_loop_problems(options, field_prefix), *_metric_problems(options, field_prefix),
-                *_shape_problems(options, field_prefix)]
+    options = parse_or_raise(TrainingOptions, clicks.with_click_defaults(raw), CHECKS, field_prefix)
+    problems = [*_loop_problems(options, field_prefix), *clicks.fit_problems(options, field_prefix),
+                *_metric_problems(options, field_prefix), *_shape_problems(options, field_prefix)]
     if problems:
         raise UserError(problems)
     return options
@@ -184,8 +197,9 @@ def _loop_problems(options: TrainingOptions, prefix: str) -> list[Problem]:
 def _metric_problems(options: TrainingOptions, prefix: str) -> list[Problem]:
     """Each metric must fit the labels the loss asks for: class indices, or one-hot for ONE_HOT_LOSSES."""
     one_hot = options.loss in ONE_HOT_LOSSES
-    fitting = ONE_HOT_LABEL_METRICS if one_hot else SPARSE_LABEL_METRICS
-    labels = "one-hot labels" if one_hot else "class-index labels"
+    fitting = clicks.metrics_for(options.loss) or (ONE_HOT_LABEL_METRICS if one_hot else SPARSE_LABEL_METRICS)
+    labels = "click labels" if clicks.metrics_for(options.loss) else "one-hot labels" if one_hot else \
+        "class-index labels"
     return [Problem(f"{prefix}metrics", list(options.metrics), f"{name} does not work with the {labels} that loss "
                     f"{options.loss} trains on", f"use some of {', '.join(fitting)}")
             for name in options.metrics if name not in fitting]

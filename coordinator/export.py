@@ -15,8 +15,8 @@ import tensorflow as tf
 import tf_keras
 
 from common.errors import Problem, UserError
-from coordinator import models
 from cluster.training_options import TrainingOptions
+from coordinator.compiled import build_compiled, exportable
 
 TOLERANCE = 1e-4  # largest absolute difference allowed between trained and exported predictions
 H5_NAME = "model.h5"
@@ -28,8 +28,7 @@ def restore_whole(options: TrainingOptions, input_shape, num_classes: int, check
                   device: str | None = None, io_device: str | None = None) -> tf_keras.Model:
     """An unpartitioned, compiled model holding the weights of `checkpoint_path`."""
     with tf.device(device) if device else contextlib.nullcontext():
-        model = models.build(options.model, input_shape, num_classes)
-        models.compile_model(model, options)
+        model = build_compiled(options, input_shape, num_classes)
     read_options = tf.train.CheckpointOptions(experimental_io_device=io_device) if io_device else None
     restore_every_weight(model, checkpoint_path, read_options)
     return model
@@ -58,7 +57,8 @@ def check_export(trained: np.ndarray, exported: np.ndarray) -> float:
 
 
 def export(model: tf_keras.Model, directory: Path) -> dict[str, str]:
-    """Writes the three formats into `directory` and returns their paths."""
+    """Writes the three formats into `directory` and returns their paths (a recommender without its training parts)."""
+    model = exportable(model)
     directory.mkdir(parents=True, exist_ok=True)
     paths = {"h5": directory / H5_NAME, "saved_model": directory / SAVED_MODEL_NAME, "keras": directory / KERAS_NAME}
     model.save(paths["h5"], save_format="h5")
@@ -67,6 +67,15 @@ def export(model: tf_keras.Model, directory: Path) -> dict[str, str]:
     return {name: str(path) for name, path in paths.items()}
 
 
-def reference_inputs(split: tf.data.Dataset, count: int = 16) -> np.ndarray:
-    """The first `count` inputs of a split, to check that an exported model predicts as the trained one."""
-    return np.stack([x for x, _ in split.take(count).as_numpy_iterator()])
+def reference_inputs(split: tf.data.Dataset, count: int = 16):
+    """The first `count` inputs of a split (an array, or a dict of arrays), to check that an exported model
+    predicts as the trained one."""
+    inputs, _ = next(iter(split.batch(count).take(1)))
+    return tf.nest.map_structure(lambda tensor: tensor.numpy(), inputs)
+
+
+def saved_inputs(inputs) -> dict[str, np.ndarray]:
+    """Reference inputs as npz entries: `inputs`, or `inputs_<name>` for each input of a dict."""
+    if isinstance(inputs, dict):
+        return {f"inputs_{name}": array for name, array in inputs.items()}
+    return {"inputs": inputs}

@@ -16,7 +16,8 @@ from cluster.run_files import (Phase, RunFiles, RunStatus, RunSummary, TrainingP
 from cluster.same_run import differences
 from cluster.training_options import TrainingOptions
 from common.errors import Problem, UserError
-from coordinator import export, models
+from coordinator import export
+from coordinator.compiled import build_compiled, ps_report
 from coordinator.callbacks import FirstStepReport, SaveEachEpoch, StepDecay
 from coordinator.checkpoints import EpochCheckpoints
 from coordinator.progress import ProgressReport
@@ -70,9 +71,8 @@ def build_model(run: TrainingRun, distribution):
     options = run.options
     tf_keras.utils.set_random_seed(options.seed)
     with distribution.scope():
-        model = models.build(options.model, run.source.input_shape, run.source.num_classes)
-        models.compile_model(model, options, steps_per_execution=options.steps_per_execution)
-        model.optimizer.build(model.trainable_variables)
+        model = build_compiled(options, run.source.input_shape, run.source.num_classes,
+                               steps_per_execution=options.steps_per_execution)
     for name, devices in variable_placement(model).items():
         if len(devices) > 1:
             run.log.info("%s split into %d shards on %s", name, len(devices),
@@ -145,7 +145,7 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
                  export.check_export(trained, exported), export.TOLERANCE)
     _exporting(run, steps)
     paths = export.export(whole, files.model_dir)
-    np.savez(files.reference_predictions, inputs=inputs, predictions=trained)
+    np.savez(files.reference_predictions, predictions=trained, **export.saved_inputs(inputs))
     strategy = run.config.strategy
     summary = RunSummary(
         status=RunStatus.COMPLETE, options=dataclasses.asdict(options), epochs=options.epochs,
@@ -153,7 +153,8 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
         global_batch=run.global_batch, strategy=options.strategy, workers=run.workers,
         ps=len(run.config.jobs.get("ps", ())) if "ps" in strategy.server_jobs else 0,
         train_seconds=round(train_seconds, 2), final_metrics=final_metrics, checkpoint=checkpoint, model=paths,
-        tensorboard=str(files.tensorboard), variable_placement=variable_placement(model))
+        tensorboard=str(files.tensorboard), variable_placement=variable_placement(model),
+        ps_report=ps_report(model, run.source, run.global_batch, run.log))
     write_summary(files, summary)
     run.log.info("model exported to %s (.h5, SavedModel, .keras); summary %s", files.model_dir, files.summary)
     return summary

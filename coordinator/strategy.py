@@ -7,10 +7,12 @@ import sys
 import tensorflow as tf
 
 from cluster.config import ClusterConfig
+from cluster.recommender_options import RECOMMENDER_MODELS
 from cluster.strategies import StrategyName
 from cluster.training_options import TrainingOptions
 from common import net
 from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE
+from coordinator.placement import BalancedPartitioner
 
 CHIEF_CPU = "/job:chief/replica:0/task:0/device:CPU:0"
 
@@ -28,10 +30,13 @@ def wait_for_cluster(config: ClusterConfig, timeout_s: float, log) -> None:
 
 
 def build(config: ClusterConfig, options: TrainingOptions) -> tf.distribute.experimental.ParameterServerStrategy:
-    """The strategy, with variables above `min_shard_bytes` split over up to `max_shards` (default: every ps)."""
+    """The strategy, with variables above `min_shard_bytes` split over up to `max_shards` (default: every ps);
+    a recommender's tables split evenly over every ps instead (BalancedPartitioner: the same bytes on each)."""
     shards = options.max_shards or len(config.jobs["ps"])
     partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
         min_shard_bytes=options.min_shard_bytes, max_shards=shards)
+    if options.model in RECOMMENDER_MODELS:
+        partitioner = BalancedPartitioner(len(config.jobs["ps"]), min_shard_bytes=options.min_shard_bytes)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
 

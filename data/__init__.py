@@ -7,9 +7,11 @@ from pathlib import Path
 
 from cluster.training_options import (FILE_DATASETS, IMAGE_SIZE, ONE_HOT_LOSSES, SYNTHETIC_EXAMPLES, SYNTHETIC_SHAPE,
                                       TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY)
-from data import layouts
+from cluster.recommender_options import DEFAULT_TABLE_ROWS, rows_per_table
+from data import criteo_layout, layouts
+
 LAYOUTS = {"image_folder": layouts.image_folders, "cifar10": layouts.cifar10, "mnist": layouts.mnist,
-           "tfrecord": layouts.tfrecord_files}
+           "tfrecord": layouts.tfrecord_files, "criteo": criteo_layout.criteo_files}
 
 
 def preflight(options, base_dir: Path) -> None:
@@ -24,9 +26,12 @@ def preflight(options, base_dir: Path) -> None:
         LAYOUTS[options.dataset](layouts.data_root(options.dataset, options.data_dir, base_dir))
 
 
-def _load_files(name: str, layout, *, image_size, tfrecord_image_key, tfrecord_label_key, tfrecord_num_classes):
-    from data import cifar10, image_folder, mnist, tfrecord
+def _load_files(name: str, layout, *, image_size, tfrecord_image_key, tfrecord_label_key, tfrecord_num_classes,
+                table_rows, skip_corrupt: bool):
+    from data import cifar10, criteo, image_folder, mnist, tfrecord
 
+    if name == "criteo":
+        return criteo.load(layout, table_rows=rows_per_table(table_rows), skip_corrupt=skip_corrupt)
     if name == "image_folder":
         return image_folder.load(layout, image_size)
     if name == "cifar10":
@@ -41,11 +46,14 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
                 one_hot: bool = False, augment: bool = False, skip_corrupt: bool = False, image_size=IMAGE_SIZE,
                 tfrecord_image_key: str = TFRECORD_IMAGE_KEY, tfrecord_label_key: str = TFRECORD_LABEL_KEY,
                 tfrecord_num_classes: int | None = None, synthetic_shape=SYNTHETIC_SHAPE,
-                synthetic_examples: int = SYNTHETIC_EXAMPLES):
+                synthetic_examples: int = SYNTHETIC_EXAMPLES, table_rows=DEFAULT_TABLE_ROWS):
     """The DataSource for a dataset name (imports TensorFlow); a relative data_dir starts at `base_dir` (or here).
 
     The other keywords are the TrainingOptions of the same names (see source_for); `one_hot` makes labels one-hot.
     """
+    if name == "synthetic_criteo":
+        from data import synthetic_criteo
+        return synthetic_criteo.load(rows_per_table(table_rows), seed=seed, train_examples=synthetic_examples)
     if name == "digits":
         from data import digits
         source = digits.load()
@@ -55,7 +63,8 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
     else:
         layout = LAYOUTS[name](layouts.data_root(name, data_dir, base_dir or Path.cwd()))
         source = _load_files(name, layout, image_size=image_size, tfrecord_image_key=tfrecord_image_key,
-                             tfrecord_label_key=tfrecord_label_key, tfrecord_num_classes=tfrecord_num_classes)
+                             tfrecord_label_key=tfrecord_label_key, tfrecord_num_classes=tfrecord_num_classes,
+                             table_rows=table_rows, skip_corrupt=skip_corrupt)
     return dataclasses.replace(source, one_hot=one_hot, augment=augment, skip_corrupt=skip_corrupt)
 
 
@@ -66,4 +75,4 @@ def source_for(options, base_dir: Path):
                        skip_corrupt=options.skip_corrupt, image_size=options.image_size,
                        tfrecord_image_key=options.tfrecord_image_key, tfrecord_label_key=options.tfrecord_label_key,
                        tfrecord_num_classes=options.tfrecord_num_classes, synthetic_shape=options.synthetic_shape,
-                       synthetic_examples=options.synthetic_examples)
+                       synthetic_examples=options.synthetic_examples, table_rows=options.table_rows)

@@ -29,6 +29,7 @@ WHAT_TO_GIVE = {
     "cifar10": f"{CIFAR_DIR}/ (data_batch_1.bin ... data_batch_5.bin, test_batch.bin)",
     "mnist": "train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-... (or mnist.npz)",
     "tfrecord": "train-*, validation-* (and test-*) TFRecord files",
+    "criteo": "train-*, validation-* (and test-*) Criteo click logs, tab-separated, plain or .gz",
 }
 
 

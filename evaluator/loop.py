@@ -13,7 +13,8 @@ from cluster.run_files import (BestRecord, EvaluationState, RunFiles, read_progr
 from cluster.training_options import TrainingOptions
 from common.errors import Problem, UserError
 from common.proc import has_live_thread
-from coordinator import export, models
+from coordinator import export
+from coordinator.compiled import build_compiled
 from coordinator.checkpoints import checkpoint_epoch, checkpoint_step, listed_checkpoints
 UNREADABLE = (tf.errors.NotFoundError, tf.errors.DataLossError, tf.errors.FailedPreconditionError, OSError)
 
@@ -34,8 +35,7 @@ class SidecarEvaluator:
     def __init__(self, *, training: TrainingOptions, evaluation: EvaluationOptions, source, files: RunFiles, log):
         self.training, self.evaluation, self.files, self.log = training, evaluation, files, log
         self.checkpoint_dir = files.checkpoints
-        self.model = models.build(training.model, source.input_shape, source.num_classes)
-        models.compile_model(self.model, training)
+        self.model = build_compiled(training, source.input_shape, source.num_classes)
         self.dataset = source.eval_dataset("validation", evaluation.batch)
         self.state = EvaluationState.load(files)
         self.writer = tf.summary.create_file_writer(str(files.validation_events))

@@ -40,6 +40,7 @@ def _evaluate_once(config: ClusterConfig, log, *, checkpoint: str | None, model:
     import tf_keras
 
     from coordinator import export
+    from coordinator.compiled import CUSTOM_OBJECTS
     from data import source_for
     from evaluator.loop import metrics_line
 
@@ -48,7 +49,7 @@ def _evaluate_once(config: ClusterConfig, log, *, checkpoint: str | None, model:
     if model:
         if not Path(model).exists():
             raise UserError(Problem("--model", model, "does not exist", "give a .h5, .keras or SavedModel path"))
-        loaded = tf_keras.models.load_model(model)
+        loaded = tf_keras.models.load_model(model, custom_objects=CUSTOM_OBJECTS)
     else:
         if not Path(checkpoint + ".index").exists():
             raise UserError(Problem("--checkpoint", checkpoint, "is not a checkpoint prefix",

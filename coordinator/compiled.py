@@ -1,0 +1,43 @@
+"""The model a run trains, compiled with its optimizer slots built: the same way for training, export and evaluation."""
+
+from __future__ import annotations
+
+import tf_keras
+
+from cluster.recommender_options import RECOMMENDER_MODELS
+from cluster.training_options import TrainingOptions
+from coordinator import models, recommenders
+from coordinator.shard_report import report_lines, shard_report
+from coordinator.sparse import SparseDenseModel
+
+
+def build_compiled(options: TrainingOptions, input_shape, num_classes: int, **compile_kwargs) -> tf_keras.Model:
+    """A zoo, user or recommender model (dlrm, wide_deep: two optimizers); call under the strategy's scope."""
+    if options.model in RECOMMENDER_MODELS:
+        return recommenders.build_and_compile(options.model, recommenders.from_training(options),
+                                              models.make_optimizer(options), metric_names=options.metrics,
+                                              **compile_kwargs)
+    model = models.build(options.model, input_shape, num_classes)
+    models.compile_model(model, options, **compile_kwargs)
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def exportable(model: tf_keras.Model) -> tf_keras.Model:
+    """What export saves: a recommender as a plain functional model (no second optimizer), others as they are."""
+    return recommenders.inference_model(model) if isinstance(model, SparseDenseModel) else model
+
+
+CUSTOM_OBJECTS = recommenders.CUSTOM_OBJECTS  # what loading an exported recommender needs
+
+
+def ps_report(model: tf_keras.Model, source, global_batch: int, log) -> dict:
+    """A recommender's per-ps report (bytes held, rows looked up and bytes moved per step, for one training batch),
+    logged one line per ps; {} for other models."""
+    if not isinstance(model, SparseDenseModel):
+        return {}
+    features, _ = next(iter(source.split("train").batch(global_batch).take(1)))
+    report = shard_report(model, features["ids"].numpy())
+    for line in report_lines(report):
+        log.info("per ps: %s", line)
+    return report

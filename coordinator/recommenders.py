@@ -1,0 +1,173 @@
+"""Click-through models over Criteo-style features (13 numeric, 26 categorical): dlrm and wide_deep, with their options.
+
+Inputs are a dict: `dense` float32 [batch, 13] (already log(1 + x)) and `ids` int64 [batch, 26] (each below its
+table's rows). Output: the click probability [batch, 1]. Build and compile under the strategy's scope so the
+partitioner splits the tables over the ps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from tf_keras import layers
+
+from coordinator.packed import PackedMLP
+from coordinator.sparse import SparseDenseModel, check_tables_sparse, make_embedding_optimizer
+from coordinator.tables import FusedTables, SeparateTables, make_tables
+from data.criteo_layout import CATEGORICAL_FEATURES, NUMERIC_FEATURES
+from common.fields import Check, is_int, parse_or_raise, positive_int, positive_number
+
+METRICS_FOR_CLICKS = ("auc", "log_loss")  # the evaluator picks the best model by val_auc (mode max)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RecommenderOptions:
+    """What dlrm and wide_deep are built from (fields of cluster.json's `training` once integrated)."""
+
+    embedding_dim: int = 16
+    table_rows: int | tuple[int, ...] = 100_000  # rows (hash buckets) of each table, or one size per table
+    bottom_mlp: tuple[int, ...] = (64,)  # dlrm: numeric features -> these -> embedding_dim
+    top_mlp: tuple[int, ...] = (64, 32)  # dlrm: after the interaction; wide_deep: the deep part
+    embedding_optimizer: str = "adagrad"  # adagrad, sgd or ftrl: updates only looked-up rows
+    embedding_learning_rate: float = 0.05
+    fused_tables: bool = True  # all tables as row ranges of one variable: one lookup per step, even shards
+    deduplicate_ids: bool = True  # tf.unique before the lookup: a hot id moves once per step
+    packed_mlp: bool = True  # each MLP's weights in one variable: one transfer each way per step, not 2 per layer
+    hash_salt: int = 0  # criteo: salt of the categorical hashing
+
+    @property
+    def rows_per_table(self) -> tuple[int, ...]:
+        rows = self.table_rows
+        return tuple(rows) if isinstance(rows, (list, tuple)) else (rows,) * CATEGORICAL_FEATURES
+
+
+def _sizes(value) -> bool:
+    return isinstance(value, (list, tuple)) and all(positive_int(n) for n in value)
+
+
+CHECKS = {
+    "embedding_dim": Check(positive_int, "must be a positive integer", "use e.g. 16"),
+    "table_rows": Check(lambda v: positive_int(v) or (_sizes(v) and len(v) == CATEGORICAL_FEATURES),
+                        f"must be a positive integer or a list of {CATEGORICAL_FEATURES}",
+                        "use e.g. 1000000 (rows of every table)"),
+    "bottom_mlp": Check(_sizes, "must be a list of layer widths", "use e.g. [64]"),
+    "top_mlp": Check(_sizes, "must be a list of layer widths", "use e.g. [64, 32]"),
+    "embedding_optimizer": Check(lambda v: isinstance(v, str), "must be an optimizer name", "use adagrad"),
+    "embedding_learning_rate": Check(positive_number, "must be a positive number", "use e.g. 0.05"),
+    "fused_tables": Check(lambda v: isinstance(v, bool), "must be true or false", "use true"),
+    "deduplicate_ids": Check(lambda v: isinstance(v, bool), "must be true or false", "use true"),
+    "packed_mlp": Check(lambda v: isinstance(v, bool), "must be true or false", "use true"),
+    "hash_salt": Check(is_int, "must be an integer", "use e.g. 0"),
+}
+
+
+def parse_recommender_options(raw, field_prefix: str = "training.") -> RecommenderOptions:
+    """RecommenderOptions from a mapping, one UserError listing every bad field; the table optimizer is checked."""
+    options = parse_or_raise(RecommenderOptions, raw, CHECKS, field_prefix)
+    make_embedding_optimizer(options.embedding_optimizer, options.embedding_learning_rate,
+                             field=f"{field_prefix}embedding_optimizer")
+    return options
+
+
+def _inputs():
+    return {"dense": tf_keras.Input((NUMERIC_FEATURES,), name="dense"),
+            "ids": tf_keras.Input((CATEGORICAL_FEATURES,), dtype=tf.int64, name="ids")}
+
+
+def _mlp(x, widths, prefix: str, *, packed: bool, final_activation: str | None):
+    """ReLU layers of `widths`, the last with `final_activation`: one PackedMLP variable, or one Dense per layer."""
+    if packed:
+        return PackedMLP(widths, final_activation=final_activation, name=prefix)(x)
+    for number, width in enumerate(widths):
+        last = number == len(widths) - 1
+        x = layers.Dense(width, activation=final_activation if last else "relu", name=f"{prefix}_{number}")(x)
+    return x
+
+
+class DotInteraction(layers.Layer):
+    """DLRM's pairwise interaction: the dot product of every pair among [bottom output, each embedding]."""
+
+    def call(self, vectors):  # [batch, n, dim] -> [batch, n (n - 1) / 2]
+        dots = tf.matmul(vectors, vectors, transpose_b=True)
+        n = vectors.shape[1]
+        upper = np.array([i * n + j for i in range(n) for j in range(i + 1, n)])
+        return tf.gather(tf.reshape(dots, [-1, n * n]), upper, axis=1)
+
+
+class SumOverTables(layers.Layer):
+    """The wide part's logit: the sum of each table's one-wide weight, [batch, tables, 1] -> [batch, 1]."""
+
+    def call(self, weights):
+        return tf.reduce_sum(weights, axis=1)
+
+
+def dlrm(options: RecommenderOptions) -> SparseDenseModel:
+    """Bottom MLP on the numeric features, one embedding per categorical feature, dot interaction, top MLP."""
+    inputs = _inputs()
+    bottom = _mlp(inputs["dense"], (*options.bottom_mlp, options.embedding_dim), "bottom",
+                  packed=options.packed_mlp, final_activation="relu")
+    embedded = make_tables(options.rows_per_table, options.embedding_dim, fused=options.fused_tables,
+                           deduplicate=options.deduplicate_ids, name="embeddings")(inputs["ids"])
+    vectors = layers.Concatenate(axis=1)([layers.Reshape((1, options.embedding_dim))(bottom), embedded])
+    x = layers.Concatenate()([bottom, DotInteraction(name="interaction")(vectors)])
+    output = _mlp(x, (*options.top_mlp, 1), "top", packed=options.packed_mlp, final_activation="sigmoid")
+    return SparseDenseModel(inputs, output, name="dlrm")
+
+
+def wide_deep(options: RecommenderOptions) -> SparseDenseModel:
+    """A linear (wide) part on the categorical ids and numeric features plus a deep MLP on embeddings and numerics."""
+    inputs = _inputs()
+    rows = options.rows_per_table
+    weights = make_tables(rows, 1, fused=options.fused_tables, deduplicate=options.deduplicate_ids,
+                          name="wide_weights")(inputs["ids"])
+    wide = layers.Add()([SumOverTables(name="wide_sum")(weights),
+                         layers.Dense(1, name="wide_numeric")(inputs["dense"])])
+    embedded = make_tables(rows, options.embedding_dim, fused=options.fused_tables,
+                           deduplicate=options.deduplicate_ids, name="embeddings")(inputs["ids"])
+    deep = layers.Concatenate()([layers.Flatten()(embedded), inputs["dense"]])
+    deep = _mlp(deep, (*options.top_mlp, 1), "deep", packed=options.packed_mlp, final_activation=None)
+    output = layers.Activation("sigmoid", name="click")(layers.Add()([wide, deep]))
+    return SparseDenseModel(inputs, output, name="wide_deep")
+
+
+RECOMMENDERS = {"dlrm": dlrm, "wide_deep": wide_deep}
+
+
+CUSTOM_OBJECTS = {"FusedTables": FusedTables, "SeparateTables": SeparateTables, "DotInteraction": DotInteraction,
+                  "SumOverTables": SumOverTables, "PackedMLP": PackedMLP}
+
+
+def inference_model(model: SparseDenseModel) -> tf_keras.Model:
+    """The same layers and weights as a plain functional model (no second optimizer): what export saves.
+    Load it with `tf_keras.models.load_model(path, custom_objects=CUSTOM_OBJECTS)`."""
+    plain = tf_keras.Model(model.inputs, model.outputs, name=model.name)
+    plain.compile(loss="binary_crossentropy", metrics=click_metrics())  # evaluable as loaded, e.g. --model
+    return plain
+
+
+def click_metrics(names=METRICS_FOR_CLICKS) -> list:
+    made = {"auc": lambda: tf_keras.metrics.AUC(name="auc"),
+            "log_loss": lambda: tf_keras.metrics.BinaryCrossentropy(name="log_loss")}
+    return [made[name]() for name in names]
+
+
+def from_training(training) -> RecommenderOptions:
+    """The RecommenderOptions that TrainingOptions `training` (already validated) give."""
+    fields = {f.name for f in dataclasses.fields(RecommenderOptions)}
+    return RecommenderOptions(**{k: v for k, v in dataclasses.asdict(training).items() if k in fields})
+
+
+def build_and_compile(name: str, options: RecommenderOptions, dense_optimizer, *, metric_names=METRICS_FOR_CLICKS,
+                      **compile_kwargs) -> SparseDenseModel:
+    """The named recommender, compiled with both optimizers and their slots created (call under strategy.scope())."""
+    model = RECOMMENDERS[name](options)
+    check_tables_sparse(model)
+    model.embedding_optimizer = make_embedding_optimizer(options.embedding_optimizer,
+                                                         options.embedding_learning_rate)
+    model.compile(optimizer=dense_optimizer, loss="binary_crossentropy", metrics=click_metrics(metric_names),
+                  **compile_kwargs)
+    model.build_optimizers()
+    return model

@@ -1,0 +1,81 @@
+"""Per-ps report of a recommendation model: bytes held, and rows looked up and bytes moved per step, so a hot ps shows.
+
+Bytes held count every variable on the ps: model weights and both optimizers' slots. Per-step figures come
+from a sample batch of ids: the rows each shard of each table serves (after de-duplication when the model
+de-duplicates), times the row size twice (rows out, gradient rows back) plus the ids both ways, plus every
+dense variable on that ps read and its gradient written back once per step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from coordinator.tables import FusedTables, table_layers
+
+ID_BYTES = 8
+
+
+def ps_of(device: str) -> str:
+    """`/job:ps/replica:0/task:1/device:CPU:0` -> `ps:1`; a variable with no remote device -> `local`."""
+    parts = dict(p.split(":", 1) for p in device.split("/") if ":" in p)
+    return f"{parts['job']}:{parts.get('task', 0)}" if "job" in parts else "local"
+
+
+def _shards(variable) -> list:
+    return list(getattr(variable, "variables", [variable]))
+
+
+def _nbytes(variable) -> int:
+    return int(np.prod(variable.shape)) * variable.dtype.size
+
+
+def bytes_held(model) -> dict[str, int]:
+    """Bytes of every variable (weights, both optimizers' slots) per ps."""
+    held: dict[str, int] = {}
+    optimizers = [model.optimizer, getattr(model, "embedding_optimizer", None)]
+    variables = list(model.variables) + [v for o in optimizers if o is not None for v in o.variables()]
+    seen = set()
+    for variable in variables:
+        for shard in _shards(variable):
+            if shard.ref() not in seen:
+                seen.add(shard.ref())
+                held[ps_of(shard.device)] = held.get(ps_of(shard.device), 0) + _nbytes(shard)
+    return held
+
+
+def _table_traffic(layer, sample_ids: np.ndarray, report: dict) -> None:
+    """Adds the rows each shard of the layer's tables serves for one batch of ids [batch, tables]."""
+    if isinstance(layer, FusedTables):
+        pairs = [(layer.table, (sample_ids + layer.offsets).reshape(-1))]
+    else:
+        pairs = [(table, sample_ids[:, k]) for k, table in enumerate(layer.tables)]
+    for table, ids in pairs:
+        ids = np.unique(ids) if layer.deduplicate else ids
+        first = 0
+        for shard in _shards(table):
+            rows = int(np.count_nonzero((ids >= first) & (ids < first + shard.shape[0])))
+            first += shard.shape[0]
+            entry = report.setdefault(ps_of(shard.device), {"lookups_per_step": 0, "bytes_moved_per_step": 0})
+            entry["lookups_per_step"] += rows
+            entry["bytes_moved_per_step"] += rows * (2 * shard.shape[1] * shard.dtype.size + 2 * ID_BYTES)
+
+
+def shard_report(model, sample_ids: np.ndarray) -> dict[str, dict[str, int]]:
+    """Per ps: bytes held, rows looked up per step and bytes moved per step (for one sample batch of ids)."""
+    report: dict[str, dict[str, int]] = {}
+    for layer in table_layers(model):
+        _table_traffic(layer, np.asarray(sample_ids, dtype=np.int64), report)
+    _, dense = model.split_variables()
+    for variable in dense:
+        entry = report.setdefault(ps_of(variable.device), {"lookups_per_step": 0, "bytes_moved_per_step": 0})
+        entry["bytes_moved_per_step"] += 2 * _nbytes(variable)
+    for name, held in bytes_held(model).items():
+        report.setdefault(name, {"lookups_per_step": 0, "bytes_moved_per_step": 0})["bytes_held"] = held
+    return dict(sorted(report.items()))
+
+
+def report_lines(report: dict[str, dict[str, int]]) -> list[str]:
+    """One aligned line per ps, for the log and `run.sh status`."""
+    return [f"{name:>6} | held {entry.get('bytes_held', 0) / 2 ** 20:9.1f} MiB | lookups/step "
+            f"{entry['lookups_per_step']:7d} | moved/step {entry['bytes_moved_per_step'] / 2 ** 20:7.2f} MiB"
+            for name, entry in report.items()]

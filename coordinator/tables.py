@@ -1,0 +1,103 @@
+"""Embedding tables for the recommendation models: all tables fused into one variable, or one variable per table.
+
+Both create their variables with a callable initializer, so under ParameterServerStrategy each shard is
+initialised on its own ps (no initial value is built on the chief: a graph holds at most 2 GB) and the
+variable partitioner splits them. A lookup on a split variable gathers on each ps and only the looked-up rows
+cross the wire; ids are de-duplicated first (`tf.unique`) so a hot id moves once per step, not once per use.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+INIT_SCALE = 0.05  # the range of tf_keras' Embedding default initializer
+
+
+@tf.function
+def _uniform_rows(shape, dtype):
+    return tf.random.uniform(shape, -INIT_SCALE, INIT_SCALE, dtype)
+
+
+def uniform_table(shape, dtype=tf.float32, partition_shape=None, **_):
+    """A table's (or, under a partitioner, one shard's: `partition_shape`) initial value, made in one graph on the
+    variable's device so the random draw, its scaling and shift reuse one buffer: eagerly each was a full-size
+    temporary (a 1 GB table peaked at 3.7 GB). Honouring `partition_shape` matters as much: given a full-size
+    value, ParameterServerStrategy builds the whole table on each shard's ps and slices it."""
+    return _uniform_rows(tf.TensorShape(partition_shape or shape), tf.as_dtype(dtype))
+
+
+def _lookup(table, ids: tf.Tensor, deduplicate: bool, dim: int) -> tf.Tensor:
+    """Rows of `table` for an int64 id tensor of any shape; with `deduplicate` each distinct id is gathered once."""
+    flat = tf.reshape(ids, [-1])
+    if deduplicate:
+        unique_ids, positions = tf.unique(flat)
+        rows = tf.gather(tf.nn.embedding_lookup(table, unique_ids), positions)
+    else:
+        rows = tf.nn.embedding_lookup(table, flat)
+    rows = tf.reshape(rows, tf.concat([tf.shape(ids), [dim]], axis=0))
+    rows.set_shape(ids.shape.concatenate([dim]))
+    return rows
+
+
+class FusedTables(tf_keras.layers.Layer):
+    """Every categorical feature's table as a row range of one [sum(table_rows), dim] variable.
+
+    One lookup per step (split by the partitioner into one gather per ps) instead of one per table, and the
+    variable is split evenly by rows, so each ps holds the same bytes whatever the tables' sizes.
+    Input: int64 ids [batch, tables], each below its table's rows. Output: [batch, tables, dim].
+    """
+
+    def __init__(self, table_rows, dim: int, *, deduplicate: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.table_rows, self.dim, self.deduplicate = tuple(int(r) for r in table_rows), int(dim), deduplicate
+        self.offsets = np.concatenate([[0], np.cumsum(self.table_rows)[:-1]]).astype(np.int64)
+
+    def build(self, input_shape):
+        self.table = self.add_weight(name="table", shape=(sum(self.table_rows), self.dim), dtype=tf.float32,
+                                     initializer=uniform_table)
+        super().build(input_shape)
+
+    def call(self, ids):
+        return _lookup(self.table, tf.cast(ids, tf.int64) + self.offsets, self.deduplicate, self.dim)
+
+    def get_config(self):
+        return {**super().get_config(), "table_rows": list(self.table_rows), "dim": self.dim,
+                "deduplicate": self.deduplicate}
+
+
+class SeparateTables(tf_keras.layers.Layer):
+    """One variable per categorical feature, each looked up on its own (the straightforward build, for comparison)."""
+
+    def __init__(self, table_rows, dim: int, *, deduplicate: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.table_rows, self.dim, self.deduplicate = tuple(int(r) for r in table_rows), int(dim), deduplicate
+
+    def build(self, input_shape):
+        self.tables = [self.add_weight(name=f"table_{k}", shape=(rows, self.dim), dtype=tf.float32,
+                                       initializer=uniform_table) for k, rows in enumerate(self.table_rows)]
+        super().build(input_shape)
+
+    def call(self, ids):
+        ids = tf.cast(ids, tf.int64)
+        looked_up = [_lookup(table, ids[:, k], self.deduplicate, self.dim) for k, table in enumerate(self.tables)]
+        return tf.stack(looked_up, axis=1)
+
+    def get_config(self):
+        return {**super().get_config(), "table_rows": list(self.table_rows), "dim": self.dim,
+                "deduplicate": self.deduplicate}
+
+
+TABLE_LAYERS = (FusedTables, SeparateTables, tf_keras.layers.Embedding)
+
+
+def make_tables(table_rows, dim: int, *, fused: bool, deduplicate: bool, name: str) -> tf_keras.layers.Layer:
+    """The table layer the options choose."""
+    kind = FusedTables if fused else SeparateTables
+    return kind(table_rows, dim, deduplicate=deduplicate, name=name)
+
+
+def table_layers(model: tf_keras.Model) -> list[tf_keras.layers.Layer]:
+    """Every layer of `model` (nested ones included) that holds embedding tables."""
+    return [layer for layer in model._flatten_layers(include_self=False) if isinstance(layer, TABLE_LAYERS)]
