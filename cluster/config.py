@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from cluster import crosschecks, job_sizes, jsonfile
+from cluster import recommender_options as clicks
 from cluster.addresses import Address, Task, ip_of, parse_address
 from cluster.evaluation_options import EvaluationOptions, parse_evaluation_options
 from cluster.settings import (LAUNCHER_CHECKS, SLURM_CHECKS, HostSettings, LauncherSettings, SlurmSettings,
@@ -125,7 +126,8 @@ def parse(raw: Any, source: Path) -> ClusterConfig:
     hosts = parse_hosts(_section(raw, "hosts", problems), problems)
     check_gpus_suffice(jobs, hosts, problems)
     problems += training_problems
-    evaluation = _parse_or_collect(parse_evaluation_options, _section(raw, "evaluation", problems), problems)
+    evaluation_raw = clicks.with_click_evaluation(_section(raw, "evaluation", problems), training and training.model)
+    evaluation = _parse_or_collect(parse_evaluation_options, evaluation_raw, problems)
     if not problems:  # checks across sections, once each section is right (no echoes of a section's mistake)
         problems += _cross_section_problems(jobs, hosts, training, evaluation, launcher)
     if problems:

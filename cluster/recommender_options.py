@@ -49,6 +49,13 @@ def with_click_defaults(raw: Mapping[str, Any]) -> dict:
     return {"loss": CLICK_LOSS, "metrics": list(CLICK_METRICS), **raw}
 
 
+def with_click_evaluation(raw: Mapping[str, Any], model: str | None) -> dict:
+    """A recommender's best model is the one of highest validation AUC, unless the evaluation section says."""
+    if model not in RECOMMENDER_MODELS or "best_metric" in raw:
+        return dict(raw)
+    return {"best_metric": "val_auc", "best_mode": "max", **raw}
+
+
 def fit_problems(options, prefix: str) -> list[Problem]:
     """A recommender needs a Criteo source and a Criteo source a recommender; clicks take their own loss."""
     recommender, clicks = options.model in RECOMMENDER_MODELS, options.dataset in CLICK_DATASETS

@@ -58,12 +58,28 @@ def _process_start_s() -> float:
     return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
-class SaveEachEpoch(tf_keras.callbacks.Callback):
-    """Writes `ckpt-<epoch>` after every epoch, for resuming and for the evaluator."""
+class EpochEndedEarly(Exception):
+    """An epoch ran fewer steps than planned without an error (Keras can end one early after a worker is lost)."""
 
-    def __init__(self, checkpoints: EpochCheckpoints):
+
+class SaveEachEpoch(tf_keras.callbacks.Callback):
+    """Writes `ckpt-<epoch>` after every epoch that ran its planned steps, for resuming and for the evaluator.
+
+    An epoch that ended short is not saved as done: EpochEndedEarly stops the run, to be resumed from the
+    previous checkpoint, instead of a short epoch being counted as whole.
+    """
+
+    def __init__(self, checkpoints: EpochCheckpoints, steps_per_epoch: int):
         super().__init__()
-        self.checkpoints = checkpoints
+        self.checkpoints, self.steps_per_epoch = checkpoints, steps_per_epoch
+        self.first_step = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        """`logs["steps_done"]`: steps of this epoch already run before it began here (a mid-epoch resume)."""
+        self.first_step = int(self.model.optimizer.iterations.numpy()) - (logs or {}).get("steps_done", 0)
 
     def on_epoch_end(self, epoch, logs=None):
+        ran = int(self.model.optimizer.iterations.numpy()) - self.first_step
+        if ran < self.steps_per_epoch:  # at-least-once re-runs can add steps, never take any away
+            raise EpochEndedEarly(f"epoch {epoch + 1} ended after {ran} of its {self.steps_per_epoch} steps")
         self.checkpoints.save(epoch + 1)

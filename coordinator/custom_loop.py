@@ -112,7 +112,7 @@ def train(distribution, model, run, callbacks, *, done_epochs: int) -> dict[str,
     results: dict[str, float] = {}
     for epoch in range(first_epoch, options.epochs):
         for callback in callbacks:
-            callback.on_epoch_begin(epoch)
+            callback.on_epoch_begin(epoch, {"steps_done": step})
         runner.reset()
         _run_epoch(runner, iterator, backup, run, epoch, first_step=step, callbacks=callbacks)
         results = runner.results()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -15,10 +16,10 @@ from cluster.run_files import (Phase, RunFiles, RunStatus, RunSummary, TrainingP
                                write_progress, write_summary)
 from cluster.same_run import differences
 from cluster.training_options import TrainingOptions
-from common.errors import Problem, UserError
+from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, Problem, UserError
 from coordinator import export
 from coordinator.compiled import build_compiled, ps_report
-from coordinator.callbacks import FirstStepReport, SaveEachEpoch, StepDecay
+from coordinator.callbacks import EpochEndedEarly, FirstStepReport, SaveEachEpoch, StepDecay
 from coordinator.checkpoints import EpochCheckpoints
 from coordinator.progress import ProgressReport
 from data import source_for
@@ -114,7 +115,7 @@ def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> int | None
 def callbacks(run: TrainingRun, checkpoints: EpochCheckpoints, *, device: str | None) -> list:
     """Learning-rate decay, a checkpoint per epoch, the first-step report and the progress lines."""
     events = (run.scratch or run.files.output) / "tensorboard" / "train"
-    return [StepDecay(run.options), SaveEachEpoch(checkpoints), FirstStepReport(run.log),
+    return [StepDecay(run.options), SaveEachEpoch(checkpoints, run.steps_per_epoch), FirstStepReport(run.log),
             ProgressReport(run.log, events, run.files if run.lead else None, epochs=run.options.epochs,
                            steps_per_epoch=run.steps_per_epoch, global_batch=run.global_batch,
                            every_s=run.options.progress_every_s, device=device)]
@@ -123,9 +124,14 @@ def callbacks(run: TrainingRun, checkpoints: EpochCheckpoints, *, device: str | 
 def fit(run: TrainingRun, model, dataset_fn, callback_list: list, initial_epoch: int) -> tuple[dict, float]:
     """Keras fit over `dataset_fn` for the epochs left; returns the last epoch's metrics and the seconds taken."""
     started = time.monotonic()
-    history = model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn), epochs=run.options.epochs,
-                        initial_epoch=initial_epoch, steps_per_epoch=run.steps_per_epoch, verbose=0,
-                        callbacks=callback_list)
+    try:
+        history = model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn), epochs=run.options.epochs,
+                            initial_epoch=initial_epoch, steps_per_epoch=run.steps_per_epoch, verbose=0,
+                            callbacks=callback_list)
+    except EpochEndedEarly as short:
+        run.log.error("%s (TensorFlow ended it without an error, e.g. after losing a worker); exiting so the "
+                      "run resumes from the last checkpoint", short)
+        sys.exit(CLUSTER_UNAVAILABLE_EXIT_CODE)
     final = {k: float(v[-1]) for k, v in history.history.items()} if history.history else {}
     return final, time.monotonic() - started
 

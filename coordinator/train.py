@@ -62,13 +62,13 @@ def train(cluster: str = "cluster.json", worker: int | None = None, **overrides)
     taskspec.apply_to_this_process(config, task)
     log = task_logger(task.name)
     quiet_tensorflow()
-    from data.corrupt import undecodable_records_named  # imports TensorFlow: only after the environment is set
+    from data.corrupt import bad_records_named  # imports TensorFlow: only after the environment is set
 
     if options.strategy == StrategyName.PARAMETER_SERVER:
         from coordinator.parameter_server import run_training
     else:
         from coordinator.synchronous import run_training
-    with undecodable_records_named():  # a corrupt image met on a worker: one line naming it, exit 2
+    with bad_records_named():  # a corrupt image met on a worker: one line naming it, exit 2
         run_training(config, options, log)
 
 

@@ -105,3 +105,12 @@ def undecodable_records_named():
                         ) from None
     finally:
         logging.getLogger("tensorflow").removeFilter(quiet)
+
+
+@contextlib.contextmanager
+def bad_records_named():
+    """Undecodable images and malformed Criteo lines alike become one line naming the file (exit 2)."""
+    from data.criteo import malformed_lines_named
+
+    with undecodable_records_named(), malformed_lines_named():
+        yield

@@ -89,10 +89,10 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
     config = cluster_config.load(cluster)
     log = _prepare_process(config)
     from data import source_for
-    from data.corrupt import undecodable_records_named
+    from data.corrupt import bad_records_named
     from evaluator.loop import SidecarEvaluator
 
-    with undecodable_records_named():
+    with bad_records_named():
         if checkpoint or model:
             _evaluate_once(config, log, checkpoint=checkpoint, model=model, split=split, output_json=output_json)
             return

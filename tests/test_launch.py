@@ -25,13 +25,14 @@ def test_up_then_kill_leaves_nothing(tmp_path):
     path = write_cluster(tmp_path, cluster_document(logs_dir=str(tmp_path / "logs")))
     servers = cluster_config.load(path).tasks(("ps", "worker"))
     up = run_module("roles.launch", "up", str(path))
-    assert up.returncode == 0, up.stderr
-    assert "ready: ps:0, ps:1, worker:0, worker:1" in up.stderr
-    assert net.wait_until_listening(servers, timeout_s=5) == []
-    assert sorted(p.name for p in (tmp_path / "logs").glob("*.pid")) == [
-        "ps-0.pid", "ps-1.pid", "worker-0.pid", "worker-1.pid"]
-
-    down = sh("kill.sh", str(path))
+    try:
+        assert up.returncode == 0, up.stderr
+        assert "ready: ps:0, ps:1, worker:0, worker:1" in up.stderr
+        assert net.wait_until_listening(servers, timeout_s=5) == []
+        assert sorted(p.name for p in (tmp_path / "logs").glob("*.pid")) == [
+            "ps-0.pid", "ps-1.pid", "worker-0.pid", "worker-1.pid"]
+    finally:
+        down = sh("kill.sh", str(path))  # whatever failed above, the servers are stopped
     assert down.returncode == 0, down.stderr
     assert down.stderr.count(": stopped") == 4, down.stderr
     assert processes_mentioning(str(path)) == []
