@@ -80,7 +80,9 @@ class SshHost(Backend):
         lines = result.stderr.strip().splitlines()
         errors = [line[len(BOOTSTRAP_ERROR):] for line in lines if line.startswith(BOOTSTRAP_ERROR)]
         cause = "; ".join(errors) or (lines or ["no output"])[-1]
-        raise BootstrapFailed(f"{self.name}: building {self.workdir}/.venv failed: {cause.replace('HOST', self.name)}")
+        raise BootstrapFailed(f"{self.name}: building {self.workdir}/.venv failed: "
+                              f"{cause.replace('this host', self.name)}; or set hosts.{self.name}.python to the "
+                              "absolute path of a Python 3.11 that has the project's packages")
 
     def _run_local(self, command: list[str], what: str) -> None:
         result = subprocess.run(command, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
