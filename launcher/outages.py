@@ -6,8 +6,8 @@ supervisor declares a host lost once its status call has gone unanswered for `HO
 - a lost ps (its variables out of reach): the lead is held (stopped) and started again, from its last
   checkpoint, once every ps answers again;
 - lost workers only: the lead's connections to them are closed, so TensorFlow's calls fail and it carries on
-  with the other workers; if the lead's optimizer step still does not move for `WORKER_LOSS_GRACE_S`, the
-  launcher says so and holds the lead as for a ps;
+  with the other workers; if the lead's optimizer step then does not move for `WORKER_LOSS_GRACE_S`, the
+  launcher says so and holds the lead as for a ps, until the lost workers answer again;
 - the lead's own host: training waits for it; the run stops after `stall_timeout_s` without an answer.
 
 When the host answers again the launcher reports how long it was gone and, once the lead's step moves again,
@@ -31,6 +31,7 @@ class Outage:
     tasks: list[str]
     silent_since: float  # when the host last answered (or the unanswered call was made)
     step_at_loss: int | None
+    lost_at: float = dataclasses.field(default_factory=time.monotonic)
     held_lead: bool = False
     returned_at: float | None = None
     step_at_return: int | None = None
@@ -44,15 +45,18 @@ class HostOutages:
         self.current: dict[str, Outage] = {}
         self.recovering: list[Outage] = []  # back, waiting for the lead's step to move
         self.lines: list[str] = []
+        self.last_answer: dict[str, float] = {}
 
     @property
     def lead(self) -> TaskRecord:
         return self.supervisor.lead
 
-    def lost(self, host: str, records: list[TaskRecord], reason: str, silent_since: float) -> None:
+    def lost(self, host: str, records: list[TaskRecord], reason: str) -> None:
         newly = [r for r in records if r.state not in (TaskState.LOST, TaskState.RESTARTING)]
         if not newly:
             return
+        silent_since = self.last_answer.get(host, time.monotonic())
+        reason = f"no answer for {time.monotonic() - silent_since:.0f} s" + (f": {reason}" if reason else "")
         for record in newly:
             record.state = TaskState.LOST
         outage = self.current.setdefault(host, Outage(host, [], silent_since, self.lead.step))
@@ -74,6 +78,7 @@ class HostOutages:
             say(f"{host} lost ({reason}): {names}")
 
     def answered(self, host: str) -> None:
+        self.last_answer[host] = time.monotonic()
         outage = self.current.pop(host, None)
         if outage is None:
             return
@@ -95,7 +100,7 @@ class HostOutages:
         """Checks that training really goes on without lost workers, and times each return to training."""
         lead = self.lead
         for outage in self.current.values():
-            frozen_s = now - max(lead.step_changed_at, outage.silent_since)
+            frozen_s = now - max(lead.step_changed_at, outage.lost_at)  # counted once its connections are closed
             if (not outage.held_lead and lead.state == TaskState.RUNNING and lead.step is not None
                     and lead.step == outage.step_at_loss and frozen_s > WORKER_LOSS_GRACE_S):
                 self.supervisor.say(f"TensorFlow has not advanced {lead.name}'s step ({lead.step}) for "

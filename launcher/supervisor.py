@@ -99,15 +99,14 @@ class Supervisor:
             records = [self.records[t.name] for t in tasks]
             answer = self.background.take(f"status {name}", lambda host=host, tasks=tasks: (
                 time.monotonic(), host.status(tasks)))
-            silent_s = self.background.waiting_s(f"status {name}")
-            if answer is None and silent_s > HOST_SILENT_S:  # a cut-off host does not even refuse: it is silent
-                self.outages.lost(name, records, f"no answer for {silent_s:.0f} s", time.monotonic() - silent_s)
+            if answer is None and self.background.waiting_s(f"status {name}") > HOST_SILENT_S:
+                self.outages.lost(name, records, "")  # a cut-off host does not even refuse: it is silent
             if answer is None:
                 continue
             try:
                 asked_at, rows = answer.result()
             except HostUnreachable as error:
-                self.outages.lost(name, records, str(error).removeprefix(f"{name}: "), time.monotonic())
+                self.outages.lost(name, records, str(error).removeprefix(f"{name}: "))
                 continue
             except AgentFailed as error:
                 raise RunFailed(str(error)) from None
@@ -195,8 +194,8 @@ class Supervisor:
         now = time.monotonic()
         waited = {r.name: r for r in [*self._jobs("ps"), *self.held_for]}.values()
         if self.lead.restart_at == float("inf") and all(r.state == TaskState.RUNNING for r in waited):
-            others = "".join(f", {r.name}" for r in self.held_for if r.task.job != "ps")
-            self.say(f"every ps{others} answers: starting {self.lead.name} again")
+            others = "".join(f" and {r.name}" for r in self.held_for if r.task.job != "ps")
+            self.say(f"every ps{others} answer again: starting {self.lead.name} again")
             self.lead.restart_at, self.held_for = now, []
         for record in self.records.values():
             if record.state == TaskState.RESTARTING and now >= record.restart_at:

@@ -92,7 +92,11 @@ def run(tmp_path_factory):
 
 
 def cut_for(run: Run, host: int, task: str, seconds: float) -> float:
-    """Cuts `host` for `seconds`; returns how long `status` took to show `task` lost."""
+    """Once the chief has trained an epoch more, cuts `host` for `seconds`; returns how long `status` took to
+    show `task` lost."""
+    for _ in range(2):  # two progress lines: the chief trains steadily (not just its first step after a restart)
+        run.offset = len(run.log())
+        run.wait_for(r"\[chief:0\] [\d:]+ train \| epoch", 120)
     run.offset = len(run.log())
     cut_at = time.monotonic()
     run.hosts.cut(host)
