@@ -3,14 +3,24 @@
 # installing what is missing into .venv first.
 # Usage: sh run.sh [cluster.json]            run in the foreground (Ctrl-C stops everything)
 #        sh run.sh --detach [cluster.json]   run in the background
+#        sh run.sh --fresh [cluster.json]    start over: move a previous run in output_dir aside first
 #        sh run.sh status [cluster.json]     show each task and the run's progress
 set -eu
 root=$(cd "$(dirname "$0")" && pwd)
 sh "$root/roles/bootstrap.sh" run
 python="$root/.venv/bin/python"
 cd "$root"
-case "${1:-}" in
-    status) exec "$python" -m roles.launch status "${2:-$root/cluster.json}" ;;
-    --detach) exec "$python" -m roles.launch run "${2:-$root/cluster.json}" --detach ;;
-    *) exec "$python" -m roles.launch run "${1:-$root/cluster.json}" ;;
-esac
+if [ "${1:-}" = status ]; then
+    exec "$python" -m roles.launch status "${2:-$root/cluster.json}"
+fi
+cluster="$root/cluster.json"
+flags=""
+for argument in "$@"; do
+    case "$argument" in
+        --detach|--fresh) flags="$flags $argument" ;;
+        -*) echo "[launcher] error: unknown option $argument; use --detach, --fresh or status" >&2; exit 2 ;;
+        *) cluster="$argument" ;;
+    esac
+done
+# shellcheck disable=SC2086
+exec "$python" -m roles.launch run "$cluster" $flags

@@ -7,10 +7,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from cluster import crosschecks, jsonfile
-from cluster.addresses import Address, Task, parse_address
+from cluster import crosschecks, job_sizes, jsonfile
+from cluster.addresses import Address, Task, ip_of, parse_address
 from cluster.evaluation_options import EvaluationOptions, parse_evaluation_options
-from cluster.settings import LAUNCHER_CHECKS, HostSettings, LauncherSettings, check_gpus_suffice, parse_hosts
+from cluster.settings import (LAUNCHER_CHECKS, SLURM_CHECKS, HostSettings, LauncherSettings, SlurmSettings,
+                              check_gpus_suffice, parse_hosts)
 from cluster.strategies import Strategy, StrategyName, strategy_named
 from cluster.training_options import TrainingOptions, parse_training_options
 from common.errors import Problem, UserError
@@ -18,8 +19,8 @@ from common.fields import parse_section
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 JOBS = ("chief", "worker", "ps", "evaluator")
-TOP_LEVEL_KEYS = ("$schema", "cluster", "hosts", "training", "evaluation", "launcher", "security")
-__all__ = ["Address", "ClusterConfig", "HostSettings", "LauncherSettings", "Task", "load", "parse"]
+TOP_LEVEL_KEYS = ("$schema", "cluster", "hosts", "training", "evaluation", "launcher", "slurm", "security")
+__all__ = ["Address", "ClusterConfig", "HostSettings", "LauncherSettings", "SlurmSettings", "Task", "load", "parse"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -32,6 +33,9 @@ class ClusterConfig:
     training: TrainingOptions
     evaluation: EvaluationOptions
     launcher: LauncherSettings
+    slurm: SlurmSettings = SlurmSettings()
+    # under slurm, job sizes to place on the allocation's nodes; `jobs` stays empty until they are placed
+    job_sizes: Mapping[str, int] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     allow_public_addresses: bool = False
     firewall: bool = False
 
@@ -57,6 +61,12 @@ class ClusterConfig:
     def lead(self) -> Task:
         """The task that writes checkpoints, TensorBoard logs, the export and the summary."""
         return self.task(self.strategy.lead_job, 0)
+
+    @property
+    def input_pipelines(self) -> int:
+        """Processes that read training data: every worker when workers train or serve steps, else one."""
+        worker_jobs = (self.strategy.trainer_job, *self.strategy.server_jobs)
+        return len(self.jobs.get("worker", ())) if "worker" in worker_jobs else 1
 
     def launched_tasks(self) -> list[Task]:
         """The tasks the strategy runs, in start order; other jobs listed in cluster.json stay idle."""
@@ -102,11 +112,18 @@ def parse(raw: Any, source: Path) -> ClusterConfig:
     training = _parse_or_collect(parse_training_options, _section(raw, "training", training_problems),
                                  training_problems)
     strategy = strategy_named(training.strategy if training else StrategyName.PARAMETER_SERVER)
-    jobs = _parse_cluster(raw.get("cluster"), allow_public is True, strategy, problems)
-    hosts = parse_hosts(_section(raw, "hosts", problems), problems)
-    check_gpus_suffice(jobs, hosts, problems)
     launcher = parse_section(LauncherSettings, _section(raw, "launcher", problems), LAUNCHER_CHECKS, "launcher.",
                              problems)
+    slurm = parse_section(SlurmSettings, _section(raw, "slurm", problems), SLURM_CHECKS, "slurm.", problems)
+    sizes, jobs = {}, {}
+    if job_sizes.is_sized(raw.get("cluster")):
+        sizes = job_sizes.parse_sizes(raw["cluster"], strategy, launcher.backend, problems)
+        problems += job_sizes.port_range_problems(sizes, slurm.port_base)
+    else:
+        jobs = _parse_cluster(raw.get("cluster"), allow_public is True, strategy, problems)
+        problems += _slurm_address_problems(jobs) if launcher.backend == "slurm" else []
+    hosts = parse_hosts(_section(raw, "hosts", problems), problems)
+    check_gpus_suffice(jobs, hosts, problems)
     problems += training_problems
     evaluation = _parse_or_collect(parse_evaluation_options, _section(raw, "evaluation", problems), problems)
     if not problems:  # checks across sections, once each section is right (no echoes of a section's mistake)
@@ -114,8 +131,8 @@ def parse(raw: Any, source: Path) -> ClusterConfig:
     if problems:
         raise UserError(problems, source=str(source))
     return ClusterConfig(source=source.resolve(), jobs=MappingProxyType(jobs), hosts=MappingProxyType(hosts),
-                         training=training, evaluation=evaluation, launcher=launcher,
-                         allow_public_addresses=allow_public, firewall=firewall)
+                         training=training, evaluation=evaluation, launcher=launcher, slurm=slurm,
+                         job_sizes=MappingProxyType(sizes), allow_public_addresses=allow_public, firewall=firewall)
 
 
 def _cross_section_problems(jobs, hosts, training, evaluation, launcher) -> list[Problem]:
@@ -160,6 +177,16 @@ def _parse_cluster(cluster: Any, allow_public: bool, strategy: Strategy,
     _check_counts(cluster, strategy, problems)
     _check_duplicates(jobs, problems)
     return jobs
+
+
+def _slurm_address_problems(jobs: dict[str, tuple[Address, ...]]) -> list[Problem]:
+    """Under Slurm each task runs as a step on the node its address names (`srun -w NODE`): a node name it must be.
+    Inside a job `localhost` would be each step's own node, and an IP address names no node."""
+    return [Problem(f"cluster.{job}[{index}]", str(address), "is not a Slurm node name, and the slurm backend "
+                    "starts each task on the node its address names", 'use the node name as `sinfo -N` shows it '
+                    '(e.g. "n01:2222"), or give job sizes ("ps": 2) and let the allocation place them')
+            for job, addresses in jobs.items() for index, address in enumerate(addresses)
+            if address.is_loopback or ip_of(address.host)]
 
 
 def _check_counts(cluster: dict, strategy: Strategy, problems: list[Problem]) -> None:

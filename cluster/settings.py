@@ -1,4 +1,4 @@
-"""The `hosts` and `launcher` sections: how the launcher reaches each host and how it heals the cluster."""
+"""The `hosts`, `launcher` and `slurm` sections: where tasks run, how the launcher reaches them and heals them."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ from common.fields import INT32_MAX, MAX_SECONDS, Check, int_in, is_int, parse_s
 USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./~+-]+$")
 PACKAGE = re.compile(r"^tensorflow(-cpu)?(\[[a-z-]+\])?==[0-9][0-9A-Za-z.]*$")
+BACKENDS = ("hosts", "slurm")
+SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
+SLURM_TIME = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|UNLIMITED|INFINITE)$")
+SBATCH_OPTION = re.compile(r"^--[a-z][a-z-]*(=[A-Za-z0-9_.,:/@%+=\[\]-]+)?$")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -40,6 +44,23 @@ class LauncherSettings:
     restart_backoff_s: float = 2.0
     stall_timeout_s: float = 900.0
     poll_s: float = 1.0
+    backend: str = "hosts"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SlurmSettings:
+    """The job the slurm backend submits (or the allocation it joins) and how its steps are placed."""
+
+    partition: str | None = None
+    time_limit: str | None = None
+    account: str | None = None
+    nodes: int | None = None  # default: one node per ps and worker, plus one for the chief and evaluator
+    cpus_per_task: int = 1
+    gpus_per_worker: int = 0
+    sbatch_options: tuple[str, ...] = ()
+    port_base: int = 22220
+    job_name: str = "pscluster"
+    start_timeout_s: float = 300.0
 
 
 def parse_hosts(hosts: dict, problems: list[Problem]) -> dict[str, HostSettings]:
@@ -93,6 +114,35 @@ LAUNCHER_CHECKS = {
     "stall_timeout_s": Check(seconds, f"must be a positive number of seconds, at most {MAX_SECONDS}",
                              "use longer than the longest pause between optimizer steps, e.g. 900"),
     "poll_s": seconds_check("1"),
+    "backend": Check(lambda v: v in BACKENDS, f"must be one of {', '.join(BACKENDS)}",
+                     'use "hosts" (this machine and ssh hosts) or "slurm" (job steps in a Slurm allocation)'),
+}
+
+
+def _slurm_name(example: str) -> Check:
+    return Check(lambda v: v is None or (isinstance(v, str) and bool(SLURM_NAME.match(v))),
+                 "may hold only letters, digits and _ . + -", f"use the name as Slurm shows it, e.g. {example}")
+
+
+SLURM_CHECKS = {
+    "partition": _slurm_name("gpu"),
+    "time_limit": Check(lambda v: v is None or (isinstance(v, str) and bool(SLURM_TIME.match(v))),
+                        "is not a Slurm time limit", 'use minutes or [days-]hours:minutes:seconds, e.g. "2:00:00"'),
+    "account": _slurm_name("mylab"),
+    "nodes": Check(lambda v: v is None or int_in(1, 100_000)(v), "must be a node count from 1 to 100000",
+                   "use e.g. 3, or null for one node per ps and worker plus one for the chief"),
+    "cpus_per_task": Check(int_in(1, 4096), "must be an integer from 1 to 4096", "use e.g. 4"),
+    "gpus_per_worker": Check(int_in(0, 64), "must be an integer from 0 to 64", "use 0 on CPU nodes, e.g. 1 on GPU "
+                             "nodes"),
+    "sbatch_options": Check(lambda v: isinstance(v, list) and all(isinstance(o, str) and SBATCH_OPTION.match(o)
+                                                                  for o in v),
+                            "must be a list of --option or --option=value strings without spaces or quotes",
+                            'use e.g. ["--qos=normal", "--exclusive"]'),
+    "port_base": Check(int_in(1024, 65000), "must be a port from 1024 to 65000",
+                       "use e.g. 22220 (tasks take consecutive ports from it)"),
+    "job_name": Check(lambda v: isinstance(v, str) and bool(SLURM_NAME.match(v)),
+                      "may hold only letters, digits and _ . + -", "use e.g. pscluster"),
+    "start_timeout_s": seconds_check("300 (how long the job may wait in the queue)"),
 }
 
 

@@ -71,7 +71,9 @@ class TrainingOptions:
     synthetic_examples: int = _option(SYNTHETIC_EXAMPLES, "synthetic: training examples (validation and test hold "
                                                           "512 each)")
     epochs: int = _option(6, "epochs to train in all (a resumed run finishes the same plan)")
-    per_worker_batch: int = _option(32, "examples per worker per step; the global batch is this times workers")
+    per_worker_batch: int = _option(32, "the batch is this times the workers; under parameter_server each step runs "
+                                        "that whole batch on one worker (workers take steps in turn), under "
+                                        "multi_worker_mirrored every worker runs this many per step")
     steps_per_epoch: int | None = _option(None, "steps per epoch; null derives it as train examples // global batch")
     steps_per_execution: int = _option(10, "steps each worker runs per remote call")
     optimizer: str = _option("adam", "adam, sgd or rmsprop")

@@ -13,7 +13,7 @@ BATCH_NOTE = ("batch {global_batch} per step (per_worker_batch {per_worker} x {w
 
 def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSummary | None:
     """Trains (or resumes) to `options.epochs`, exports the model and returns the run summary it wrote."""
-    workers = len(config.jobs["worker"])
+    workers = config.input_pipelines
     run = setup.plan(config, options, log, workers=workers, batch_note=BATCH_NOTE)
     strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     model = setup.build_model(run, strategy.build(config, options))

@@ -11,7 +11,9 @@ import tf_keras
 
 from cluster.config import PROJECT_ROOT, ClusterConfig
 from cluster.run_files import RunFiles, RunStatus, RunSummary, read_summary, write_summary
+from cluster.same_run import differences
 from cluster.training_options import TrainingOptions
+from common.errors import Problem, UserError
 from coordinator import export, models
 from coordinator.callbacks import FirstStepReport, SaveEachEpoch, StepDecay
 from coordinator.checkpoints import EpochCheckpoints
@@ -87,8 +89,14 @@ def epoch_checkpoints(run: TrainingRun, model, *, io_device: str | None) -> Epoc
 def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> int | None:
     """Restores the newest checkpoint and returns the epochs it completed, or None when the plan is already
     complete; the lead marks the run as running (the evaluator waits while it is)."""
-    options, done = run.options, checkpoints.restore_latest()
-    summary = read_summary(run.files)
+    options, summary = run.options, read_summary(run.files)
+    found = summary and differences(summary.options, options, previous_workers=summary.workers,
+                                    current_workers=run.workers)
+    if found:
+        raise UserError(Problem("training.output_dir", options.output_dir,
+                                f"holds a different run ({'; '.join(found)})", "use a new output_dir, or `sh run.sh "
+                                "--fresh` to move the old run aside and start over"))
+    done = checkpoints.restore_latest()
     if done >= options.epochs and summary and summary.complete:
         run.log.info("already complete: %d of %d epochs are in %s; nothing to train", done, options.epochs,
                      run.files.output)
@@ -97,7 +105,7 @@ def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> int | None
         run.log.info("resuming after epoch %d (optimizer step %d)", done, int(model.optimizer.iterations.numpy()))
     if run.lead:
         write_summary(run.files, RunSummary(status=RunStatus.RUNNING, epochs=options.epochs,
-                                            options=dataclasses.asdict(options)))
+                                            options=dataclasses.asdict(options), workers=run.workers))
     return done
 
 
@@ -129,8 +137,8 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
     inputs = export.reference_inputs(run.source.split("test"))
     trained = model(inputs, training=False).numpy()
     exported = whole(inputs, training=False).numpy()
-    run.log.info("export check: largest difference between trained and exported predictions %.2e",
-                 float(np.abs(trained - exported).max()))
+    run.log.info("export check: largest difference between trained and exported predictions %.2e (at most %.0e)",
+                 export.check_export(trained, exported), export.TOLERANCE)
     paths = export.export(whole, files.model_dir)
     np.savez(files.reference_predictions, inputs=inputs, predictions=trained)
     strategy = run.config.strategy

@@ -28,7 +28,7 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     """Trains (or resumes) to `options.epochs`; the lead exports and returns the summary, the others None."""
     distribution = strategy.build_synchronous(options)  # first: collectives are configured at program start
     index = strategy.worker_index(distribution)
-    workers = len(config.jobs["worker"]) if config.strategy.trainer_job == "worker" else 1
+    workers = config.input_pipelines
     scratch = None if index == 0 else RunFiles(config.path(options.output_dir)).scratch(index)
     run = setup.plan(config, options, log, workers=workers, batch_note=BATCH_NOTE, scratch=scratch)
     log.info("%s over %d replica(s)", options.strategy, distribution.num_replicas_in_sync)

@@ -89,7 +89,7 @@ class SidecarEvaluator:
         """Restores and evaluates one checkpoint, retrying while it is being written or removed."""
         for attempt in range(1, self.evaluation.read_retries + 1):
             try:
-                tf.train.Checkpoint(model=self.model).read(path).expect_partial()
+                export.restore_every_weight(self.model, path)
                 step = checkpoint_step(path)
                 results = self.model.evaluate(self.dataset, verbose=0, return_dict=True)
                 return step, {f"val_{name}": float(value) for name, value in results.items()}

@@ -24,7 +24,7 @@ from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.run_files import Phase, RunFiles, read_progress
 from common.exit_file import EXIT_FILE_VARIABLE
 from common.net import port_in_use
-from launcher import firewall, process, run_outputs
+from launcher import firewall, previous_run, process, run_outputs
 from launcher.backends.base import FirewallReport, PreflightReport, StopOutcome, StopResult, TaskStatus, as_json
 
 
@@ -114,6 +114,7 @@ def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 51
         except OSError as error:
             problems.append(f"{lead.name}: output_dir {output} is not writable ({error.strerror}); fix its "
                             "permissions or set training.output_dir")
+        problems += [line for line in [previous_run.different_run(config)] if line]
     return problems
 
 
@@ -217,6 +218,9 @@ class HostControl:
 
     def outputs(self, cluster: str, tasks: str = ""):
         _print(as_json(run_outputs.read(cluster_config.load(cluster))))
+
+    def set_aside_previous_run(self, cluster: str, tasks: str = ""):
+        _print(previous_run.set_aside(cluster_config.load(cluster)))
 
     def preflight(self, cluster: str, tasks: str):
         config, selected = self._tasks(cluster, tasks)

@@ -99,9 +99,10 @@ def host_problem(config: ClusterConfig, name: str, error: HostError) -> str:
             f"{settings.workdir or 'the workdir'}/.venv there to have it built again")
 
 
-def check_cluster(config: ClusterConfig, hosts: dict, say) -> None:
+def check_cluster(config: ClusterConfig, hosts: dict, say, *, fresh: bool = False) -> None:
     """Checks placement and the data set (when the lead trainer runs here), syncs remote hosts, then checks ports,
-    disk, the lead's output, the firewall's needs and versions on every host that runs a task."""
+    disk, the lead's output, the firewall's needs and versions on every host that runs a task. With `fresh`, a
+    previous run in the lead's output_dir is first moved aside."""
     problems = [*same_port_problems(config, hosts), *loopback_problems(config, hosts),
                 *evaluator_host_problems(config, hosts), *code_folder_problems(config, hosts)]
     if problems:
@@ -119,6 +120,8 @@ def check_cluster(config: ClusterConfig, hosts: dict, say) -> None:
             continue
         try:
             host.prepare(say)
+            if fresh and config.lead in tasks:
+                _set_aside(config, host, say)
             report = host.preflight(tasks)
         except (HostUnreachable, AgentFailed) as error:
             problems.append(host_problem(config, name, error))
@@ -129,3 +132,9 @@ def check_cluster(config: ClusterConfig, hosts: dict, say) -> None:
                             "versions there (sh roles/bootstrap.sh run in its workdir)")
     if problems:
         raise PreflightFailed(problems)
+
+
+def _set_aside(config: ClusterConfig, host, say) -> None:
+    moved_to = host.set_aside_previous_run()
+    if moved_to:
+        say(f"--fresh: moved the previous run in {config.training.output_dir} aside to {host.name}:{moved_to}")

@@ -29,7 +29,7 @@ def _raise_on_sigterm(signum, _frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def run_job(config: ClusterConfig) -> int:
+def run_job(config: ClusterConfig, *, fresh: bool = False) -> int:
     """Preflight, start in order, supervise to the end, stop every task, report; returns the exit code."""
     started = time.monotonic()
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
@@ -47,7 +47,7 @@ def run_job(config: ClusterConfig) -> int:
         write_status(config, supervisor, started)
 
     try:
-        check_cluster(config, supervisor.hosts, say)
+        check_cluster(config, supervisor.hosts, say, fresh=fresh)
         supervisor.start_cluster()
         code = supervisor.run(on_tick=tick)
     except PreflightFailed as failure:  # nothing started: the problems alone, as for a mistake in the file
@@ -76,10 +76,10 @@ def run_job(config: ClusterConfig) -> int:
     return code
 
 
-def start_in_background(config: ClusterConfig) -> None:
+def start_in_background(config: ClusterConfig, *, fresh: bool = False) -> None:
     """Starts `run` in the background in its own session, with its output in logs/launcher.log."""
     logs = config.path(config.launcher.logs_dir)
-    command = [sys.executable, "-m", "roles.launch", "run", str(config.source)]
+    command = [sys.executable, "-m", "roles.launch", "run", str(config.source), *(["--fresh"] if fresh else [])]
     _, record = process.start(command, cwd=PROJECT_ROOT, env=dict(os.environ),
                               log_path=logs / "launcher.log", pid_path=launcher_pid_path(config))
     say(f"running in the background (pid {record.pid}); log {logs / 'launcher.log'}; "

@@ -100,8 +100,7 @@ class Supervisor:
             answer = self.background.take(f"status {name}", lambda host=host, tasks=tasks: (
                 time.monotonic(), host.status(tasks)))
             if answer is None and self.background.waiting_s(f"status {name}") > HOST_SILENT_S and any(
-                    r.state != TaskState.LOST for r in records) and not net.answers(
-                    name, self.config.host(name).ssh_port, timeout_s=2.0):  # slow but there is not lost
+                    r.state != TaskState.LOST for r in records) and host.reachable() is False:  # slow is not lost
                 self.outages.lost(name, records, "")  # a cut-off host does not even refuse: it is silent
             if answer is None:
                 continue

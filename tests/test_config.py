@@ -237,7 +237,7 @@ def test_schema_names_exactly_the_settings_the_loader_knows():
     assert sorted(schema) == sorted(cluster_config.TOP_LEVEL_KEYS)
     assert tuple(schema["cluster"]["properties"]) == cluster_config.JOBS
     for section, cls in (("launcher", cluster_config.LauncherSettings), ("training", TrainingOptions),
-                         ("evaluation", EvaluationOptions)):
+                         ("evaluation", EvaluationOptions), ("slurm", cluster_config.SlurmSettings)):
         assert list(schema[section]["properties"]) == [f.name for f in dataclasses.fields(cls)]
         defaults = {k: v["default"] for k, v in schema[section]["properties"].items()}
         assert defaults == json.loads(json.dumps(dataclasses.asdict(cls()))), section

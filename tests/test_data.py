@@ -377,7 +377,9 @@ def test_chief_trains_from_mnist_files_sharded_over_the_workers(shared_servers, 
         "per_worker_batch": 8, "steps_per_execution": 1, "output_dir": str(output)})
     result = run_module("coordinator.train", "--cluster", str(cluster), timeout_s=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "mnist: 180 training examples, global batch 16 (8 per worker), 11 steps per epoch" in result.stderr
+    assert ("mnist: 180 training examples; batch 16 per step (per_worker_batch 8 x 2 workers); each step runs on one "
+            "worker, which computes all 16 examples, and the workers take steps in turn; 11 steps per epoch"
+            ) in result.stderr
     assert "mnist: sharded by element (1 training file(s) for 2 workers)" in result.stderr
     summary = json.loads((output / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["optimizer_steps"] == 22

@@ -7,11 +7,13 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from clusterkit import (ROOT, cluster_document, processes_mentioning, wait_for_launcher, wait_for_line,
                         write_cluster)
+from common import net
 from launcher import process
 
 pytestmark = pytest.mark.cluster
@@ -102,15 +104,78 @@ def test_user_error_is_not_restarted(tmp_path):
     assert processes_mentioning(str(path)) == []
 
 
-def test_stall_watchdog_restarts_a_silent_chief_and_gives_up_when_it_stays_silent(tmp_path):
-    training = {"epochs": 2, "steps_per_epoch": 2000, "steps_per_execution": 1, "output_dir": str(tmp_path / "o")}
-    document = cluster_document(evaluator=False, logs_dir=str(tmp_path / "logs"), training=training)
-    document["launcher"].update(stall_timeout_s=4, max_restarts=1, restart_backoff_s=0.5, poll_s=0.5)
+def _foreground_run(tmp_path, training: dict, evaluation: dict | None = None,
+                    **launcher) -> tuple[Path, subprocess.Popen]:
+    document = cluster_document(evaluator=evaluation is not None, logs_dir=str(tmp_path / "logs"),
+                                training={**training, "output_dir": str(tmp_path / "o")})
+    document["launcher"].update(restart_backoff_s=0.5, poll_s=0.5, **launcher)
+    document["evaluation"] = evaluation or {}
     path = write_cluster(tmp_path, document)
-    result = subprocess.run(["sh", str(ROOT / "run.sh"), str(path)], capture_output=True, text=True, timeout=300,
-                            stdin=subprocess.DEVNULL)
-    assert result.returncode == 1
-    assert "stall: chief:0 logged nothing for" in result.stderr
-    assert "restarting in" in result.stderr
-    assert "run failed: chief:0 died after 1 restarts (launcher.max_restarts)" in result.stderr
+    return path, subprocess.Popen(["sh", str(ROOT / "run.sh"), str(path)], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def test_an_epoch_longer_than_the_timeouts_that_advances_is_never_restarted(tmp_path):
+    training = {"epochs": 1, "steps_per_epoch": 2500, "steps_per_execution": 1, "progress_every_s": 3}
+    path, run = _foreground_run(tmp_path, training, {"poll_s": 0.5, "idle_timeout_s": 15}, stall_timeout_s=10)
+    output = run.communicate(timeout=600)[1]
+    assert run.returncode == 0, output[-3000:]
+    assert "stall" not in output and "restarting" not in output, output[-3000:]
+    assert "evaluator:0 finished" in output  # no checkpoint for longer than its idle timeout, yet it waited
+    mid_epoch = [line for line in output.splitlines() if "train | epoch 1/1 | step" in line]
+    assert len(mid_epoch) >= 3, output[-3000:]  # lines during the epoch, then its last one
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["train_seconds"] > 15 and summary["optimizer_steps"] == 2500  # the epoch outlived both timeouts
     assert processes_mentioning(str(path)) == []
+
+
+def test_a_frozen_chief_is_detected_restarted_and_the_run_completes(tmp_path):
+    training = {"epochs": 2, "steps_per_epoch": 400, "steps_per_execution": 1}
+    path, run = _foreground_run(tmp_path, training, stall_timeout_s=6)
+    try:
+        assert wait_for_line(tmp_path / "logs" / "chief-0.log", "first step done", 240, process=run)
+        time.sleep(2.5)  # a heartbeat with a step has been written
+        frozen = process.PidRecord.read(tmp_path / "logs" / "chief-0.pid")
+        os.kill(frozen.pid, signal.SIGSTOP)
+        output = run.communicate(timeout=600)[1]
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 0, output[-3000:]
+    assert "stall: chief:0's optimizer step has not advanced from" in output, output[-3000:]
+    assert "chief:0 finished" in output
+    assert not process.is_running(frozen)
+    assert processes_mentioning(str(path)) == []
+
+
+def _listening(ports: list[int]) -> list[int]:
+    return [port for port in ports if net.answers("localhost", port)]
+
+
+def test_sigkill_of_the_pid_status_shows_heals_and_leaves_no_orphan(detached_run, tmp_path):
+    path, logs = detached_run
+    assert wait_for_line(logs / "chief-0.log", f"train | epoch 1/{EPOCHS}", 240)
+    time.sleep(1.5)  # one more status write
+    status = subprocess.run(["sh", str(ROOT / "run.sh"), "status", str(path)], capture_output=True, text=True,
+                            timeout=120).stdout
+    shown = int(next(line for line in status.splitlines() if line.startswith("worker:1")).split()[2])
+    os.kill(shown, signal.SIGKILL)  # exactly what a user would do
+    log = wait_for_launcher(logs)
+    assert "worker:1 died; restarting" in log, log
+    completed_summary(tmp_path)
+    ports = [int(a.split(":")[1]) for job in ("worker", "ps") for a in json.loads(path.read_text())["cluster"][job]]
+    assert processes_mentioning(str(path)) == [] and _listening(ports) == []
+
+
+def test_kill_sh_cleans_up_after_a_launcher_killed_with_sigkill(detached_run, tmp_path):
+    path, logs = detached_run
+    assert wait_for_line(logs / "chief-0.log", f"train | epoch 1/{EPOCHS}", 240)
+    launcher = process.PidRecord.read(logs / "launcher.pid")
+    os.kill(launcher.pid, signal.SIGKILL)
+    time.sleep(1.0)
+    assert processes_mentioning(str(path)), "the tasks should outlive their launcher until kill.sh"
+    down = subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, text=True, timeout=180)
+    assert down.returncode == 0 and ": stopped" in down.stderr, down.stderr
+    ports = [int(a.split(":")[1]) for job in ("worker", "ps") for a in json.loads(path.read_text())["cluster"][job]]
+    assert processes_mentioning(str(path)) == [] and _listening(ports) == []

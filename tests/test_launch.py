@@ -111,3 +111,34 @@ def test_kill_sh_stops_a_foreground_run_without_it_healing_anything(tmp_path):
     assert foreground.returncode != 0 and "interrupted: stopping every task" in output, output[-3000:]
     assert "restarting" not in output, output[-3000:]
     assert processes_mentioning(str(path)) == []
+
+
+def test_a_rerun_resumes_only_the_same_run_and_fresh_starts_over(tmp_path):
+    output = tmp_path / "output"
+    training = {"epochs": 1, "lr_decay_epochs": [], "output_dir": str(output)}
+    document = cluster_document(evaluator=False, logs_dir=str(tmp_path / "logs"), training=training)
+    first = sh("run.sh", str(write_cluster(tmp_path, document)))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert all(line.startswith("[") for line in first.stderr.splitlines()), first.stderr  # no C++ noise
+
+    document["training"]["model"] = "mlp"
+    other = sh("run.sh", str(write_cluster(tmp_path, document)))
+    assert other.returncode == 2 and "Traceback" not in other.stderr
+    assert other.stderr.strip().splitlines() == [
+        f"[launcher] error: cluster.json: training.output_dir = {str(output)!r}: holds a different run (model: "
+        f"'cnn' → 'mlp'); use a new output_dir, or `sh run.sh --fresh` to move the old run aside (to "
+        "output.replaced-<time>) and start over"]
+
+    fresh = sh("run.sh", "--fresh", str(tmp_path / "cluster.json"))
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert "moved the previous run in" in fresh.stderr
+    assert json.loads((output / "summary.json").read_text())["options"]["model"] == "mlp"
+    [aside] = tmp_path.glob("output.replaced-*")
+    assert json.loads((aside / "summary.json").read_text())["options"]["model"] == "cnn"
+
+    document["training"]["epochs"] = 2  # more epochs change nothing about what is trained: it resumes
+    more = sh("run.sh", str(write_cluster(tmp_path, document)))
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert "resuming after epoch 1" in (tmp_path / "logs" / "chief-0.log").read_text()
+    assert json.loads((output / "summary.json").read_text())["epochs"] == 2
+    assert processes_mentioning(str(tmp_path)) == []

@@ -13,7 +13,7 @@ import pytest
 
 import slurmkit
 from clusterkit import ROOT, processes_mentioning
-from roles.process import has_live_thread
+from launcher.process import has_live_thread
 
 pytestmark = pytest.mark.multihost
 

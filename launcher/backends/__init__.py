@@ -15,9 +15,16 @@ def hosts_backends(config: ClusterConfig) -> dict[str, Backend]:
     return {name: LocalHost(config, name) if is_this_machine(name) else SshHost(config, name) for name in names}
 
 
-BACKENDS = {"hosts": hosts_backends}
+def slurm_backends(config: ClusterConfig) -> dict[str, Backend]:
+    """One backend per node of the Slurm allocation that runs a task; each task is a job step."""
+    from launcher.backends.slurm import slurm_backends as per_node
+
+    return per_node(config)
+
+
+BACKENDS = {"hosts": hosts_backends, "slurm": slurm_backends}  # keyed by launcher.backend
 
 
 def backends_for(config: ClusterConfig) -> dict[str, Backend]:
     """The backends that run this cluster's tasks, by place name."""
-    return BACKENDS["hosts"](config)
+    return BACKENDS[config.launcher.backend](config)

@@ -153,6 +153,10 @@ class Backend(abc.ABC):
     def preflight(self, tasks: list[Task]) -> PreflightReport:
         """What would stop these tasks here, found before any starts."""
 
+    def set_aside_previous_run(self) -> str | None:
+        """Moves the lead's previous run out of its output_dir (never deletes it); returns where it went."""
+        raise HostError(f"{self.name}: this backend cannot set a previous run aside; use a new output_dir")
+
     def firewall_on(self, tasks: list[Task]) -> FirewallReport:
         raise HostError(f"{self.name}: this backend has no firewall")
 
@@ -166,6 +170,11 @@ class Backend(abc.ABC):
 
     def fetch_logs(self) -> None:
         """Brings the task logs into the launcher's logs directory (nothing when they are already there)."""
+        return None
+
+    def reachable(self) -> bool | None:
+        """Whether the place's transport answers right now (False: cut off); None when this backend cannot tell,
+        and then a slow answer never counts as a lost place."""
         return None
 
     def run_outputs(self) -> RunOutputs:

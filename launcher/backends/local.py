@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 from cluster.config import Address, ClusterConfig, Task
-from launcher import agent
+from launcher import agent, previous_run
 from launcher.backends.base import Backend, FirewallReport, PreflightReport, StopResult, TaskStatus
 
 
@@ -28,6 +28,9 @@ class LocalHost(Backend):
 
     def preflight(self, tasks: list[Task]) -> PreflightReport:
         return agent.preflight_report(self.config, tasks)
+
+    def set_aside_previous_run(self) -> str | None:
+        return previous_run.set_aside(self.config)
 
     def firewall_on(self, tasks: list[Task]) -> FirewallReport:
         return agent.firewall_on(self.config, tasks)

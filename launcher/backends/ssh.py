@@ -10,6 +10,7 @@ from pathlib import Path
 
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.taskspec import task_command
+from common import net
 from launcher import ssh_commands
 from launcher.backends.base import (AgentFailed, Backend, BootstrapFailed, FirewallReport, HostUnreachable,
                                     PreflightReport, RunOutputs, StopResult, TaskStatus)
@@ -103,6 +104,9 @@ class SshHost(Backend):
     def preflight(self, tasks: list[Task]) -> PreflightReport:
         return PreflightReport.from_json(self._agent("preflight", tasks))
 
+    def set_aside_previous_run(self) -> str | None:
+        return self._agent("set_aside_previous_run", [])
+
     def firewall_on(self, tasks: list[Task]) -> FirewallReport:
         return FirewallReport.from_json(self._agent("firewall_on", tasks))
 
@@ -111,6 +115,10 @@ class SshHost(Backend):
 
     def firewall_off(self) -> bool:
         return self._agent("firewall_off", [])
+
+    def reachable(self) -> bool:
+        """True when the host's sshd accepts a TCP connection: a loaded host answers late but still connects."""
+        return net.answers(self.name, self.settings.ssh_port, timeout_s=2.0)
 
     def run_outputs(self) -> RunOutputs:
         return RunOutputs.from_json(self._agent("outputs", []))

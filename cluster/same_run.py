@@ -1,0 +1,35 @@
+"""Whether an output_dir holds this run: the options that change what is trained must match for it to resume.
+
+More epochs, another learning-rate schedule, other checkpoint or progress settings resume the run already
+there; another model, data set, shape, loss, optimizer, batch or strategy would train something else on top
+of it, so they are refused, naming each difference and the way to start over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from cluster.training_options import TrainingOptions
+
+WHAT_IS_TRAINED = ("model", "dataset", "data_dir", "image_size", "synthetic_shape", "synthetic_examples",
+                   "tfrecord_image_key", "tfrecord_label_key", "tfrecord_num_classes", "loss", "metrics",
+                   "optimizer", "per_worker_batch", "strategy", "loop")
+
+
+def _comparable(value: Any) -> Any:
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def differences(previous: dict, current: TrainingOptions, *, previous_workers: int | None = None,
+                current_workers: int | None = None) -> list[str]:
+    """`option: before → now` for each option that changes what is trained; [] when the run may resume.
+
+    `previous` is the options dict a run summary recorded; options it lacks (older versions) are not compared.
+    """
+    now = dataclasses.asdict(current)
+    found = [f"{name}: {previous[name]!r} → {now[name]!r}" for name in WHAT_IS_TRAINED
+             if name in previous and _comparable(previous[name]) != _comparable(now[name])]
+    if previous_workers and current_workers and previous_workers != current_workers:
+        found.append(f"workers (global batch): {previous_workers} → {current_workers}")
+    return found

@@ -1,0 +1,167 @@
+"""The Slurm allocation a run uses: a job submitted to hold the nodes, or the user's own (SLURM_JOB_ID); recorded in
+the logs directory, its nodes placed into a resolved cluster.json, and released at the end."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+
+from cluster import config as cluster_config
+from cluster import job_sizes, jsonfile
+from cluster.config import ClusterConfig
+from launcher import slurm_commands as slurm
+from launcher.records import RunFailed
+
+ALLOCATION_FILE = "slurm-job.json"
+RESOLVED_FILE = "slurm-cluster.json"  # cluster.json with the job sizes placed on the allocation's nodes
+FINISHED = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
+            "PREEMPTED", "TIMEOUT")
+RELEASE_TIMEOUT_S = 60
+
+
+class AllocationFailed(RunFailed):
+    """The job never ran, or its nodes cannot hold the cluster."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Allocation:
+    """A running job whose nodes hold the cluster; `owned` when the launcher submitted it (and cancels it)."""
+
+    job_id: str
+    nodes: tuple[str, ...]
+    owned: bool
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def read(cls, path: Path) -> "Allocation | None":
+        try:
+            raw = json.loads(path.read_text())
+            return cls(str(raw["job_id"]), tuple(raw["nodes"]), bool(raw["owned"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+def allocation_path(config: ClusterConfig) -> Path:
+    return config.path(config.launcher.logs_dir) / ALLOCATION_FILE
+
+
+def resolved_path(config: ClusterConfig) -> Path:
+    return config.path(config.launcher.logs_dir) / RESOLVED_FILE
+
+
+def acquire(config: ClusterConfig, say) -> Allocation:
+    """Joins the allocation this process runs in (SLURM_JOB_ID), or submits a job holding the nodes, and waits
+    until it runs (at most slurm.start_timeout_s); records it in the logs directory."""
+    job_id, owned = os.environ.get("SLURM_JOB_ID"), False
+    if job_id:
+        say(f"using the allocation this runs in: job {job_id} (SLURM_JOB_ID); it is left running at the end")
+    else:
+        job_id, owned = submit(config, say), True
+    try:
+        nodes = wait_until_running(job_id, config.slurm.start_timeout_s, say)
+        _check_nodes(config, job_id, nodes)
+    except BaseException:
+        if owned:
+            slurm.cancel(job_id)
+        raise
+    allocation = Allocation(job_id, tuple(nodes), owned)
+    allocation.write(allocation_path(config))
+    return allocation
+
+
+def submit(config: ClusterConfig, say) -> str:
+    count, names = slurm.node_request(config)
+    output = str(config.path(config.launcher.logs_dir) / "slurm-%j.out")
+    config.path(config.launcher.logs_dir).mkdir(parents=True, exist_ok=True)
+    argv = slurm.holder_job_argv(config, count, names, output)
+    job_id = slurm.run_client(argv).strip().split(";")[0]
+    say(f"submitted job {job_id} holding {count} node(s): {shlex.join(argv)}")
+    return job_id
+
+
+def wait_until_running(job_id: str, timeout_s: float, say) -> list[str]:
+    """Polls the job until it runs; returns its nodes in Slurm's order. Raises when it ends or stays queued."""
+    started, state, delay = time.monotonic(), None, 0.2
+    while time.monotonic() - started < timeout_s:
+        state = slurm.job_field(job_id, "JobState")
+        if state == slurm.RUNNING:
+            nodes = slurm.hostnames(slurm.job_field(job_id, "NodeList") or "")
+            say(f"job {job_id} runs on {', '.join(nodes)} ({time.monotonic() - started:.1f} s after asking)")
+            return nodes
+        if state is None or state in FINISHED:
+            raise AllocationFailed(f"job {job_id} is {state or 'gone'} before it ran "
+                                   f"(reason: {slurm.job_field(job_id, 'Reason')}); see `scontrol show job {job_id}`")
+        time.sleep(delay)
+        delay = min(2 * delay, 2.0)
+    reason = slurm.job_field(job_id, "Reason")
+    raise AllocationFailed(f"job {job_id} still {state} after {timeout_s:.0f} s (reason: {reason}); raise "
+                           "slurm.start_timeout_s, ask for fewer nodes, or pick another slurm.partition")
+
+
+def _check_nodes(config: ClusterConfig, job_id: str, nodes: list[str]) -> None:
+    """Named nodes must all be in the allocation (the user's own allocation may hold others)."""
+    missing = sorted({t.address.host for t in config.launched_tasks()} - set(nodes))
+    if missing:
+        raise AllocationFailed(f"cluster.json names node(s) {', '.join(missing)} that job {job_id} does not hold "
+                               f"(it holds {', '.join(nodes)}); name those, or give job sizes instead")
+
+
+def placed(config: ClusterConfig, allocation: Allocation) -> ClusterConfig:
+    """The config with job sizes placed on the allocation's nodes, written as a cluster.json every task reads;
+    the config itself when cluster.json names nodes already."""
+    if not config.job_sizes:
+        return config
+    document = jsonfile.read_document(config.source)
+    document.pop("$schema", None)
+    document["cluster"] = job_sizes.place(config.job_sizes, allocation.nodes, config.slurm.port_base, config.strategy)
+    path = resolved_path(config)
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    return cluster_config.load(path)
+
+
+def current(config: ClusterConfig) -> ClusterConfig:
+    """The placed config of the last run when cluster.json gives job sizes (for status and kill.sh)."""
+    if config.job_sizes and resolved_path(config).exists():
+        return cluster_config.load(resolved_path(config))
+    return config
+
+
+def release(config: ClusterConfig, allocation: Allocation) -> list[str]:
+    """Cancels the job we submitted (our steps only, in the user's own allocation) and checks nothing remains."""
+    ours = f"{config.slurm.job_name}-"
+    if allocation.owned:
+        slurm.cancel(allocation.job_id)
+    else:
+        for step in live_steps(allocation.job_id, ours):
+            slurm.cancel(step.step_id)
+    deadline = time.monotonic() + RELEASE_TIMEOUT_S
+    while (left := _what_remains(allocation, ours)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    allocation_path(config).unlink(missing_ok=True)
+    if left:
+        return [f"job {allocation.job_id}: {left} {RELEASE_TIMEOUT_S} s after scancel; check `squeue --steps`"]
+    what = f"job {allocation.job_id} cancelled" if allocation.owned else f"our steps of job {allocation.job_id} ended"
+    return [f"{what}; nothing of it remains in squeue"]
+
+
+def live_steps(job_id: str, prefix: str = "") -> list[slurm.Step]:
+    """The job's steps whose name starts with `prefix`; none once the job is gone."""
+    try:
+        return [s for s in slurm.steps(job_id) if s.name.startswith(prefix)]
+    except slurm.SlurmError:
+        return []
+
+
+def _what_remains(allocation: Allocation, prefix: str) -> str:
+    if allocation.owned:
+        queued = slurm.queue_state(allocation.job_id)  # COMPLETING while slurmstepd still ends its steps
+        return f"still {queued} in squeue" if queued else ""
+    left = live_steps(allocation.job_id, prefix)
+    return f"steps {', '.join(s.step_id for s in left)} still run" if left else ""

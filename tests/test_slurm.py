@@ -1,0 +1,182 @@
+"""The slurm backend against a real Slurm (slurmctld on the bridge, a slurmd in each namespace host): a run to an
+exported, evaluated model; killed worker and ps steps healed; kill.sh; the exported sbatch script on its own.
+
+Logs and outputs live in the test's temporary directory, which every node sees (only the hosts' workdirs are
+private), as a Slurm cluster's shared filesystem.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+
+import pytest
+
+import slurmkit
+from clusterkit import ROOT, processes_mentioning, wait_for_line, write_cluster
+
+pytestmark = [pytest.mark.multihost, pytest.mark.cluster]
+FAST = {"launcher": {"backend": "slurm", "restart_backoff_s": 0.5, "poll_s": 0.5},
+        "evaluation": {"poll_s": 0.5, "idle_timeout_s": 120}}
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    with slurmkit.create_hosts_with_slurm(3) as cluster:
+        yield cluster
+        assert queue(cluster) == "", "a test left a job in the queue"
+
+
+def queue(slurm) -> str:
+    return slurm.run(["squeue", "--noheader"]).stdout.strip()
+
+
+def cluster_file(directory, cluster: dict, training: dict, **sections) -> str:
+    document = {"cluster": cluster, "launcher": {**FAST["launcher"], "logs_dir": str(directory / "logs")},
+                "evaluation": FAST["evaluation"], **sections,
+                "training": {"output_dir": str(directory / "output"), "lr_decay_epochs": [], **training}}
+    return str(write_cluster(directory, document))
+
+
+def sh(slurm, *args, timeout_s=600) -> subprocess.CompletedProcess:
+    return subprocess.run(["sh", *args], capture_output=True, text=True, timeout=timeout_s, cwd=ROOT,
+                          env=slurm.env, stdin=subprocess.DEVNULL)
+
+
+def listening_ports(slurm) -> list[str]:
+    """TCP ports listening in the node hosts, but the hosts' own sshd and slurmd."""
+    daemons = (":22", f":{slurm.layout.slurmd_port}")
+    found = []
+    for index in range(len(slurm.node_names)):
+        lines = slurm.hosts.exec_in(index, ["ss", "-Hltn"]).stdout.splitlines()
+        found += [f"host {index}: {line.split()[3]}" for line in lines if not line.split()[3].endswith(daemons)]
+    return found
+
+
+def assert_nothing_left(slurm, directory) -> None:
+    assert queue(slurm) == ""
+    assert processes_mentioning(str(directory)) == []
+    assert listening_ports(slurm) == []
+
+
+def assert_trained_and_evaluated(output) -> dict:
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["status"] == "complete"
+    assert (output / "model" / "model.h5").exists() and (output / "best_model" / "best.json").exists()
+    return summary
+
+
+def test_run_sh_places_job_sizes_on_the_allocation_and_trains_to_an_evaluated_model(slurm, tmp_path):
+    path = cluster_file(tmp_path, {"chief": 1, "worker": 2, "ps": 2, "evaluator": 1},
+                        {"epochs": 2, "steps_per_epoch": 20}, slurm={"nodes": 3})
+    result = sh(slurm, str(ROOT / "run.sh"), path)
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert re.search(r"job \d+ runs on n01, n02, n03", result.stderr), result.stderr[-3000:]
+    placed = json.loads((tmp_path / "logs" / "slurm-cluster.json").read_text())["cluster"]
+    assert placed == {"chief": ["n01:22220"], "worker": ["n02:22221", "n03:22222"],
+                      "ps": ["n02:22223", "n03:22224"], "evaluator": ["n01:22225"]}
+    assert_trained_and_evaluated(tmp_path / "output")
+    assert "[ps:1]" in (tmp_path / "logs" / "ps-1.log").read_text()  # srun brought the step's output back
+    assert re.search(r"job \d+ cancelled; nothing of it remains", result.stderr)
+    assert_nothing_left(slurm, tmp_path)
+
+
+def scancel_step(slurm, name: str) -> None:
+    steps = slurm.run(["squeue", "--steps", "--noheader", "--format=%i %j"]).stdout.split("\n")
+    step_id = next(line.split()[0] for line in steps if line.split()[1:] == [name])
+    slurm.run(["scancel", step_id])
+
+
+def count_lines(path, text: str) -> int:
+    return path.read_text().count(text) if path.exists() else 0
+
+
+def test_killed_worker_and_ps_steps_are_relaunched_on_their_nodes_and_the_chief_resumes(slurm, tmp_path):
+    nodes = slurm.node_names
+    cluster = {"chief": [f"{nodes[0]}:22320"], "worker": [f"{nodes[1]}:22321", f"{nodes[2]}:22322"],
+               "ps": [f"{nodes[2]}:22323"], "evaluator": [f"{nodes[0]}:22324"]}
+    path = cluster_file(tmp_path, cluster, {"epochs": 3, "steps_per_epoch": 300, "steps_per_execution": 1})
+    logs = tmp_path / "logs"
+    started = sh(slurm, str(ROOT / "run.sh"), "--detach", path)
+    assert started.returncode == 0, started.stderr
+    try:
+        assert wait_for_line(logs / "chief-0.log", "train | epoch 1/3", 300), (logs / "launcher.log").read_text()
+        killed_at = time.monotonic()
+        scancel_step(slurm, "pscluster-worker-1")
+        assert wait_until(lambda: count_lines(logs / "launcher.log", "worker:1 started on n03") == 2, 60)
+        print(f"\nworker step relaunched {time.monotonic() - killed_at:.1f} s after scancel")
+        status = sh(slurm, str(ROOT / "run.sh"), "status", path).stdout
+        assert re.search(r"^worker:1 +n03 +\d+\.\d+ +RUNNING", status, re.MULTILINE), status
+        scancel_step(slurm, "pscluster-ps-0")
+        assert wait_for_line(logs / "chief-0.log", "resuming after epoch", 120), (logs / "launcher.log").read_text()
+        assert wait_for_line(logs / "launcher.log", "nothing of it remains", 300), (logs / "launcher.log").read_text()
+    finally:
+        sh(slurm, str(ROOT / "kill.sh"), path)
+    log = (logs / "launcher.log").read_text()
+    assert "worker:1 stopped after 1 restarts" in log and "ps:0 stopped after 1 restarts" in log, log
+    assert "chief:0 stopped until every ps is back" in log
+    assert_trained_and_evaluated(tmp_path / "output")
+    assert_nothing_left(slurm, tmp_path)
+
+
+def wait_until(condition, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_kill_sh_stops_every_step_and_cancels_the_job(slurm, tmp_path):
+    path = cluster_file(tmp_path, {"chief": 1, "worker": 1, "ps": 1}, {})
+    up = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "roles.launch", "up", path], cwd=ROOT,
+                        env=slurm.env, capture_output=True, text=True, timeout=300)
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        job_id = json.loads((tmp_path / "logs" / "slurm-job.json").read_text())["job_id"]
+        assert slurm.job_state(job_id) == "RUNNING"
+        assert len(listening_ports(slurm)) == 2  # ps:0 and worker:0
+    finally:
+        down = sh(slurm, str(ROOT / "kill.sh"), path)
+    assert down.returncode == 0, down.stderr
+    assert f"job {job_id} cancelled; nothing of it remains in squeue" in down.stderr, down.stderr
+    assert_nothing_left(slurm, tmp_path)
+    again = sh(slurm, str(ROOT / "kill.sh"), path)
+    assert again.returncode == 0 and "nothing to stop" in again.stderr, again.stderr
+
+
+def test_a_job_that_ends_under_the_run_stops_it_and_leaves_nothing(slurm, tmp_path):
+    path = cluster_file(tmp_path, {"chief": 1, "worker": 1, "ps": 1}, {"epochs": 50})
+    logs = tmp_path / "logs"
+    started = sh(slurm, str(ROOT / "run.sh"), "--detach", path)
+    assert started.returncode == 0, started.stderr
+    try:
+        assert wait_for_line(logs / "launcher.log", "ready: ", 120), (logs / "launcher.log").read_text()
+        job_id = json.loads((logs / "slurm-job.json").read_text())["job_id"]
+        slurm.run(["scancel", job_id])  # as a time limit or an administrator would
+        assert wait_for_line(logs / "launcher.log", f"run failed: job {job_id} is", 60), (logs / "launcher.log"
+                                                                                          ).read_text()
+        assert wait_for_line(logs / "launcher.log", "nothing of it remains", 60), (logs / "launcher.log").read_text()
+    finally:
+        sh(slurm, str(ROOT / "kill.sh"), path)
+    assert_nothing_left(slurm, tmp_path)
+
+
+def test_the_exported_sbatch_script_runs_as_written(slurm, tmp_path):
+    path = cluster_file(tmp_path, {"chief": 1, "worker": 2, "ps": 1, "evaluator": 1},
+                        {"epochs": 2, "steps_per_epoch": 20}, slurm={"nodes": 3, "time_limit": "10:00"})
+    script = tmp_path / "job.sh"
+    written = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "roles.launch", "sbatch", path,
+                              "--output", str(script)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert written.returncode == 0, written.stderr
+    job_id = slurm.run(["sbatch", "--parsable", str(script)]).stdout.strip()
+    state = slurm.wait_for_job(job_id, timeout_s=300)  # polled: `sbatch --wait` returns up to 10 s late
+    output = (tmp_path / "logs" / f"slurm-{job_id}.out").read_text()
+    assert state == "COMPLETED", output + (tmp_path / "logs" / "chief-0.log").read_text()[-3000:]
+    assert "lead trainer exited with code 0" in output
+    assert_trained_and_evaluated(tmp_path / "output")
+    assert "CANCELLED" in (tmp_path / "logs" / "ps-0.log").read_text()  # stopped once the chief had finished
+    assert_nothing_left(slurm, tmp_path)
