@@ -1,7 +1,8 @@
 """Hosts that stop answering: seen within seconds, handled by the roles they hold, timed until training again.
 
 A host cut off the network drops packets without closing connections, so nothing fails by itself: the
-supervisor declares a host lost once its status call has gone unanswered for `HOST_SILENT_S`, then
+supervisor declares a host lost once its status call has gone unanswered for `HOST_SILENT_S` and its ssh port
+does not even accept a connection (a loaded host is slow, not gone), or once ssh fails; then
 
 - a lost ps (its variables out of reach): the lead is held (stopped) and started again, from its last
   checkpoint, once every ps answers again;
@@ -21,7 +22,7 @@ import time
 
 from launcher.records import TaskRecord, TaskState
 
-HOST_SILENT_S = 8.0
+HOST_SILENT_S = 6.0
 WORKER_LOSS_GRACE_S = 20.0
 
 
@@ -82,12 +83,15 @@ class HostOutages:
         outage = self.current.pop(host, None)
         if outage is None:
             return
-        now = time.monotonic()
+        now, lead = time.monotonic(), self.lead
         outage.returned_at, outage.step_at_return = now, None if outage.held_lead else self.lead.step
         gone = f"{host} answers again after {now - outage.silent_since:.0f} s without an answer"
         if outage.held_lead:
             self.supervisor.say(f"{gone}")
             self.recovering.append(outage)
+        elif lead.state == TaskState.EXITED:
+            self.supervisor.say(f"{gone}; {lead.name} ended meanwhile")
+            self.lines.append(f"{host} gone {now - outage.silent_since:.0f} s; {lead.name} ended meanwhile")
         elif outage.step_at_loss is not None and outage.step_at_return is not None:
             went_on = f"step {outage.step_at_loss} at the loss, {outage.step_at_return} now"
             self.supervisor.say(f"{gone}; training went on meanwhile ({went_on})")

@@ -36,6 +36,11 @@ def _summary_lines(outputs: RunOutputs, where: str, wall_s: float) -> tuple[list
     if not _this_run(outputs.summary_age_s, wall_s):
         return [f"trained nothing: {output} already held the complete run of {summary.epochs} epochs (summary "
                 f"written {outputs.summary_age_s:.0f} s ago, before this run); its last epoch: {metrics}"], True
+    planned = summary.epochs * summary.steps_per_epoch if summary.steps_per_epoch else None
+    if planned and summary.optimizer_steps is not None and summary.optimizer_steps < planned:
+        return [f"training ended early: {summary.optimizer_steps} of {planned} planned steps ran, though "
+                f"{output}/summary.json says complete; last epoch: {metrics}",
+                f"model (of the shortened run): {where}{summary.model['h5']}"], False
     return [f"trained {summary.epochs} epochs, {summary.optimizer_steps} steps in {summary.train_seconds:.0f} s; "
             f"last epoch: {metrics}",
             f"model: {where}{summary.model['h5']} (also saved_model/ and model.keras)"], True

@@ -71,7 +71,7 @@ def run_job(config: ClusterConfig, *, fresh: bool = False) -> int:
     for line in report.lines:
         say(line)
     if code == 0 and not report.trained:
-        say("exit code 1: the lead exited 0 but its host holds no complete summary of this run")
+        say("exit code 1: the lead exited 0 but its host holds no complete summary of this run's planned steps")
         code = 1
     return code
 

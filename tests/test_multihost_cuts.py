@@ -114,6 +114,7 @@ def worker_cut(run: Run, seconds: float) -> None:
     cut_for(run, WORKER_HOST, "worker:1", seconds)
     run.wait_for(rf"{re.escape(host)} lost .*worker:1; training goes on with worker:0", 10)
     back = run.wait_for(rf"{re.escape(host)} answers again after \d+ s[^\n]*", 60)
+    assert "ended meanwhile" not in back[0], f"the chief stopped training during the cut:\n{run.new_log()}"
     if "training went on meanwhile" in back[0]:
         before, after = map(int, re.search(r"step (\d+) at the loss, (\d+) now", back[0]).groups())
         assert after > before, back[0]

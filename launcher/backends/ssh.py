@@ -118,7 +118,7 @@ class SshHost(Backend):
 
     def reachable(self) -> bool:
         """True when the host's sshd accepts a TCP connection: a loaded host answers late but still connects."""
-        return net.answers(self.name, self.settings.ssh_port, timeout_s=2.0)
+        return net.answers(self.name, self.settings.ssh_port, timeout_s=1.5)
 
     def run_outputs(self) -> RunOutputs:
         return RunOutputs.from_json(self._agent("outputs", []))
