@@ -34,6 +34,7 @@ class Outage:
     step_at_loss: int | None
     lost_at: float = dataclasses.field(default_factory=time.monotonic)
     held_lead: bool = False
+    hold_until: str | None = None  # a hold decided on observing, carried out on the next healing pass
     returned_at: float | None = None
     step_at_return: int | None = None
 
@@ -69,7 +70,7 @@ class HostOutages:
                 f"{self.supervisor.settings.stall_timeout_s:.0f} s without an answer, launcher.stall_timeout_s)")
         elif "ps" in jobs:
             say(f"{host} lost ({reason}): {names}; the variables on it are out of reach")
-            outage.held_lead = self.supervisor.hold_lead("until every ps answers again")
+            outage.hold_until = "until every ps answers again"  # after `status` shows the loss
         elif jobs & set(self.supervisor.strategy.server_jobs):
             others = [r.name for r in self.supervisor.records.values()
                       if r.task.job == "worker" and r.state == TaskState.RUNNING]
@@ -104,6 +105,8 @@ class HostOutages:
         """Checks that training really goes on without lost workers, and times each return to training."""
         lead = self.lead
         for outage in self.current.values():
+            if outage.hold_until and not outage.held_lead:
+                outage.held_lead, outage.hold_until = self.supervisor.hold_lead(outage.hold_until), None
             frozen_s = now - max(lead.step_changed_at, outage.lost_at)  # counted once its connections are closed
             if (not outage.held_lead and lead.state == TaskState.RUNNING and lead.step is not None
                     and lead.step == outage.step_at_loss and frozen_s > WORKER_LOSS_GRACE_S):

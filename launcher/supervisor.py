@@ -82,8 +82,8 @@ class Supervisor:
         """The loop: observe, heal, and return the lead trainer's exit code once trainers and evaluator are done."""
         while True:
             self._observe()
+            on_tick()  # the status file shows what was observed before healing acts on it (a stop may take a while)
             self._heal()
-            on_tick()
             if self._finished():
                 return self.lead.exit_code or 0
             time.sleep(self.settings.poll_s)
