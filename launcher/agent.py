@@ -24,7 +24,7 @@ from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.run_files import Phase, RunFiles, read_progress
 from common.exit_file import EXIT_FILE_VARIABLE
 from common.net import port_in_use
-from launcher import firewall, previous_run, process
+from launcher import firewall, previous_run, process, run_outputs
 from launcher.backends.base import FirewallReport, PreflightReport, StopOutcome, StopResult, TaskStatus, as_json
 
 
@@ -211,6 +211,13 @@ class HostControl:
 
     def drop_connections(self, cluster: str, peers: str, tasks: str = ""):
         _print(drop_connections(peers.split(",")))
+
+    def new_run(self, cluster: str, tasks: str):
+        config, selected = self._tasks(cluster, tasks)
+        _print(run_outputs.archive_logs(config, selected))
+
+    def outputs(self, cluster: str, tasks: str = ""):
+        _print(as_json(run_outputs.read(cluster_config.load(cluster))))
 
     def set_aside_previous_run(self, cluster: str, tasks: str = ""):
         _print(previous_run.set_aside(cluster_config.load(cluster)))

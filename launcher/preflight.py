@@ -6,8 +6,8 @@ import data
 from cluster import crosschecks
 from cluster.config import PROJECT_ROOT, ClusterConfig
 from common.errors import Problem, UserError
-from launcher import agent
-from launcher.backends.base import AgentFailed, HostUnreachable
+from launcher import agent, ssh_commands
+from launcher.backends.base import AgentFailed, BootstrapFailed, HostError, HostUnreachable
 
 
 class PreflightFailed(Exception):
@@ -21,6 +21,8 @@ class PreflightFailed(Exception):
 def exposure_warning(config: ClusterConfig) -> str | None:
     """What is open to the network when tasks listen on non-loopback addresses (TensorFlow has no auth)."""
     listening = tuple(job for job in config.strategy.launched_jobs if job != "evaluator")
+    if config.firewall:
+        return None  # each host's table lets only cluster members in
     exposed = [t for t in config.tasks(listening) if not t.address.is_loopback]
     if not exposed:
         return None
@@ -66,12 +68,43 @@ def evaluator_host_problems(config: ClusterConfig, hosts: dict) -> list[Problem]
     return [crosschecks.evaluator_problem(evaluators[0], lead, config.training)]
 
 
+def code_folder_problems(config: ClusterConfig, hosts: dict) -> list[Problem]:
+    """Run files inside the toolkit's code folders would be replaced by the next sync to a remote host."""
+    if not any(host.is_remote for host in hosts.values()):
+        return []
+    fields = (("training.output_dir", config.training.output_dir), ("launcher.logs_dir", config.launcher.logs_dir),
+              ("training.data_dir", config.training.data_dir))
+    return [Problem(field, given, f"lies inside the toolkit's code folder {given.split('/')[0]}/, which every run "
+                    "replaces on remote hosts", "name a directory outside "
+                    f"{', '.join(ssh_commands.CODE_FOLDERS)}, e.g. results/...")
+            for field, given in fields if given and not given.startswith(("/", "~"))
+            and given.split("/")[0] in ssh_commands.CODE_FOLDERS]
+
+
+def host_problem(config: ClusterConfig, name: str, error: HostError) -> str:
+    """One line for a host that failed before anything started: the error and what to do about it."""
+    settings, launcher = config.host(name), config.launcher
+    if isinstance(error, BootstrapFailed):
+        return str(error)  # it says the cause and the fix
+    if isinstance(error, HostUnreachable):
+        if "Host key verification failed" in str(error) and launcher.ssh_host_keys == "strict":
+            return f"{error}; {ssh_commands.known_hosts_hint(name, settings, launcher)}"
+        return (f"{error}; check that it is up, that sshd runs there and that "
+                f"`{ssh_commands.login_hint(name, settings, launcher)}` works without a password")
+    if settings.python.startswith("/"):
+        return (f"{error}; hosts.{name}.python = {settings.python!r} cannot run the toolkit there: give the path of "
+                "a Python 3.11 that has the project's packages, or a relative path (.venv/bin/python) to have "
+                "the launcher build that .venv there")
+    return (f"{error}; the .venv the launcher built on {name} cannot run the toolkit: delete "
+            f"{settings.workdir or 'the workdir'}/.venv there to have it built again")
+
+
 def check_cluster(config: ClusterConfig, hosts: dict, say, *, fresh: bool = False) -> None:
     """Checks placement and the data set (when the lead trainer runs here), syncs remote hosts, then checks ports,
     disk, the lead's output, the firewall's needs and versions on every host that runs a task. With `fresh`, a
     previous run in the lead's output_dir is first moved aside."""
     problems = [*same_port_problems(config, hosts), *loopback_problems(config, hosts),
-                *evaluator_host_problems(config, hosts)]
+                *evaluator_host_problems(config, hosts), *code_folder_problems(config, hosts)]
     if problems:
         raise UserError(problems, source=str(config.source))
     if not hosts[config.lead.address.host].is_remote:
@@ -90,13 +123,8 @@ def check_cluster(config: ClusterConfig, hosts: dict, say, *, fresh: bool = Fals
             if fresh and config.lead in tasks:
                 _set_aside(config, host, say)
             report = host.preflight(tasks)
-        except HostUnreachable as error:
-            problems.append(f"{error}; check that it is up, that sshd runs there and that `ssh {name}` works "
-                            "without a password (BatchMode)")
-            continue
-        except AgentFailed as error:
-            problems.append(f"{error}; check hosts.{name}.python (it needs the project's packages: "
-                            "leave it relative to bootstrap .venv there)")
+        except (HostUnreachable, AgentFailed) as error:
+            problems.append(host_problem(config, name, error))
             continue
         problems += report.problems
         if report.versions != mine:

@@ -68,14 +68,20 @@ class BackgroundCalls:
     def __init__(self):
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="host")
         self.in_flight: dict[str, Future] = {}
+        self.submitted: dict[str, float] = {}
 
     def take(self, key: str, call) -> Future | None:
         """The finished call for `key` if there is one; otherwise starts `call` (unless one runs) and returns None."""
         future = self.in_flight.get(key)
         if future is None:
-            self.in_flight[key] = self.executor.submit(call)
+            self.in_flight[key], self.submitted[key] = self.executor.submit(call), time.monotonic()
             return None
         if not future.done():
             return None
         del self.in_flight[key]
         return future
+
+    def waiting_s(self, key: str) -> float:
+        """How long the call for `key` has been running unanswered (0 when none runs)."""
+        future = self.in_flight.get(key)
+        return time.monotonic() - self.submitted[key] if future is not None and not future.done() else 0.0

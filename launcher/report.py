@@ -1,26 +1,77 @@
-"""The end-of-run report: each task's outcome and restarts, final and best metrics, model paths, TensorBoard."""
+"""The end-of-run report: each task's outcome and restarts, then what this run wrote on the lead's host (final
+and best metrics, model paths as host:path), hosts that were lost, and a TensorBoard command that works here."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from cluster.config import ClusterConfig
-from cluster.run_files import RunFiles, read_best, read_summary
+from launcher.backends.base import HostError, RunOutputs
+
+CLOCK_SLACK_S = 5.0  # a file counts as this run's when it is at most the run's wall time (plus this) old
 
 
-def final_report(config: ClusterConfig, records, wall_s: float) -> list[str]:
-    """The end-of-run lines: outcome and restarts per task, metrics, model paths and the TensorBoard command."""
-    files = RunFiles(config.path(config.training.output_dir))
-    lines = ["tasks: " + ", ".join(f"{r.task.name} {r.state.value}" + (f" (exit {r.exit_code})" if r.exit_code else "")
-                                   + (f" after {r.restarts} restarts" if r.restarts else "")
-                                   for r in records)]
-    summary = read_summary(files)
-    if summary and summary.complete:
-        metrics = ", ".join(f"{k} {v:.4f}" for k, v in summary.final_metrics.items())
-        lines.append(f"trained {summary.epochs} epochs, {summary.optimizer_steps} steps in "
-                     f"{summary.train_seconds:.0f} s; last epoch: {metrics}")
-        lines.append(f"model: {summary.model['h5']} (also saved_model/ and model.keras)")
-    best = read_best(files)
-    if best:
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in best.metrics.items())
-        lines.append(f"best: {best.checkpoint} at step {best.step} ({shown}) in {files.best_dir}")
-    lines.append(f"wall time {wall_s:.0f} s; curves: tensorboard --logdir {files.tensorboard}")
-    return lines
+@dataclasses.dataclass
+class Report:
+    lines: list[str]
+    trained: bool  # this run's summary on the lead's host says complete (or it found the plan done already)
+
+
+def _this_run(age_s: float | None, wall_s: float) -> bool:
+    return age_s is not None and age_s <= wall_s + CLOCK_SLACK_S
+
+
+def _task_line(records) -> str:
+    return "tasks: " + ", ".join(f"{r.task.name} {r.state.value}" + (f" (exit {r.exit_code})" if r.exit_code else "")
+                                 + (f" after {r.restarts} restarts" if r.restarts else "") for r in records)
+
+
+def _summary_lines(outputs: RunOutputs, where: str, wall_s: float) -> tuple[list[str], bool]:
+    summary, output = outputs.summary, f"{where}{outputs.output}"
+    if summary is None:
+        return [f"no summary in {output}: training did not finish"], False
+    if not summary.complete:
+        return [f"training did not finish: {output}/summary.json says {summary.status}"], False
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in summary.final_metrics.items())
+    if not _this_run(outputs.summary_age_s, wall_s):
+        return [f"trained nothing: {output} already held the complete run of {summary.epochs} epochs (summary "
+                f"written {outputs.summary_age_s:.0f} s ago, before this run); its last epoch: {metrics}"], True
+    planned = summary.epochs * summary.steps_per_epoch if summary.steps_per_epoch else None
+    if planned and summary.optimizer_steps is not None and summary.optimizer_steps < planned:
+        return [f"training ended early: {summary.optimizer_steps} of {planned} planned steps ran, though "
+                f"{output}/summary.json says complete; last epoch: {metrics}",
+                f"model (of the shortened run): {where}{summary.model['h5']}"], False
+    return [f"trained {summary.epochs} epochs, {summary.optimizer_steps} steps in {summary.train_seconds:.0f} s; "
+            f"last epoch: {metrics}",
+            f"model: {where}{summary.model['h5']} (also saved_model/ and model.keras)"], True
+
+
+def _best_line(outputs: RunOutputs, where: str, wall_s: float) -> list[str]:
+    best = outputs.best
+    if best is None:
+        return []
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in best.metrics.items())
+    path = f"{where}{outputs.output}/best_model"
+    earlier = f"; recorded {outputs.best_age_s:.0f} s ago, before this run"
+    when = "" if _this_run(outputs.best_age_s, wall_s) else earlier
+    return [f"best: {best.checkpoint} at step {best.step} ({shown}) in {path}{when}"]
+
+
+def final_report(config: ClusterConfig, supervisor, wall_s: float) -> Report:
+    """The end-of-run lines, read through the lead's own host; `trained` decides a clean exit code."""
+    lines = [_task_line(supervisor.records.values())]
+    lead_host = supervisor.hosts[config.lead.address.host]
+    where = f"{lead_host.name}:" if lead_host.is_remote else ""
+    trained = False
+    try:
+        outputs = lead_host.run_outputs()
+        summary_lines, trained = _summary_lines(outputs, where, wall_s)
+        lines += summary_lines + _best_line(outputs, where, wall_s)
+        events = lead_host.fetch_tensorboard(str(config.path(config.launcher.logs_dir) / "tensorboard"))
+    except HostError as error:
+        lines.append(f"could not read this run's files on {lead_host.name}: {error}")
+        events = None
+    lines += [f"host {line}" for line in supervisor.outages.lines]
+    curves = f"; curves: tensorboard --logdir {events}" if events else ""
+    lines.append(f"wall time {wall_s:.0f} s{curves}")
+    return Report(lines, trained)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cluster.config import PROJECT_ROOT, ClusterConfig
 from common.errors import USER_ERROR_EXIT_CODE
-from launcher import process
+from launcher import process, run_outputs
 from launcher.console import LogFollower, say
 from launcher.preflight import PreflightFailed, check_cluster
 from launcher.report import final_report
@@ -34,6 +34,7 @@ def run_job(config: ClusterConfig, *, fresh: bool = False) -> int:
     started = time.monotonic()
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     supervisor = Supervisor(config, say)
+    run_outputs.archive_logs(config, config.tasks())  # the last run's logs (and their copies) set aside
     follower = LogFollower(config)
     code, last_fetch, preflight_failed = 1, 0.0, False
 
@@ -59,14 +60,19 @@ def run_job(config: ClusterConfig, *, fresh: bool = False) -> int:
         say("interrupted: stopping every task")
         code = 130
     finally:
-        for line in supervisor.stop_everything():
+        for line in [] if preflight_failed else supervisor.stop_everything():  # nothing started: nothing to stop
             say(line)
         supervisor.fetch_logs(wait=True)
         follower.echo_new_lines()
         write_status(config, supervisor, started, finished=True)
-    for line in [] if preflight_failed else final_report(config, supervisor.records.values(),
-                                                         time.monotonic() - started):
+    if preflight_failed:
+        return code
+    report = final_report(config, supervisor, time.monotonic() - started)
+    for line in report.lines:
         say(line)
+    if code == 0 and not report.trained:
+        say("exit code 1: the lead exited 0 but its host holds no complete summary of this run's planned steps")
+        code = 1
     return code
 
 

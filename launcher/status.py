@@ -37,12 +37,24 @@ def run_progress(config: ClusterConfig) -> dict:
     return progress
 
 
+def _state(record) -> str:
+    if record.started_at == 0.0:
+        return "not started"
+    if record.state.value == "restarting" and record.restart_at == float("inf"):
+        return "held"  # the lead, waiting for every ps (or a lost worker) to answer again
+    return record.state.value
+
+
 def write_status(config: ClusterConfig, supervisor, started: float, finished: bool = False) -> None:
-    rows = [{"task": r.task.name, "host": r.task.address.host, "pid": r.pid, "state": r.state.value,
+    rows = [{"task": r.task.name, "host": r.task.address.host, "pid": r.pid, "state": _state(r),
              "restarts": r.restarts, "uptime_s": r.uptime_s, "last_line": r.last_line}
             for r in supervisor.records.values()]
+    nothing_started = all(r.started_at == 0.0 for r in supervisor.records.values())
+    run = {} if nothing_started else run_progress(config)
+    if supervisor.lead.step is not None:
+        run["optimizer_step"] = supervisor.lead.step
     document = {"updated": time.time(), "wall_s": round(time.monotonic() - started, 1), "finished": finished,
-                "tasks": rows, "run": run_progress(config)}
+                "nothing_started": nothing_started, "tasks": rows, "run": run}
     path = config.path(config.launcher.logs_dir) / STATUS_NAME
     path.parent.mkdir(parents=True, exist_ok=True)  # a preflight failure ends the run before any log exists
     partial = path.with_suffix(".partial")
@@ -59,7 +71,9 @@ def render_status(config: ClusterConfig) -> str:
         return f"no run recorded in {logs} (start one with `sh run.sh`)"
     launcher = process.PidRecord.read(logs / "launcher.pid")
     age = time.time() - document["updated"]
-    if document["finished"]:
+    if document["finished"] and document.get("nothing_started"):
+        header = f"run stopped {age:.0f} s ago before any task started (see the launcher's errors)"
+    elif document["finished"]:
         header = f"run finished {age:.0f} s ago"
     elif launcher and process.is_running(launcher):
         header = f"running for {document['wall_s']:.0f} s (launcher pid {launcher.pid}, updated {age:.0f} s ago)"

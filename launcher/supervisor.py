@@ -10,6 +10,7 @@ from launcher.backends import backends_for
 from launcher.backends.base import AgentFailed, HostError, HostUnreachable, TaskStatus
 from launcher.firewall import FirewallError
 from launcher.healing import Action, HealingPolicy
+from launcher.outages import HOST_SILENT_S, HostOutages
 from launcher.records import DONE_STATES, BackgroundCalls, RunFailed, TaskRecord, TaskState
 
 __all__ = ["RunFailed", "Supervisor", "TaskState"]
@@ -31,6 +32,8 @@ class Supervisor:
         self.lead = self.records[config.lead.name]
         self.background = BackgroundCalls()
         self.chief_done_at: float | None = None
+        self.outages = HostOutages(self)
+        self.held_for: list[TaskRecord] = []  # what the held lead waits for, besides every ps
 
     def _jobs(self, *jobs: str) -> list[TaskRecord]:
         """The records of these jobs, in the order the jobs are named (ps before workers: the start order)."""
@@ -80,8 +83,8 @@ class Supervisor:
         """The loop: observe, heal, and return the lead trainer's exit code once trainers and evaluator are done."""
         while True:
             self._observe()
+            on_tick()  # the status file shows what was observed before healing acts on it (a stop may take a while)
             self._heal()
-            on_tick()
             if self._finished():
                 return self.lead.exit_code or 0
             time.sleep(self.settings.poll_s)
@@ -94,17 +97,23 @@ class Supervisor:
             if not host.is_remote:
                 self._apply(host.status(tasks), asked_at=time.monotonic())
                 continue
+            records = [self.records[t.name] for t in tasks]
             answer = self.background.take(f"status {name}", lambda host=host, tasks=tasks: (
                 time.monotonic(), host.status(tasks)))
+            if answer is None and self.background.waiting_s(f"status {name}") > HOST_SILENT_S and any(
+                    r.state != TaskState.LOST for r in records) and host.reachable() is False:  # slow is not lost
+                self.outages.lost(name, records, "")  # a cut-off host does not even refuse: it is silent
             if answer is None:
                 continue
             try:
                 asked_at, rows = answer.result()
-                self._apply(rows, asked_at)
             except HostUnreachable as error:
-                self._host_lost([self.records[t.name] for t in tasks], str(error))
+                self.outages.lost(name, records, str(error).removeprefix(f"{name}: "))
+                continue
             except AgentFailed as error:
                 raise RunFailed(str(error)) from None
+            self.outages.answered(name)
+            self._apply(rows, asked_at)
 
     def _apply(self, rows: list[TaskStatus], asked_at: float) -> None:
         """Takes rows into the records, except rows asked before a task's latest start (they describe the past)."""
@@ -113,22 +122,14 @@ class Supervisor:
             if record.started_at <= asked_at and record.state not in (*DONE_STATES, TaskState.RESTARTING):
                 self._update(record, row)
 
-    def _host_lost(self, records: list[TaskRecord], reason: str) -> None:
-        newly_lost = [r for r in records if r.state != TaskState.LOST]
-        for record in newly_lost:
-            self.say(f"{record.name} lost: {reason}")
-            record.state = TaskState.LOST
-        self._cut_chief_from([r.task for r in newly_lost if r.task.job in self.strategy.server_jobs])
-
-    def _cut_chief_from(self, tasks: list[Task]) -> None:
+    def cut_lead_from(self, tasks: list[Task]) -> None:
         """A host cut off the network drops packets without closing connections, and TensorFlow would wait on
-        it forever: close the chief's connections to its tasks, so their calls fail and training moves on."""
+        it forever: close the lead's connections to its tasks, so their calls fail and training moves on."""
         if not tasks or self.lead.state not in (TaskState.RUNNING, TaskState.STARTING):
             return
         try:
             self.hosts[self.lead.host].drop_connections([str(t.address) for t in tasks])
-            self.say(f"closed {self.lead.name}'s connections to {', '.join(t.name for t in tasks)}: training goes "
-                     "on without them (a lost ps stops the chief, which is restarted)")
+            self.say(f"closed {self.lead.name}'s connections to {', '.join(t.name for t in tasks)}")
         except HostError as error:
             self.say(f"could not close {self.lead.name}'s connections to the lost tasks: {error}")
 
@@ -140,8 +141,6 @@ class Supervisor:
             if record.state in (TaskState.RUNNING, TaskState.STARTING, TaskState.LOST):
                 self._exited(record, row.exit_code)
             return
-        if record.state == TaskState.LOST:
-            self.say(f"{record.name} is back")
         if record.state in (TaskState.LOST, TaskState.STARTING) and (
                 record.task.job not in self.strategy.server_jobs or net.answers(*_host_port(record.task))):
             record.state = TaskState.RUNNING
@@ -163,7 +162,7 @@ class Supervisor:
             record.state, record.restart_at = TaskState.RESTARTING, time.monotonic() + decision.delay_s
             record.counts_as_restart = True
             if decision.hold_chief:
-                self._hold_lead_for_ps()
+                self.hold_lead("until every ps is back")
             if decision.restart_group:
                 self._restart_group_with(record)
 
@@ -178,26 +177,34 @@ class Supervisor:
             self.say(f"stopped {', '.join(r.name for r in others)}: the whole group restarts with "
                      f"{failed.name} and resumes from the last checkpoint")
 
-    def _hold_lead_for_ps(self) -> None:
-        """A lost ps takes its variables with it: stop the chief now, start it again once every ps is back."""
+    def hold_lead(self, until: str) -> bool:
+        """Stops the lead now (a lost ps took its variables, or training cannot go on without a lost host) and
+        starts it again, from its last checkpoint, once every ps and every lost worker answers; False when the
+        lead is done or on a lost host itself."""
         chief = self.lead
-        if chief.state in DONE_STATES:
-            return
+        if chief.state in (*DONE_STATES, TaskState.LOST):
+            return False
+        self.held_for = [r for r in self.records.values() if r.state == TaskState.LOST]
         if chief.state != TaskState.RESTARTING:
             self.hosts[chief.host].stop([chief.task])
-            self.say(f"{chief.name} stopped until every ps is back; it will resume from its last checkpoint")
+            self.say(f"{chief.name} stopped {until}; it will resume from its last checkpoint")
         chief.state, chief.restart_at, chief.counts_as_restart = TaskState.RESTARTING, float("inf"), False
+        return True
 
     # ----- healing --------------------------------------------------------------------------------------
     def _heal(self) -> None:
         now = time.monotonic()
-        if self.lead.restart_at == float("inf") and all(r.state == TaskState.RUNNING for r in self._jobs("ps")):
-            self.lead.restart_at = now  # every ps is back
+        waited = {r.name: r for r in [*self._jobs("ps"), *self.held_for]}.values()
+        if self.lead.restart_at == float("inf") and all(r.state == TaskState.RUNNING for r in waited):
+            others = "".join(f" and {r.name}" for r in self.held_for if r.task.job != "ps")
+            self.say(f"every ps{others} answer again: starting {self.lead.name} again")
+            self.lead.restart_at, self.held_for = now, []
         for record in self.records.values():
             if record.state == TaskState.RESTARTING and now >= record.restart_at:
                 record.restarts += int(record.counts_as_restart)
                 self._start([record])
         self._watch_for_stall(now)
+        self.outages.tick(now)
 
     def _watch_for_stall(self, now: float) -> None:
         lead = self.lead

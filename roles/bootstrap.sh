@@ -22,20 +22,64 @@ find_python() {
     exit 2
 }
 
-if [ ! -x "$venv/bin/python" ]; then
-    say "creating $venv"
-    "$(find_python)" -m venv "$venv"
-fi
-
 stamp_file="$venv/.pscluster-$purpose"
 stamp="$(cat "$root/pyproject.toml" "$0" | cksum)|$tf_package"
 done_files="$stamp_file"
 [ "$purpose" != run ] || done_files="$stamp_file $venv/.pscluster-test $venv/.pscluster-bench"  # they hold a run's
 for done_file in $done_files; do
-    if [ -f "$done_file" ] && [ "$(cat "$done_file")" = "$stamp" ]; then
+    if [ -x "$venv/bin/python" ] && [ -f "$done_file" ] && [ "$(cat "$done_file")" = "$stamp" ]; then
         exit 0
     fi
 done
+
+pip_log=$(mktemp)
+created=no
+# On any failure: the cause in a line or two, and no half-built .venv left to confuse the next run.
+cleanup() {
+    status=$?
+    if [ "$status" -ne 0 ]; then
+        [ ! -s "$pip_log" ] || cat "$pip_log" >&2
+        explain_failure
+        if [ "$created" = yes ]; then
+            rm -rf "$venv"
+            say "removed the unfinished $venv"
+        fi
+    fi
+    rm -f "$pip_log"
+    exit "$status"
+}
+explain_failure() {
+    [ -s "$pip_log" ] || return 0
+    index="${PIP_INDEX_URL:-}"
+    [ -n "$index" ] || index=$("$venv/bin/python" -m pip config list 2>/dev/null |
+        sed -n "s/^[^.]*[.]index-url='\(.*\)'\$/\1/p" | tail -n 1)
+    [ -n "$index" ] || index=https://pypi.org/simple/
+    if reason=$(probe_index "$index"); then
+        say "error: pip could not install the packages: $(grep '^ERROR' "$pip_log" | tail -n 1)"
+    else
+        say "error: the package index $index is unreachable from this host ($reason)"
+        say "error: let this host reach it, or point pip at a mirror it can reach (index-url in /etc/pip.conf)"
+    fi
+}
+probe_index() {  # prints why the index cannot be reached, and fails; an HTTP answer of any kind counts as reached
+    "$venv/bin/python" - "$1" <<'PY'
+import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=10).close()
+except urllib.error.HTTPError:
+    pass
+except Exception as error:
+    print(getattr(error, "reason", error))
+    sys.exit(1)
+PY
+}
+trap cleanup EXIT
+
+if [ ! -x "$venv/bin/python" ]; then
+    say "creating $venv"
+    created=yes
+    "$(find_python)" -m venv "$venv"
+fi
 
 # Reads the pins from pyproject.toml so they live in one place; tf-keras goes in separately (see pyproject.toml).
 requirements=$("$venv/bin/python" - "$root/pyproject.toml" "$purpose" "$tf_package" <<'PY'
@@ -61,7 +105,7 @@ if "$venv/bin/python" -m pip show --quiet "$unwanted" >/dev/null 2>&1; then
     "$venv/bin/python" -m pip uninstall --quiet --yes "$unwanted"
 fi
 # shellcheck disable=SC2086
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check $others
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "$keras"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check $others 2>"$pip_log"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "$keras" 2>"$pip_log"
 echo "$stamp" > "$stamp_file"
 say "done"

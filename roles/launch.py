@@ -13,6 +13,8 @@ from cluster import config as cluster_config
 from cluster import taskspec
 from common.errors import USER_ERROR_EXIT_CODE, Problem, UserError, exit_on_user_error
 from launcher import process, sbatch_script, slurm_run
+from launcher.backends import backends_for
+from launcher.backends.ssh import command_as_run
 from launcher.console import say
 from launcher.preflight import PreflightFailed, check_cluster
 from launcher.run import launcher_pid_path, run_job, start_in_background, stop_all
@@ -100,12 +102,14 @@ class Launcher:
         idle = [t.name for t in config.tasks() if t.job not in config.strategy.launched_jobs]
         if idle:
             print(f"# not started under {config.training.strategy}: {', '.join(idle)}\n")
+        hosts = backends_for(config)
         for task in config.launched_tasks():
-            print(f"# {task.name} on {task.address.host}")
+            workdir, command = command_as_run(config, task, hosts[task.address.host].is_remote)
+            print(f"# {task.name} on {task.address.host}, from {workdir}")
             print("unset " + " ".join(taskspec.PROXY_VARIABLES))
             for name, value in taskspec.task_variables(config, task).items():
                 print(f"export {name}={shlex.quote(value)}")
-            print(shlex.join(taskspec.task_command(config, task)))
+            print(shlex.join(command))
             print()
 
     @exit_on_user_error("[launcher] ")

@@ -113,8 +113,10 @@ class NamespaceHosts:
 
 
 @contextlib.contextmanager
-def create_hosts(count: int) -> Iterator[NamespaceHosts]:
+def create_hosts(count: int, *, session_env: dict[str, str] | None = None) -> Iterator[NamespaceHosts]:
     """Builds `count` hosts, yields them, then kills everything in them and removes every trace.
+
+    `session_env` is set in every ssh session on the hosts (sshd's SetEnv), e.g. a pip index they cannot reach.
 
     Skips the test (fails it under CI=true; never falls back to the real network) when this machine cannot
     build them; raises HostSetupError when teardown leaves anything behind.
@@ -123,7 +125,7 @@ def create_hosts(count: int) -> Iterator[NamespaceHosts]:
     claims = Claims.new(count)
     try:
         with contextlib.ExitStack() as teardown:
-            yield _build(claims, teardown)
+            yield _build(claims, teardown, session_env or {})
     finally:
         left = leftovers(claims)
         if left:
@@ -160,7 +162,7 @@ def _skip_unless_possible() -> None:
         skip_or_fail(f"multi-host tests need {', '.join(missing)}: run `sh tests/system_packages.sh` as root")
 
 
-def _build(claims: Claims, teardown: contextlib.ExitStack) -> NamespaceHosts:
+def _build(claims: Claims, teardown: contextlib.ExitStack, session_env: dict[str, str]) -> NamespaceHosts:
     claims.state_dir.mkdir(mode=0o700)
     teardown.callback(shutil.rmtree, claims.state_dir)
     identity = sshkeys.generate_key(claims.state_dir / "id_ed25519", "pscluster-launcher")
@@ -175,7 +177,7 @@ def _build(claims: Claims, teardown: contextlib.ExitStack) -> NamespaceHosts:
     sshd_pids = []
     for i, address in enumerate(addresses):
         _create_namespace(claims.namespaces[i], claims.links[i], claims.bridge, address, teardown)
-        sshd_pids.append(_start_sshd(claims, i, address, host_keys[i], authorized_keys, teardown))
+        sshd_pids.append(_start_sshd(claims, i, address, host_keys[i], authorized_keys, session_env, teardown))
     known_hosts = sshkeys.write_known_hosts(claims.state_dir / "known_hosts", zip(addresses, host_keys, strict=True))
     hosts = NamespaceHosts(addresses=addresses, launcher_address=f"{subnet}.1", identity_file=identity,
                            known_hosts_file=known_hosts, ssh_user="root", sshd_pids=tuple(sshd_pids), claims=claims)
@@ -233,7 +235,7 @@ def _create_namespace(namespace: str, link: str, bridge: str, address: str, tear
 
 
 def _start_sshd(claims: Claims, index: int, address: str, host_key: Path, authorized_keys: Path,
-                teardown: contextlib.ExitStack) -> int:
+                session_env: dict[str, str], teardown: contextlib.ExitStack) -> int:
     """Starts host `index`'s sshd in new mount and pid namespaces, with the workdir as a private tmpfs.
 
     Returns sshd's pid as the launcher sees it (inside, sshd is pid 1 and reaps what the launcher starts).
@@ -243,6 +245,8 @@ def _start_sshd(claims: Claims, index: int, address: str, host_key: Path, author
                "PermitRootLogin": "prohibit-password", "PasswordAuthentication": "no",
                "KbdInteractiveAuthentication": "no", "StrictModes": "no", "UsePAM": "no",
                "PidFile": claims.state_dir / f"sshd{index}.pid"}
+    if session_env:
+        options["SetEnv"] = " ".join(f"{name}={value}" for name, value in session_env.items())
     sshd = [SSHD, "-D", "-e", "-f", "/dev/null", *(f"-o{key}={value}" for key, value in options.items())]
     workdir = shlex.quote(str(claims.workdir))
     script = f"mount -t tmpfs -o mode=0755,size={WORKDIR_SIZE} tmpfs {workdir} && exec {shlex.join(sshd)}"

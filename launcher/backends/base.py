@@ -12,7 +12,8 @@ import dataclasses
 import enum
 from typing import Any, Callable
 
-from cluster.config import Task
+from cluster.config import ClusterConfig, Task
+from cluster.run_files import BestRecord, RunSummary
 
 
 class HostError(Exception):
@@ -25,6 +26,10 @@ class HostUnreachable(HostError):
 
 class AgentFailed(HostError):
     """The place answered, but what runs our tasks there failed (e.g. its python lacks the project's packages)."""
+
+
+class BootstrapFailed(AgentFailed):
+    """A place's environment could not be built; the message says why and what to do, in a line or two."""
 
 
 class StopOutcome(str, enum.Enum):
@@ -97,6 +102,25 @@ class FirewallReport:
         return _record(cls, raw)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunOutputs:
+    """The lead's output directory as its own host sees it: the summary and best record, with their ages in
+    seconds by that host's clock (so "written during this run" needs no clock shared with the launcher)."""
+
+    output: str
+    summary: RunSummary | None = None
+    summary_age_s: float | None = None
+    best: BestRecord | None = None
+    best_age_s: float | None = None
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "RunOutputs":
+        summary, best = raw.get("summary"), raw.get("best")
+        return cls(output=raw["output"], summary=RunSummary(**summary) if summary else None,
+                   summary_age_s=raw.get("summary_age_s"), best=BestRecord(**best) if best else None,
+                   best_age_s=raw.get("best_age_s"))
+
+
 def as_json(record) -> dict:
     """A record as the agent prints it (enums by value)."""
     return {k: (v.value if isinstance(v, enum.Enum) else v) for k, v in dataclasses.asdict(record).items()}
@@ -107,6 +131,7 @@ class Backend(abc.ABC):
 
     name: str
     is_remote: bool
+    config: ClusterConfig
 
     def prepare(self, say: Callable[[str], None]) -> None:
         """Makes the place ready before anything starts (copy code, install packages); nothing by default."""
@@ -146,3 +171,20 @@ class Backend(abc.ABC):
     def fetch_logs(self) -> None:
         """Brings the task logs into the launcher's logs directory (nothing when they are already there)."""
         return None
+
+    def reachable(self) -> bool | None:
+        """Whether the place's transport answers right now (False: cut off); None when this backend cannot tell,
+        and then a slow answer never counts as a lost place."""
+        return None
+
+    def run_outputs(self) -> RunOutputs:
+        """The lead's summary and best record, read where the lead wrote them (here: this machine's disk)."""
+        from launcher import run_outputs  # the agent's side; imported late, as the agent imports this module
+
+        return run_outputs.read(self.config)
+
+    def fetch_tensorboard(self, local_dir: str) -> str:
+        """Where the lead's TensorBoard events can be read on the launcher's machine (copied there if need be)."""
+        from launcher import run_outputs
+
+        return str(run_outputs.files(self.config).tensorboard)

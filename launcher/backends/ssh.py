@@ -1,4 +1,4 @@
-"""The ssh backend: the project synced to a host's workdir, the agent run there over ssh."""
+"""The ssh backend: the project's code synced to a host's workdir, the agent run there over ssh."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ import subprocess
 from pathlib import Path
 
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
+from cluster.taskspec import task_command
+from common import net
 from launcher import ssh_commands
-from launcher.backends.base import (AgentFailed, Backend, FirewallReport, HostUnreachable, PreflightReport,
-                                    StopResult, TaskStatus)
+from launcher.backends.base import (AgentFailed, Backend, BootstrapFailed, FirewallReport, HostUnreachable,
+                                    PreflightReport, RunOutputs, StopResult, TaskStatus)
 
 REMOTE_CLUSTER_FILE = ".pscluster/cluster.json"
+BOOTSTRAP_ERROR = "[bootstrap] error: "
 
 
 class SshHost(Backend):
@@ -27,7 +30,7 @@ class SshHost(Backend):
         self.workdir = self.settings.workdir or str(PROJECT_ROOT)
         Path("~/.ssh").expanduser().mkdir(mode=0o700, exist_ok=True)  # for the shared connection's socket
 
-    def _ssh(self, remote_shell: str, timeout_s: float | None = None) -> str:
+    def _call(self, remote_shell: str, timeout_s: float | None = None) -> subprocess.CompletedProcess:
         """Runs one remote shell string; a quick timeout by default, so a cut-off host cannot stall the launcher."""
         timeout_s = timeout_s or 2 * self.config.launcher.ssh_connect_timeout_s + 20
         command = ssh_commands.ssh_command(self.name, self.settings, self.config.launcher, remote_shell)
@@ -39,6 +42,10 @@ class SshHost(Backend):
         if result.returncode == 255:
             reason = (result.stderr.strip().splitlines() or ["ssh failed"])[-1]
             raise HostUnreachable(f"{self.name}: {reason}")
+        return result
+
+    def _ssh(self, remote_shell: str, timeout_s: float | None = None) -> str:
+        result = self._call(remote_shell, timeout_s)
         if result.returncode != 0:
             last = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise AgentFailed(f"{self.name}: `{remote_shell}` failed with exit code {result.returncode}: {last}")
@@ -51,23 +58,39 @@ class SshHost(Backend):
         return json.loads(self._ssh(ssh_commands.in_workdir(self.workdir, argv)).strip().splitlines()[-1])
 
     def prepare(self, say) -> None:
-        """Syncs the project and the cluster file to the workdir and bootstraps its .venv if it uses one."""
+        """Syncs the code and the cluster file to the workdir (nothing else there is touched), bootstraps its
+        .venv if `python` is relative, and sets the last run's task logs aside."""
         launcher = self.config.launcher
         self._ssh(f"mkdir -p {shlex.quote(self.workdir + '/' + os.path.dirname(REMOTE_CLUSTER_FILE))}")
-        self._run_local(ssh_commands.rsync_push(str(PROJECT_ROOT), self.name, self.settings, launcher, self.workdir),
-                        "rsync of the project")
+        user_code = ssh_commands.user_code(PROJECT_ROOT, self.config.training.model)
+        self._run_local(ssh_commands.rsync_push(str(PROJECT_ROOT), self.name, self.settings, launcher, self.workdir,
+                                                user_code), "rsync of the project's code")
         self._run_local(ssh_commands.rsync_file(str(self.config.source), self.name, self.settings, launcher,
-                                          f"{self.workdir}/{REMOTE_CLUSTER_FILE}"), "copy of cluster.json")
+                                                f"{self.workdir}/{REMOTE_CLUSTER_FILE}"), "copy of cluster.json")
         if not os.path.isabs(self.settings.python):
             say(f"{self.name}: making sure {self.workdir}/.venv is installed (once per change of pyproject.toml)")
-            wheel = [f"PSCLUSTER_TF_PACKAGE={self.settings.tf_package}"] if self.settings.tf_package else []
-            self._ssh(ssh_commands.in_workdir(self.workdir, ["env", *wheel, "sh", "roles/bootstrap.sh", "run"]),
-                      timeout_s=1800)
+            self._bootstrap()
+        self._agent("new_run", [t for t in self.config.tasks() if t.address.host == self.name])
+
+    def _bootstrap(self) -> None:
+        wheel = [f"PSCLUSTER_TF_PACKAGE={self.settings.tf_package}"] if self.settings.tf_package else []
+        result = self._call(ssh_commands.in_workdir(self.workdir, ["env", *wheel, "sh", "roles/bootstrap.sh", "run"]),
+                            timeout_s=1800)
+        if result.returncode == 0:
+            return
+        lines = result.stderr.strip().splitlines()
+        errors = [line[len(BOOTSTRAP_ERROR):] for line in lines if line.startswith(BOOTSTRAP_ERROR)]
+        cause = "; ".join(errors) or (lines or ["no output"])[-1]
+        raise BootstrapFailed(f"{self.name}: building {self.workdir}/.venv failed: "
+                              f"{cause.replace('this host', self.name)}; or set hosts.{self.name}.python to the "
+                              "absolute path of a Python 3.11 that has the project's packages")
 
     def _run_local(self, command: list[str], what: str) -> None:
         result = subprocess.run(command, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-        if result.returncode != 0:
+        if result.returncode in (12, 255):  # rsync's codes for "the ssh under it failed"
             raise HostUnreachable(f"{self.name}: {what} failed: {result.stderr.strip()[-300:]}")
+        if result.returncode != 0:
+            raise AgentFailed(f"{self.name}: {what} failed: {result.stderr.strip()[-300:]}")
 
     def start(self, tasks: list[Task]) -> list[TaskStatus]:
         return [TaskStatus.from_json(row) for row in self._agent("start", tasks)]
@@ -93,15 +116,43 @@ class SshHost(Backend):
     def firewall_off(self) -> bool:
         return self._agent("firewall_off", [])
 
-    def fetch_logs(self) -> None:
-        """Copies the host's task logs into the launcher's logs directory (kept after the run)."""
-        logs = self.config.launcher.logs_dir
-        remote_logs = logs if os.path.isabs(logs) else f"{self.workdir}/{logs}"
-        local = self.config.path(logs)
+    def reachable(self) -> bool:
+        """True when the host's sshd accepts a TCP connection: a loaded host answers late but still connects."""
+        return net.answers(self.name, self.settings.ssh_port, timeout_s=1.5)
+
+    def run_outputs(self) -> RunOutputs:
+        return RunOutputs.from_json(self._agent("outputs", []))
+
+    def remote_path(self, path: str) -> str:
+        """A path from cluster.json as this host resolves it (relative ones start at its workdir)."""
+        return path if os.path.isabs(path) else f"{self.workdir.rstrip('/')}/{path}"
+
+    def _pull(self, remote_dir: str, local: Path, patterns: tuple[str, ...]) -> None:
         local.mkdir(parents=True, exist_ok=True)
-        command = ssh_commands.rsync_pull(self.name, self.settings, self.config.launcher, remote_logs, str(local))
+        command = ssh_commands.rsync_pull(self.name, self.settings, self.config.launcher, remote_dir, str(local),
+                                          patterns)
         try:
             subprocess.run(command, capture_output=True, stdin=subprocess.DEVNULL,
                            timeout=2 * self.config.launcher.ssh_connect_timeout_s + 20)
         except subprocess.TimeoutExpired:
-            pass  # best effort: the logs stay on the host until the next try
+            pass  # best effort: the files stay on the host until the next try
+
+    def fetch_logs(self) -> None:
+        """Copies the host's task logs into the launcher's logs directory (kept after the run)."""
+        logs = self.config.launcher.logs_dir
+        self._pull(self.remote_path(logs), self.config.path(logs), ("*.log", "*.exit"))
+
+    def fetch_tensorboard(self, local_dir: str) -> str:
+        """Copies the lead's train and validation events from this host to `local_dir`; returns `local_dir`."""
+        remote = self.remote_path(self.config.training.output_dir) + "/tensorboard"
+        self._pull(remote, Path(local_dir), ("train/", "validation/"))
+        return local_dir
+
+
+def command_as_run(config: ClusterConfig, task: Task, remote: bool) -> tuple[str, list[str]]:
+    """Where a task's command runs and its argv there: a remote host's workdir and its own copy of cluster.json."""
+    command = task_command(config, task)
+    if not remote:
+        return str(PROJECT_ROOT), command
+    workdir = config.host(task.address.host).workdir or str(PROJECT_ROOT)
+    return workdir, [*command[:-1], f"{workdir.rstrip('/')}/{REMOTE_CLUSTER_FILE}"]
