@@ -18,7 +18,7 @@ from cluster.same_run import differences
 from cluster.training_options import TrainingOptions
 from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, Problem, UserError
 from coordinator import export
-from coordinator.compiled import build_compiled, ps_report
+from coordinator.compiled import build_compiled
 from coordinator.callbacks import EpochEndedEarly, FirstStepReport, SaveEachEpoch, StepDecay
 from coordinator.checkpoints import EpochCheckpoints
 from coordinator.progress import ProgressReport
@@ -137,7 +137,7 @@ def fit(run: TrainingRun, model, dataset_fn, callback_list: list, initial_epoch:
 
 
 def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float, checkpoint: str,
-           device: str | None) -> RunSummary:
+           device: str | None, shards: dict | None = None) -> RunSummary:
     """Exports the last checkpoint's whole weights, checks them against `model`, and writes the run summary."""
     options, files = run.options, run.files
     steps = int(model.optimizer.iterations.numpy())
@@ -160,7 +160,7 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
         ps=len(run.config.jobs.get("ps", ())) if "ps" in strategy.server_jobs else 0,
         train_seconds=round(train_seconds, 2), final_metrics=final_metrics, checkpoint=checkpoint, model=paths,
         tensorboard=str(files.tensorboard), variable_placement=variable_placement(model),
-        ps_report=ps_report(model, run.source, run.global_batch, run.log))
+        ps_report=shards or {})
     write_summary(files, summary)
     run.log.info("model exported to %s (.h5, SavedModel, .keras); summary %s", files.model_dir, files.summary)
     return summary

@@ -12,6 +12,7 @@ from launcher import process
 
 STATUS_NAME = "status.json"
 EPOCH = re.compile(r"train \| epoch (\d+/\d+) \| step (\d+/\d+) \| ([\d.]+) steps/s")
+PER_PS = "per ps: "
 VALIDATION = re.compile(r"eval \| (ckpt-\d+) \| step \d+ \| (.*?) \| best")
 
 
@@ -31,10 +32,27 @@ def run_progress(config: ClusterConfig) -> dict:
     epoch = _last_match(logs / f"{lead.job}-{lead.index}.log", EPOCH)
     if epoch:
         progress.update(epoch=epoch[1], step=epoch[2], steps_per_s=float(epoch[3]))
+    shards = _per_ps_lines(logs / f"{lead.job}-{lead.index}.log")
+    if shards:
+        progress["per_ps"] = shards
     validation = _last_match(logs / "evaluator-0.log", VALIDATION)
     if validation:
         progress["last_validation"] = f"{validation[1]}: {validation[2]}"
     return progress
+
+
+def _per_ps_lines(path: Path) -> list[str]:
+    """The lead's last per-ps report (bytes held, lookups and bytes moved per step), one line per ps."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    block: list[str] = []  # the newest report: the last lines, back to the first ps named twice
+    for line in reversed([line.split(PER_PS, 1)[1] for line in lines if PER_PS in line]):
+        if line.split()[:1] in [other.split()[:1] for other in block]:
+            break
+        block.insert(0, line)
+    return block
 
 
 def _state(record) -> str:
@@ -83,7 +101,9 @@ def render_status(config: ClusterConfig) -> str:
     for row in document["tasks"]:
         lines.append(f"{row['task']:<12} {row['host']:<15} {str(row['pid'] or '-'):>7} {row['state']:<10} "
                      f"{row['restarts']:>8} {row['uptime_s']:>7.0f}s  {row['last_line'][-70:]}")
-    run = document["run"]
+    run = dict(document["run"])
+    shards = run.pop("per_ps", [])
     if run:
         lines.append(" | ".join(f"{key.replace('_', ' ')} {value}" for key, value in run.items()))
+    lines += [f"per ps: {line}" for line in shards]
     return "\n".join(lines)

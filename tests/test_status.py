@@ -1,0 +1,33 @@
+"""`sh run.sh status` from the files a run leaves: progress, validation and the per-ps report of a recommender."""
+
+from __future__ import annotations
+
+import json
+
+from clusterkit import cluster_document, write_cluster
+from cluster import config as cluster_config
+from launcher.status import render_status, run_progress
+
+CHIEF_LOG = """[chief:0] 10:00:00 per ps:   ps:1 | held      90.0 MiB | lookups/step    2000 | moved/step    0.50 MiB
+[chief:0] 10:00:01 per ps:   ps:0 | held     100.0 MiB | lookups/step    2250 | moved/step    0.55 MiB
+[chief:0] 10:00:01 per ps:   ps:1 | held     100.0 MiB | lookups/step    2230 | moved/step    0.54 MiB
+[chief:0] 10:00:09 train | epoch 2/6 | step 44/132 | 43.1 steps/s | 2755 ex/s | loss 0.7288 | lr 1.0e-03 | ETA 0:00:02
+"""
+
+
+def test_status_shows_progress_and_the_per_ps_report(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    config = cluster_config.load(write_cluster(tmp_path, cluster_document(logs_dir=str(logs))))
+    (logs / "chief-0.log").write_text(CHIEF_LOG)
+    progress = run_progress(config)
+    assert progress["epoch"] == "2/6" and progress["step"] == "44/132" and progress["steps_per_s"] == 43.1
+    assert [line.split("|")[0].strip() for line in progress["per_ps"]] == ["ps:0", "ps:1"]
+
+    tasks = [{"task": "chief:0", "host": "localhost", "pid": 7, "state": "running", "restarts": 0,
+              "uptime_s": 9.0, "last_line": "train | epoch 2/6"}]
+    (logs / "status.json").write_text(json.dumps({"updated": 0, "wall_s": 9, "finished": True, "tasks": tasks,
+                                                   "run": progress}))
+    shown = render_status(config).splitlines()
+    assert shown[-2].startswith("per ps:   ps:0 | held     100.0 MiB | lookups/step    2250")
+    assert shown[-3].startswith("epoch 2/6 | step 44/132 | steps per s 43.1")
