@@ -36,6 +36,7 @@ METRIC_NAMES = tuple(dict.fromkeys(SPARSE_LABEL_METRICS + ONE_HOT_LABEL_METRICS)
 MINIMISED_METRICS = ("loss", "sparse_categorical_crossentropy", "categorical_crossentropy",  # smaller is better
                      "log_loss")
 MAX_SIDE = 8192  # pixels per image side, or elements per synthetic axis
+VALIDATION_FRACTION = 0.1  # image_folder with only a training folder: this part of each class validates
 SEED_LIMIT = 2**32  # numpy (tf_keras.utils.set_random_seed) takes seeds in [0, 2**32)
 
 
@@ -58,6 +59,13 @@ class TrainingOptions:
                                    "horizontal flips")
     skip_corrupt: bool = _option(False, "skip images that cannot be decoded, counted in the reading task's log, "
                                         "instead of stopping with the file's name")
+    criteo_validation: float | tuple[int, ...] | None = _option(
+        None, "criteo: the held-out part, split in half for validation and test: null for the published convention "
+              "(Kaggle train.txt: its last 1/7, the DLRM reference's day 7; 1 TB: day_23 or the last day found), a "
+              "fraction of train.txt or of the last day, or a list of day numbers (1 TB layout)")
+    validation_fraction: float = _option(VALIDATION_FRACTION, "image_folder with no validation folder: this part "
+                                                              "of each class's training images (the last ones by "
+                                                              "name) validates")
     tfrecord_image_key: str = _option(TFRECORD_IMAGE_KEY, "tf.train.Example feature holding the encoded image")
     tfrecord_label_key: str = _option(TFRECORD_LABEL_KEY, "tf.train.Example feature holding the integer label")
     tfrecord_num_classes: int | None = _option(None, "classes of a tfrecord data set; null reads every label once "
@@ -122,6 +130,17 @@ def _non_empty_text(value: Any) -> bool:
     return isinstance(value, str) and bool(value)
 
 
+def _fraction(value: Any) -> bool:
+    return is_number(value) and 0 < value < 1
+
+
+def _held_out(value: Any) -> bool:
+    """null, a fraction, or a non-empty list of distinct day numbers."""
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(int_in(0, 10_000)(d) for d in value) and len(set(value)) == len(value)
+    return value is None or _fraction(value)
+
+
 CHECKS = {
     "model": Check(_model_name, "unknown model",
                    f"use one of {', '.join(MODEL_NAMES)} or 'package.module:function'"),
@@ -133,6 +152,9 @@ CHECKS = {
                      "should be augmented"),
     "skip_corrupt": Check(lambda v: isinstance(v, bool), "must be true or false",
                           "use false to stop at the first corrupt image"),
+    "criteo_validation": Check(_held_out, "must be null, a fraction between 0 and 1, or a list of distinct day "
+                               "numbers", "use null for the published convention, e.g. 0.1, or e.g. [23]"),
+    "validation_fraction": Check(_fraction, "must be a fraction between 0 and 1 (both excluded)", "use e.g. 0.1"),
     "tfrecord_image_key": Check(_non_empty_text, "must be a feature name", f"use e.g. {TFRECORD_IMAGE_KEY}"),
     "tfrecord_label_key": Check(_non_empty_text, "must be a feature name", f"use e.g. {TFRECORD_LABEL_KEY}"),
     "tfrecord_num_classes": Check(optional_positive_int, f"must be an integer from 1 to {INT32_MAX}, or null",

@@ -53,6 +53,8 @@ def plan(config: ClusterConfig, options: TrainingOptions, log, *, workers: int, 
     log.info("%s: %d training examples; %s; %d steps per epoch", source.name, source.sizes["train"],
              batch_note.format(global_batch=global_batch, per_worker=options.per_worker_batch, workers=workers),
              steps_per_epoch)
+    if source.note:
+        log.info("%s: %s", source.name, source.note)
     log.info("%s: %s", source.name, source.sharding(workers))
     return TrainingRun(config=config, options=options, files=RunFiles(config.path(options.output_dir)),
                        source=source, workers=workers, global_batch=global_batch, steps_per_epoch=steps_per_epoch,

@@ -62,7 +62,7 @@ def train(cluster: str = "cluster.json", worker: int | None = None, **overrides)
     taskspec.apply_to_this_process(config, task)
     log = task_logger(task.name)
     quiet_tensorflow()
-    from data.corrupt import bad_records_named  # imports TensorFlow: only after the environment is set
+    from data import bad_records_named  # imports TensorFlow: only after the environment is set
 
     if options.strategy == StrategyName.PARAMETER_SERVER:
         from coordinator.parameter_server import run_training

@@ -6,12 +6,29 @@ import dataclasses
 from pathlib import Path
 
 from cluster.training_options import (FILE_DATASETS, IMAGE_SIZE, ONE_HOT_LOSSES, SYNTHETIC_EXAMPLES, SYNTHETIC_SHAPE,
+                                      VALIDATION_FRACTION,
                                       TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY)
 from cluster.recommender_options import DEFAULT_TABLE_ROWS, rows_per_table
-from data import criteo_layout, layouts
+from data import criteo_splits, image_layout, layouts
 
-LAYOUTS = {"image_folder": layouts.image_folders, "cifar10": layouts.cifar10, "mnist": layouts.mnist,
-           "tfrecord": layouts.tfrecord_files, "criteo": criteo_layout.criteo_files}
+LAYOUTS = {"image_folder": image_layout.image_folders, "cifar10": layouts.cifar10, "mnist": layouts.mnist,
+           "tfrecord": layouts.tfrecord_files, "criteo": criteo_splits.criteo_files}
+
+
+def _layout(name: str, root: Path, *, criteo_validation=None, validation_fraction: float = VALIDATION_FRACTION):
+    if name == "criteo":
+        validation = tuple(criteo_validation) if isinstance(criteo_validation, (list, tuple)) else criteo_validation
+        return criteo_splits.criteo_files(root, validation)
+    if name == "image_folder":
+        return image_layout.image_folders(root, validation_fraction)
+    return LAYOUTS[name](root)
+
+
+def bad_records_named():
+    """Undecodable images and malformed Criteo lines alike become one line naming the record (exit 2)."""
+    from data import corrupt, criteo, failures
+
+    return failures.named(corrupt.UNDECODABLE, criteo.MALFORMED)
 
 
 def preflight(options, base_dir: Path) -> None:
@@ -23,7 +40,8 @@ def preflight(options, base_dir: Path) -> None:
     size; an npz without MNIST's arrays; no train-* or validation-* TFRecord files. Images are not decoded here.
     """
     if options.dataset in FILE_DATASETS:
-        LAYOUTS[options.dataset](layouts.data_root(options.dataset, options.data_dir, base_dir))
+        _layout(options.dataset, layouts.data_root(options.dataset, options.data_dir, base_dir),
+                criteo_validation=options.criteo_validation, validation_fraction=options.validation_fraction)
 
 
 def _load_files(name: str, layout, *, image_size, tfrecord_image_key, tfrecord_label_key, tfrecord_num_classes,
@@ -46,7 +64,8 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
                 one_hot: bool = False, augment: bool = False, skip_corrupt: bool = False, image_size=IMAGE_SIZE,
                 tfrecord_image_key: str = TFRECORD_IMAGE_KEY, tfrecord_label_key: str = TFRECORD_LABEL_KEY,
                 tfrecord_num_classes: int | None = None, synthetic_shape=SYNTHETIC_SHAPE,
-                synthetic_examples: int = SYNTHETIC_EXAMPLES, table_rows=DEFAULT_TABLE_ROWS):
+                synthetic_examples: int = SYNTHETIC_EXAMPLES, table_rows=DEFAULT_TABLE_ROWS,
+                criteo_validation=None, validation_fraction: float = VALIDATION_FRACTION):
     """The DataSource for a dataset name (imports TensorFlow); a relative data_dir starts at `base_dir` (or here).
 
     The other keywords are the TrainingOptions of the same names (see source_for); `one_hot` makes labels one-hot.
@@ -61,7 +80,8 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
         from data import synthetic
         source = synthetic.load(tuple(synthetic_shape), seed=seed, train_examples=synthetic_examples)
     else:
-        layout = LAYOUTS[name](layouts.data_root(name, data_dir, base_dir or Path.cwd()))
+        layout = _layout(name, layouts.data_root(name, data_dir, base_dir or Path.cwd()),
+                         criteo_validation=criteo_validation, validation_fraction=validation_fraction)
         source = _load_files(name, layout, image_size=image_size, tfrecord_image_key=tfrecord_image_key,
                              tfrecord_label_key=tfrecord_label_key, tfrecord_num_classes=tfrecord_num_classes,
                              table_rows=table_rows, skip_corrupt=skip_corrupt)
@@ -75,4 +95,5 @@ def source_for(options, base_dir: Path):
                        skip_corrupt=options.skip_corrupt, image_size=options.image_size,
                        tfrecord_image_key=options.tfrecord_image_key, tfrecord_label_key=options.tfrecord_label_key,
                        tfrecord_num_classes=options.tfrecord_num_classes, synthetic_shape=options.synthetic_shape,
-                       synthetic_examples=options.synthetic_examples, table_rows=options.table_rows)
+                       synthetic_examples=options.synthetic_examples, table_rows=options.table_rows,
+                       criteo_validation=options.criteo_validation, validation_fraction=options.validation_fraction)

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import re
 import sys
 
 import tensorflow as tf
 
-from common.errors import Problem, UserError
+from common.errors import Problem
+from data import failures
 
 MARKER = "pscluster: cannot decode"  # found again in the error text that reaches the chief from a worker
-NAMED = re.compile(re.escape(MARKER) + r"\] \[(.*?)\]")
 CHUNK = 64  # records decoded together
 
 
@@ -82,35 +79,11 @@ def decode_checked(records: tf.data.Dataset, decode, record_name, input_shape, *
     return _skip_and_count(flagged) if skip else _fail_on_first(flagged)
 
 
-class _WithoutUndecodable(logging.Filter):
-    """Drops TensorFlow's own multi-line reports of the failure (the coordinator logs each failed closure)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return MARKER not in record.getMessage()
+UNDECODABLE = failures.Failure(MARKER, lambda where: Problem(
+    "data file", where, "cannot be decoded (corrupt, or not jpg, png, bmp or gif)",
+    "replace or delete it, or set training.skip_corrupt to true to skip such files"))
 
 
-@contextlib.contextmanager
 def undecodable_records_named():
     """Turns a pipeline failure on an undecodable record into a UserError (one line, exit 2) naming the file."""
-    quiet = _WithoutUndecodable()
-    logging.getLogger("tensorflow").addFilter(quiet)
-    try:
-        yield
-    except tf.errors.OpError as error:
-        found = NAMED.search(str(error))
-        if not found:
-            raise
-        raise UserError(Problem("data file", found[1], "cannot be decoded (corrupt, or not jpg, png, bmp or gif)",
-                                "replace or delete it, or set training.skip_corrupt to true to skip such files")
-                        ) from None
-    finally:
-        logging.getLogger("tensorflow").removeFilter(quiet)
-
-
-@contextlib.contextmanager
-def bad_records_named():
-    """Undecodable images and malformed Criteo lines alike become one line naming the file (exit 2)."""
-    from data.criteo import malformed_lines_named
-
-    with undecodable_records_named(), malformed_lines_named():
-        yield
+    return failures.named(UNDECODABLE)

@@ -9,29 +9,49 @@ to say what is wrong), or with `skip_corrupt` is dropped and counted in the read
 
 from __future__ import annotations
 
-import contextlib
-import logging
+import functools
+import os
 import re
 import sys
 
+import numpy as np
 import tensorflow as tf
 
-from data.criteo_layout import (CATEGORICAL_FEATURES, FIELDS, NUMERIC_FEATURES, criteo_counts, line_problem,
-                                open_text)
+from common.errors import Problem
+from data import failures, line_ranges
+from data.criteo_layout import CATEGORICAL_FEATURES, FIELDS, NUMERIC_FEATURES, line_problem, lines_before, open_text
+from data.criteo_splits import CriteoFiles, LineRange, criteo_counts
 from data.source import DataSource
-from common.errors import Problem, UserError
 
 CHUNK = 1024  # lines parsed together
 CYCLE_LENGTH = 4  # files one worker reads at once
+PIECES_PER_WORKER = 4  # byte ranges per worker, shuffled and read CYCLE_LENGTH at a time
 MARKER = "pscluster: malformed Criteo line"
-NAMED = re.compile(re.escape(MARKER) + r"\] \[(.*?):(\d+)\]")
+WHERE = re.compile(r"(.*?)(:| byte )(\d+)")
 
 
-def _lines(path: tf.Tensor) -> tf.data.Dataset:
-    """(path, line number from 1, line) of one file, gunzipped when its name ends in .gz."""
+def _columns(parts) -> tuple[np.ndarray, ...]:
+    """Parts as unit columns: path, first byte, end byte, file size, first line, lines (-1: all). A byte range
+    reads no lines, a line range (a gzipped file) no bytes."""
+    rows = []
+    for part in parts:
+        if isinstance(part, LineRange):
+            size = os.path.getsize(part.path)
+            rows.append((part.path, size, size, size, part.first, part.count))
+        else:
+            rows.append((part.path, part.begin, part.end, part.size, 0, 0))
+    paths, *numbers = zip(*rows, strict=True) if rows else ((),) * 6
+    return (np.asarray(paths, dtype=np.str_), *(np.asarray(n, dtype=np.int64) for n in numbers))
+
+
+def _lines(path, begin, end, size, first, count) -> tf.data.Dataset:
+    """(where, number, line) of one part: `where` + number names the line (path:line, or path byte offset)."""
     compression = tf.where(tf.strings.regex_full_match(path, r".*\.gz"), "GZIP", "")
-    lines = tf.data.TextLineDataset(path, compression_type=compression)
-    return lines.enumerate(start=1).map(lambda number, line: (path, number, line))
+    numbered = tf.data.TextLineDataset(path, compression_type=compression).skip(first).take(count).enumerate(
+        start=first + 1)
+    where = tf.strings.join([path, ":"])
+    return line_ranges.read_lines(path, begin, end, size).concatenate(
+        numbered.map(lambda number, line: (where, number, line)))
 
 
 def _well_formed(fields: tf.Tensor, counts: tf.Tensor) -> tf.Tensor:
@@ -60,7 +80,7 @@ def _checked_chunk(skip: bool, table_rows: tf.Tensor, salt: int):
         fields = split.to_tensor(default_value="", shape=[None, FIELDS])
         ok = _well_formed(fields, split.row_lengths())
         first_bad = tf.argmin(tf.cast(ok, tf.int32))
-        named = tf.strings.join([paths[first_bad], ":", tf.strings.as_string(numbers[first_bad])])
+        named = tf.strings.join([paths[first_bad], tf.strings.as_string(numbers[first_bad])])
         if skip:
             bad = tf.reduce_sum(tf.cast(~ok, tf.int64))
             report = tf.cond(bad > 0, lambda: tf.print("warning: skipped", bad, "malformed Criteo line(s), the first",
@@ -76,10 +96,12 @@ def _checked_chunk(skip: bool, table_rows: tf.Tensor, salt: int):
     return parse
 
 
-def load(files: dict[str, tuple[str, ...]], *, table_rows: tuple[int, ...], salt: int = 0,
-         skip_corrupt: bool = False) -> DataSource:
-    """Each file is a read unit: with at least as many training files as workers, workers shard by file."""
+def load(files: CriteoFiles, *, table_rows: tuple[int, ...], salt: int = 0, skip_corrupt: bool = False,
+         byte_ranges: bool = True) -> DataSource:
+    """Each part is a read unit: with at least as many as workers, workers shard by part; with fewer, plain
+    training files are cut by bytes (`byte_ranges`), else every worker reads all and keeps its share."""
     rows = tf.constant(table_rows, tf.int64)
+    train = files.parts["train"]
 
     def read(units: tf.data.Dataset) -> tf.data.Dataset:
         lines = units.interleave(_lines, cycle_length=CYCLE_LENGTH, num_parallel_calls=tf.data.AUTOTUNE,
@@ -87,37 +109,38 @@ def load(files: dict[str, tuple[str, ...]], *, table_rows: tuple[int, ...], salt
         return lines.batch(CHUNK).interleave(_checked_chunk(skip_corrupt, rows, salt), cycle_length=2,
                                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
+    @functools.lru_cache(maxsize=None)
+    def cut(workers: int) -> list[tuple]:
+        pieces = line_ranges.cut(train, workers * PIECES_PER_WORKER)
+        return [_columns(sum(pieces[k * PIECES_PER_WORKER:(k + 1) * PIECES_PER_WORKER], ())) for k in range(workers)]
+
+    sizes, counted = criteo_counts(files)
+    counting = "counted" if counted else "estimated from file sizes and a sample of lines (large files are not counted)"
+    cuttable = byte_ranges and not any(isinstance(part, LineRange) for part in train)
     return DataSource(name="criteo", input_shape=(NUMERIC_FEATURES + CATEGORICAL_FEATURES,), num_classes=2,
-                      sizes=criteo_counts(files), units={split: (paths,) for split, paths in files.items()},
-                      units_are_files=True, read=read, skip_corrupt=skip_corrupt)
+                      sizes=sizes, units={split: _columns(parts) for split, parts in files.parts.items()},
+                      units_are_files=True, read=read, skip_corrupt=skip_corrupt, cut=cut if cuttable else None,
+                      note=f"{files.note}; examples {counting}")
 
 
-def _problem_of(path: str, number: int) -> str:
+def _problem(where: str) -> Problem:
+    """The bad line, read again in Python to say what is wrong with it (a byte offset becomes a line number)."""
+    path, kind, number = WHERE.fullmatch(where).groups()
     with open_text(path) as handle:
-        for current, line in enumerate(handle, start=1):
-            if current == number:
-                return line_problem(line.decode("utf-8", errors="replace").rstrip("\r\n")) or "is malformed"
-    return "is malformed"
+        if kind == ":":
+            line = next((text for current, text in enumerate(handle, start=1) if current == int(number)), b"")
+        else:
+            handle.seek(int(number))
+            line = handle.readline()
+            number = str(lines_before(path, int(number)) + 1)
+    problem = line_problem(line.decode("utf-8", errors="replace").rstrip("\r\n")) or "is malformed"
+    return Problem("data file", f"{path}:{number}", problem,
+                   "fix or delete that line, or set training.skip_corrupt to true to skip such lines")
 
 
-class _WithoutMalformed(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return MARKER not in record.getMessage()
+MALFORMED = failures.Failure(MARKER, _problem)
 
 
-@contextlib.contextmanager
 def malformed_lines_named():
     """Turns a pipeline failure on a malformed line into a UserError (one line, exit 2) naming file and line."""
-    quiet = _WithoutMalformed()
-    logging.getLogger("tensorflow").addFilter(quiet)
-    try:
-        yield
-    except tf.errors.OpError as error:
-        found = NAMED.search(str(error))
-        if not found:
-            raise
-        raise UserError(Problem("data file", f"{found[1]}:{found[2]}", _problem_of(found[1], int(found[2])),
-                                "fix or delete that line, or set training.skip_corrupt to true to skip such "
-                                "lines")) from None
-    finally:
-        logging.getLogger("tensorflow").removeFilter(quiet)
+    return failures.named(MALFORMED)

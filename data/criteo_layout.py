@@ -1,32 +1,32 @@
-"""The Criteo click-log layout on disk (train-*, validation-*, test-* TSV, plain or gzipped), checked in pure Python.
+"""The Criteo line format (tab-separated label, 13 integers, 26 hex categories), checked and counted in pure Python.
 
 A Criteo line is tab-separated: the label (0 or 1), 13 integer features, 26 categorical features written as
-hexadecimal hashes (8 characters in the published logs); any feature may be empty. The toolkit reads a
-directory of files named by split, as for TFRecords:
-
-    train-*        training lines (e.g. day_0 ... day_22 renamed train-00 ... train-22, or split with `split -l`)
-    validation-*   validation lines (e.g. the first half of day_23)
-    test-*         test lines (optional; the validation files stand in when there are none)
-
-Any suffix is allowed; a name ending in `.gz` is read as gzip. Several training files let workers shard by file.
+hexadecimal hashes (8 characters in the published logs); any feature may be empty. Which files hold which
+split is data/criteo_splits.py. A name ending in `.gz` is read as gzip. Counting the lines of an 11 GB file
+would delay the start by minutes, so files above EXACT_BYTES are estimated from a sample instead.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
+import os
 import re
+import zlib
 from pathlib import Path
 
-from common.errors import Problem, UserError
+from common.errors import Problem
 
 NUMERIC_FEATURES = 13
 CATEGORICAL_FEATURES = 26
 FIELDS = 1 + NUMERIC_FEATURES + CATEGORICAL_FEATURES
-PATTERNS = {"train": "train-*", "validation": "validation-*", "test": "test-*"}
 INTEGER = re.compile(r"-?[0-9]*")  # empty allowed
 HEX = re.compile(r"[0-9a-fA-F]*")
 LABEL = re.compile(r"[01]")
 COUNT_CHUNK_BYTES = 1 << 22
+EXACT_BYTES = 64 << 20  # plain files up to this size are counted, larger ones estimated
+SAMPLES, SAMPLE_BYTES = 16, 1 << 16
+GZ_SAMPLE_BYTES = 4 << 20
 
 
 def open_text(path: str | Path):
@@ -60,7 +60,52 @@ def count_lines(path: str) -> int:
     return count + (last != b"\n")
 
 
-def _first_line_problem(path: str) -> Problem | None:
+def lines_before(path: str, offset: int) -> int:
+    """Newlines in the first `offset` bytes of a plain file (to name a line found by its byte offset)."""
+    count = 0
+    with open(path, "rb") as handle:
+        while offset > 0 and (chunk := handle.read(min(COUNT_CHUNK_BYTES, offset))):
+            count, offset = count + chunk.count(b"\n"), offset - len(chunk)
+    return count
+
+
+@functools.lru_cache(maxsize=None)
+def _bytes_per_line(path: str, size: int) -> float:
+    """Mean line length from SAMPLES windows spread over a plain file."""
+    sampled, newlines = 0, 0
+    with open(path, "rb") as handle:
+        for k in range(SAMPLES):
+            handle.seek(size * k // SAMPLES)
+            window = handle.read(SAMPLE_BYTES)
+            sampled, newlines = sampled + len(window), newlines + window.count(b"\n")
+    return sampled / max(newlines, 1)
+
+
+def lines_in_bytes(path: str, begin: int, end: int, size: int) -> tuple[int, bool]:
+    """Lines beginning in bytes [begin, end) of a plain file (both line starts): counted in a file of up to
+    EXACT_BYTES, else estimated from the mean line length of a sample (one second for any size)."""
+    if size > EXACT_BYTES:
+        return round((end - begin) / _bytes_per_line(path, size)), False
+    with open(path, "rb") as handle:
+        handle.seek(begin)
+        data = handle.read(end - begin)
+    return data.count(b"\n") + (bool(data) and not data.endswith(b"\n")), True
+
+
+@functools.lru_cache(maxsize=None)
+def lines_in_gz(path: str) -> tuple[int, bool]:
+    """Lines of a gzipped file: counted when it is at most EXACT_BYTES / 4 compressed, else estimated from its
+    first GZ_SAMPLE_BYTES: lines per compressed byte there, times the file's size."""
+    size = os.path.getsize(path)
+    if size <= EXACT_BYTES // 4:
+        return count_lines(path), True
+    inflate, newlines = zlib.decompressobj(wbits=31), 0
+    with open(path, "rb") as handle:
+        newlines = inflate.decompress(handle.read(GZ_SAMPLE_BYTES)).count(b"\n")
+    return round(newlines * size / GZ_SAMPLE_BYTES), False
+
+
+def first_line_problem(path: str) -> Problem | None:
     """The first line must parse: a file of another format fails here, naming itself, before TensorFlow starts."""
     try:
         with open_text(path) as handle:
@@ -69,24 +114,6 @@ def _first_line_problem(path: str) -> Problem | None:
         return Problem("data file", path, f"cannot be read ({error})", "copy the file again")
     problem = line_problem(first)
     if problem:
-        return Problem("data file", f"{path}:1", problem, "give Criteo TSV lines (see data/criteo_layout.py), "
+        return Problem("data file", f"{path}:1", problem, "give Criteo TSV lines (see data/criteo_splits.py), "
                        "or remove the file from training.data_dir")
     return None
-
-
-def criteo_files(root: Path) -> dict[str, tuple[str, ...]]:
-    """train-* and validation-* files whose first line is a Criteo line; without test-* the test split is validation."""
-    files = {split: tuple(sorted(str(p) for p in root.glob(pattern) if p.is_file()))
-             for split, pattern in PATTERNS.items()}
-    problems = [Problem("data folder", str(root), f"has no {PATTERNS[split]} files",
-                        f"put the {split} lines there in files named like {split}-00 or {split}-00.gz")
-                for split in ("train", "validation") if not files[split]]
-    problems += [p for paths in files.values() for p in map(_first_line_problem, paths) if p]
-    if problems:
-        raise UserError(problems)
-    return {**files, "test": files["test"] or files["validation"]}
-
-
-def criteo_counts(files: dict[str, tuple[str, ...]]) -> dict[str, int]:
-    """Lines per split (each line is one example)."""
-    return {split: sum(count_lines(path) for path in paths) for split, paths in files.items()}

@@ -1,10 +1,10 @@
-"""Image folders (Train/, Validate/, Test/ with one sub-folder per class of jpg, png, bmp or gif files), resized."""
+"""Image folders (train/, val/, test/ in any case, one sub-folder per class of jpg, png, bmp or gif files), resized."""
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from data.layouts import ImageFolders
+from data.image_layout import ImageFolders
 from data.source import DataSource
 
 CHANNELS = 3  # grey and RGBA files become RGB, as Keras' flow_from_directory does by default
@@ -26,4 +26,4 @@ def load(folders: ImageFolders, image_size: tuple[int, int]) -> DataSource:
     return DataSource(name="image_folder", input_shape=(*image_size, CHANNELS), num_classes=len(folders.classes),
                       sizes={split: len(paths) for split, (paths, _) in folders.files.items()},
                       units=folders.files, units_are_files=True, decode=decode,
-                      record_name=lambda path, label: path)
+                      record_name=lambda path, label: path, note=folders.note)

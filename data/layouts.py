@@ -12,8 +12,6 @@ from pathlib import Path
 from common.errors import Problem, UserError
 
 VALIDATION_FRACTION = 0.1  # CIFAR-10 and MNIST ship no validation split: the last 10% of training records
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
-IMAGE_FOLDERS = {"train": "Train", "validation": "Validate", "test": "Test"}
 CIFAR_DIR = "cifar-10-batches-bin"
 CIFAR_FILES = {"train": tuple(f"data_batch_{i}.bin" for i in range(1, 6)), "test": ("test_batch.bin",)}
 CIFAR_RECORD_BYTES = 1 + 32 * 32 * 3
@@ -25,11 +23,11 @@ IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC = 2051, 2049
 IDX_IMAGES_HEADER, IDX_LABELS_HEADER = 16, 8
 TFRECORD_PATTERNS = {"train": "train-*", "validation": "validation-*", "test": "test-*"}
 WHAT_TO_GIVE = {
-    "image_folder": "Train/, Validate/ and Test/, each with one sub-folder of images per class",
+    "image_folder": "train/ (and val/ or validation/, test/; any case), each with one sub-folder of images per class",
     "cifar10": f"{CIFAR_DIR}/ (data_batch_1.bin ... data_batch_5.bin, test_batch.bin)",
     "mnist": "train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-... (or mnist.npz)",
     "tfrecord": "train-*, validation-* (and test-*) TFRecord files",
-    "criteo": "train-*, validation-* (and test-*) Criteo click logs, tab-separated, plain or .gz",
+    "criteo": "train.txt (Kaggle), day_0 ... day_23 (1 TB) or train-*, validation-* Criteo click logs (plain or .gz)",
 }
 
 
@@ -85,66 +83,6 @@ def carve_validation(spans: list[Span]) -> tuple[tuple[Span, ...], tuple[Span, .
             train.append(Span(last.paths, last.first, last.count - taken))
         remaining -= taken
     return tuple(train), tuple(validation)
-
-
-def _images_below(directory: Path) -> list[str]:
-    found = []
-    for folder, _, names in os.walk(directory, followlinks=True):
-        found += [os.path.join(folder, n) for n in names if os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS]
-    return sorted(found)
-
-
-def _class_folders(directory: Path, problems: list[Problem]) -> dict[str, list[str]]:
-    classes = {d.name: _images_below(d) for d in sorted(directory.iterdir()) if d.is_dir()}
-    if not classes:
-        problems.append(Problem("data folder", str(directory), "has no class sub-folders",
-                                f"put the images of each class in a sub-folder, e.g. {directory.name}/cat/1.jpg"))
-    for name, images in classes.items():
-        if not images:
-            problems.append(Problem("data folder", str(directory / name), "holds no jpg, png, bmp or gif image",
-                                    "add images of that class, or remove the class folder from every split"))
-    return classes
-
-
-def _class_mismatches(root: Path, found: dict[str, dict[str, list[str]]]) -> list[Problem]:
-    problems, train = [], IMAGE_FOLDERS["train"]
-    for split, folder in IMAGE_FOLDERS.items():
-        for name in sorted(set(found["train"]) - set(found[split])):
-            problems.append(Problem("data folder", str(root / folder / name),
-                                    f"is missing: class '{name}' is in {train}/ but not in {folder}/",
-                                    f"add {folder}/{name}/ with its images, or remove {train}/{name}/"))
-        for name in sorted(set(found[split]) - set(found["train"])):
-            problems.append(Problem("data folder", str(root / folder / name),
-                                    f"class '{name}' is in {folder}/ but not in {train}/",
-                                    f"add {train}/{name}/ with its images, or remove {folder}/{name}/"))
-    return problems
-
-
-@dataclasses.dataclass(frozen=True)
-class ImageFolders:
-    """Class names (sorted, their index is the label) and each split's image paths with labels."""
-
-    classes: tuple[str, ...]
-    files: dict[str, tuple[tuple[str, ...], tuple[int, ...]]]
-
-
-def image_folders(root: Path) -> ImageFolders:
-    """Train/, Validate/, Test/ with the same class sub-folders, each holding at least one image."""
-    problems: list[Problem] = []
-    found = {}
-    for split, folder in IMAGE_FOLDERS.items():
-        if (root / folder).is_dir():
-            found[split] = _class_folders(root / folder, problems)
-        else:
-            problems.append(Problem("data folder", str(root / folder), "does not exist",
-                                    f"create {folder}/ with one sub-folder of images per class, as in Train/"))
-    _fail_if(problems)
-    _fail_if(_class_mismatches(root, found))
-    classes = tuple(found["train"])
-    files = {split: tuple(zip(*[(path, label) for label, name in enumerate(classes) for path in per_class[name]],
-                              strict=True))
-             for split, per_class in found.items()}
-    return ImageFolders(classes, files)
 
 
 def cifar10(root: Path) -> dict[str, tuple[Span, ...]]:

@@ -13,7 +13,7 @@ from data import augment, corrupt
 
 SPLITS = ("train", "validation", "test")
 SHUFFLE_BUFFER = 2048
-BY_FILE, BY_ELEMENT = "file", "element"
+BY_FILE, BY_RANGE, BY_ELEMENT = "file", "range", "element"
 
 
 def _unchanged(*record):
@@ -22,6 +22,10 @@ def _unchanged(*record):
 
 def _read_units_as_records(units: tf.data.Dataset) -> tf.data.Dataset:
     return units
+
+
+def _columns_dataset(columns: tuple) -> tf.data.Dataset:
+    return tf.data.Dataset.from_tensor_slices(tuple(np.asarray(column) for column in columns))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -34,7 +38,9 @@ class DataSource:
     an int32 label. Where decoding can fail (encoded images), `record_name(*records)` names records (given as
     vectors), and a record that does not decode fails the run naming it, or with `skip_corrupt` is skipped and
     counted. `cache_examples` keeps each worker's examples in memory after the first pass (for examples that
-    cost more to make than to keep).
+    cost more to make than to keep). A line-oriented source gives `cut(workers)`: each worker's training units
+    (byte ranges that together hold every line once), used when there are fewer units than workers. `note`
+    says for the log which files make which split.
     """
 
     name: str
@@ -50,16 +56,24 @@ class DataSource:
     augment: bool = False
     skip_corrupt: bool = False
     cache_examples: bool = False
+    cut: Callable[[int], list[tuple]] | None = None
+    note: str = ""
 
     def shard_policy(self, workers: int) -> str:
-        """BY_FILE when every worker gets whole files of its own, else BY_ELEMENT: each reads all, keeps its share."""
-        return BY_FILE if self.units_are_files and len(self.units["train"][0]) >= workers else BY_ELEMENT
+        """BY_FILE when every worker gets whole files of its own, else BY_RANGE when the files can be cut by bytes,
+        else BY_ELEMENT: each reads all, keeps its share."""
+        if self.units_are_files and len(self.units["train"][0]) >= workers:
+            return BY_FILE
+        return BY_RANGE if self.cut is not None else BY_ELEMENT
 
     def sharding(self, workers: int) -> str:
         """The sharding for `workers` workers, said for the log."""
         files = len(self.units["train"][0])
         if self.shard_policy(workers) == BY_FILE:
             return f"sharded by file: {files} training files over {workers} workers"
+        if self.shard_policy(workers) == BY_RANGE:
+            return (f"sharded by byte range: {files} training file part(s) for {workers} workers: each reads only "
+                    f"its 1/{workers} of the bytes (the lines that begin in it)")
         held = f"{files} training file(s) for {workers} workers" if self.units_are_files else "held in memory"
         return f"sharded by element ({held}): each worker reads every example and keeps 1 in {workers}"
 
@@ -111,6 +125,9 @@ class DataSource:
         """This shard's examples, reshuffled on every pass (shuffling comes before the repeat)."""
         if self.shard_policy(shards) == BY_FILE:
             records = self.read(units.shard(shards, index).shuffle(len(self.units["train"][0]), seed=seed))
+        elif self.shard_policy(shards) == BY_RANGE:
+            ranges = self.cut(shards)[index]
+            records = self.read(_columns_dataset(ranges).shuffle(max(len(ranges[0]), 1), seed=seed))
         else:
             records = self.read(units).shard(shards, index)
         if self.cache_examples:
@@ -118,7 +135,7 @@ class DataSource:
         return self._decoded(records.shuffle(SHUFFLE_BUFFER, seed=seed))
 
     def _unit_dataset(self, split: str) -> tf.data.Dataset:
-        return tf.data.Dataset.from_tensor_slices(tuple(np.asarray(column) for column in self.units[split]))
+        return _columns_dataset(self.units[split])
 
     def _decoded(self, records: tf.data.Dataset) -> tf.data.Dataset:
         if self.record_name is None:

@@ -89,7 +89,7 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
     config = cluster_config.load(cluster)
     log = _prepare_process(config)
     from data import source_for
-    from data.corrupt import bad_records_named
+    from data import bad_records_named
     from evaluator.loop import SidecarEvaluator
 
     with bad_records_named():

@@ -10,7 +10,8 @@ import tensorflow as tf
 
 import criteokit
 from data import criteo, synthetic_criteo
-from data.criteo_layout import count_lines, criteo_files
+from data.criteo_layout import count_lines
+from data.criteo_splits import criteo_files
 from common.errors import UserError
 
 TABLE_ROWS = tuple(range(50, 76))  # a different size per table
@@ -117,7 +118,7 @@ def test_layout_names_what_is_missing_or_not_criteo(tmp_path):
     with pytest.raises(UserError, match="validation-0:1"):
         criteo_files(tmp_path)
     criteokit.write(tmp_path / "validation-0", criteokit.rows(2))
-    assert criteo_files(tmp_path)["test"] == (str(tmp_path / "validation-0"),)
+    assert [part.path for part in criteo_files(tmp_path).parts["test"]] == [str(tmp_path / "validation-0")]
 
 
 def test_synthetic_criteo_is_deterministic_zipf_and_spread():

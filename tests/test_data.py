@@ -254,8 +254,10 @@ def idx_with_one_label_less(root: Path) -> None:
 PREFLIGHT_CASES = [
     ("missing data_dir", lambda root: ("cifar10", root / "nowhere"), "does not exist; give the directory that holds",
      "nowhere"),
-    ("missing split folder", image_folder_case(lambda r: without(r / "Test")), "does not exist; create Test/",
-     "Test"),
+    ("missing training folder", image_folder_case(lambda r: without(r / "Train")),
+     "has no training folder (train/ or Train/); create train/", "tfr"),
+    ("validation split named twice", image_folder_case(lambda r: shutil.copytree(r / "Validate", r / "val")),
+     "holds 2 validation folders (Validate, val); keep one", "tfr"),
     ("split without class folders", image_folder_case(lambda r: [without(d) for d in (r / "Test").iterdir()]),
      "has no class sub-folders", "Test"),
     ("empty class folder", image_folder_case(lambda r: [p.unlink() for p in (r / "Validate" / "dog").iterdir()]),
