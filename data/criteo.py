@@ -50,7 +50,7 @@ def _lines(path, begin, end, size, first, count) -> tf.data.Dataset:
     numbered = tf.data.TextLineDataset(path, compression_type=compression).skip(first).take(count).enumerate(
         start=first + 1)
     where = tf.strings.join([path, ":"])
-    return line_ranges.read_lines(path, begin, end, size).concatenate(
+    return line_ranges.read_lines(path, begin, end).concatenate(
         numbered.map(lambda number, line: (where, number, line)))
 
 

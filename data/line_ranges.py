@@ -3,14 +3,17 @@
 A range [begin, end) always starts at a line start and ends at one (or at the end of the file), so ranges cut
 from a file cover each of its lines exactly once: a cut point k * size / n moves forward to the first line that
 begins at or after it. Finding it reads a few bytes near the point, so cutting a file of any size is cheap.
-A worker reads its ranges with FixedLengthRecordDataset (header_bytes = begin, footer_bytes = size - end): only
-those bytes, in chunks, rejoined into lines in-graph (a line may straddle two chunks).
+A worker reads only its ranges' bytes, in chunks (os.pread through a Python function every process registers),
+rejoined into lines in-graph (a line may straddle two chunks).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 
+READER = "pscluster_read_byte_range"  # the token of the Python function that reads a chunk (see register_reader)
+_REGISTERED: list = []
 SCAN_BYTES = 1 << 16  # read at a time while looking for the next line start
 CHUNK_BYTES = 1 << 20  # read at a time by a worker
 
@@ -72,19 +75,38 @@ def cut(ranges: tuple[ByteRange, ...], pieces: int) -> list[tuple[ByteRange, ...
     return [tuple(p) for p in result]
 
 
-def read_lines(path, begin, end, size, chunk_bytes: int = CHUNK_BYTES):
+def _pread(path, offset, length) -> bytes:
+    with open(path.numpy(), "rb") as handle:
+        return os.pread(handle.fileno(), int(length), int(offset))
+
+
+def register_reader() -> None:
+    """Makes READER callable by pipelines this process runs, even ones built in another process: an EagerPyFunc op
+    names its Python function by token, and a dataset_fn traced on the chief runs on the workers (ParameterServer
+    Strategy), so every process that runs pipelines (roles.server too) registers the reader under one fixed token."""
+    import tensorflow as tf
+    from tensorflow.python.ops import script_ops
+
+    if script_ops._py_funcs.get(READER) is None:  # noqa: SLF001 - no public way to name a py_function
+        _REGISTERED.append(script_ops.EagerFunc(_pread, [tf.string], False))
+        script_ops._py_funcs._funcs[READER] = _REGISTERED[-1]  # noqa: SLF001 - weak values: _REGISTERED keeps it
+
+
+def read_lines(path, begin, end, chunk_bytes: int = CHUNK_BYTES):
     """(where, byte offset, line) for each line of bytes [begin, end) of `path`, as a tf.data.Dataset; `where`
-    is the path followed by " byte ", so where + offset names the line. Arguments may be tensors."""
+    is the path followed by " byte ", so where + offset names the line. Arguments may be tensors.
+
+    tf.data has no reader that seeks: FixedLengthRecordDataset's header_bytes and Dataset.skip read through every
+    byte before the range (seen with strace), so the chunks are read with os.pread through READER."""
     import tensorflow as tf
 
-    begin, end, size = (tf.cast(v, tf.int64) for v in (begin, end, size))
-    chunk = tf.constant(chunk_bytes, tf.int64)
-    whole = (end - begin) // chunk
-    footer = size - end
-    middle = begin + whole * chunk  # whole chunks before it, the rest after (each body an exact multiple)
-    chunks = tf.data.FixedLengthRecordDataset(path, chunk, header_bytes=begin, footer_bytes=size - middle).concatenate(
-        tf.data.FixedLengthRecordDataset(path, tf.maximum(end - middle, 1), header_bytes=middle, footer_bytes=footer))
-    flagged = chunks.map(lambda text: (text, False)).concatenate(tf.data.Dataset.from_tensors(("", True)))
+    register_reader()
+    begin, end = tf.cast(begin, tf.int64), tf.cast(end, tf.int64)
+    chunks = tf.data.Dataset.range(begin, end, chunk_bytes).map(
+        lambda offset: tf.raw_ops.EagerPyFunc(input=[path, offset, tf.minimum(end - offset, chunk_bytes)],
+                                              token=READER, Tout=[tf.string])[0])
+    flagged = chunks.map(lambda text: (tf.reshape(text, []), False)).concatenate(
+        tf.data.Dataset.from_tensors((tf.constant(""), True)))
     lines = flagged.scan((tf.constant(""), begin), _rejoin)
     where = tf.strings.join([path, " byte "])
     return lines.unbatch().map(lambda offset, line: (where, offset, line))
