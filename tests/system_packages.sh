@@ -22,7 +22,8 @@ setpriv util-linux
 /usr/sbin/slurmctld slurmctld
 /usr/sbin/slurmd slurmd
 sbatch slurm-client
-srun slurm-client"
+srun slurm-client
+strace strace"
 
 missing=$(echo "$needs" | while read -r command package; do
     command -v "$command" >/dev/null 2>&1 || echo "$package"

@@ -50,18 +50,41 @@ def test_dlrm_on_synthetic_criteo_is_evaluated_by_auc_and_exported(shared_server
         best["metrics"]["val_auc"], abs=1e-4)
 
 
-def test_dlrm_trains_on_criteo_files(shared_servers, tmp_path):
-    data = tmp_path / "criteo"
-    data.mkdir()
+def _named(data):
     criteokit.write(data / "train-0", criteokit.rows(300))
     criteokit.write(data / "train-1.gz", criteokit.rows(300, first=300), gz=True)
     criteokit.write(data / "validation-0", criteokit.rows(100, first=1000))
+
+
+def _kaggle(data):
+    criteokit.write(data / "train.txt", criteokit.rows(700))
+    (data / "test.txt").write_text("\t".join(["1"] * 39) + "\n")  # Kaggle's test.txt: no label column
+
+
+def _terabyte(data):
+    criteokit.write(data / "day_0", criteokit.rows(300))
+    criteokit.write(data / "day_1.gz", criteokit.rows(300, first=300), gz=True)
+    criteokit.write(data / "day_2", criteokit.rows(200, first=600))
+
+
+@pytest.mark.parametrize("write, said", [
+    (_named, "sharded by file: 2 training files over 2 workers"),
+    (_kaggle, "sharded by byte range: 1 training file part(s) for 2 workers"),
+    (_terabyte, "validation and test are the halves of day_2 (as MLPerf does)"),
+], ids=["named", "kaggle", "terabyte"])
+def test_dlrm_trains_on_criteo_files_as_published(shared_servers, tmp_path, write, said):
+    data = tmp_path / "criteo"
+    data.mkdir()
+    write(data)
+    names = sorted(p.name for p in data.iterdir())
     output = tmp_path / "output"
     cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
         **TINY, "dataset": "criteo", "data_dir": str(data), "output_dir": str(output)},
         evaluation={"best_metric": "val_auc", "best_mode": "max"})
     trained = run_module("coordinator.train", "--cluster", str(cluster), timeout_s=300)
     assert trained.returncode == 0, trained.stderr[-3000:]
+    assert said in trained.stderr
     summary = json.loads((output / "summary.json").read_text())
     assert summary["status"] == "complete" and set(summary["final_metrics"]) >= {"auc", "log_loss"}
     assert (output / "model" / "model.keras").exists()
+    assert sorted(p.name for p in data.iterdir()) == names  # nothing renamed, split or written beside the data
