@@ -119,6 +119,16 @@ CASES = [
                                                                      "synthetic_shape": [2, 2, 1]}),
      "needs images of at least 3x3"),
     ("newline in a key", set_path("training", "epo\nchs", value=1), "training.epo\\nchs = 1: unknown setting"),
+    ("held-out fraction past 1", set_path("training", "criteo_validation", value=1.5),
+     "training.criteo_validation = 1.5: must be null, a fraction between 0 and 1, or a list of distinct day numbers"),
+    ("held-out day twice", set_path("training", "criteo_validation", value=[23, 23]),
+     "training.criteo_validation = [23, 23]: must be null"),
+    ("held-out day as text", set_path("training", "criteo_validation", value="day_23"), "use null for the published"),
+    ("no held-out days", set_path("training", "criteo_validation", value=[]), "training.criteo_validation = []"),
+    ("validation fraction of 0", set_path("training", "validation_fraction", value=0),
+     "training.validation_fraction = 0: must be a fraction between 0 and 1 (both excluded); use e.g. 0.1"),
+    ("validation fraction of all", set_path("training", "validation_fraction", value=1),
+     "training.validation_fraction = 1"),
 ]
 
 
