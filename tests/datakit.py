@@ -63,13 +63,14 @@ def encoded_image(image: np.ndarray, image_format: str) -> bytes:
 
 
 def write_image_folders(root: Path, counts: dict[str, dict[str, int]], size=(8, 8), image_format: str = "png",
-                        seed: int = 0) -> dict[str, dict[str, list[np.ndarray]]]:
-    """Train/, Validate/, Test/ with counts[split][class] images each; returns the images written."""
+                        seed: int = 0, folders: dict[str, str] | None = None) -> dict[str, dict[str, list[np.ndarray]]]:
+    """Train/, Validate/, Test/ (or `folders` per split) with counts[split][class] images each; returns the images
+    written."""
     written: dict[str, dict[str, list[np.ndarray]]] = {}
     for offset, (split, classes) in enumerate(counts.items()):
         written[split] = {}
         for number, (name, count) in enumerate(classes.items()):
-            folder = root / SPLIT_FOLDERS[split] / name
+            folder = root / (folders or SPLIT_FOLDERS)[split] / name
             folder.mkdir(parents=True, exist_ok=True)
             images = random_images(count, (*size, 3), seed=seed + 100 * offset + number)
             for index, image in enumerate(images):
