@@ -6,9 +6,9 @@ Writes a train.txt of about `gigabytes` (a block of generated Criteo lines, repe
 then for each sharding runs `workers` processes at once, each making one pass over its own shard: the pipeline
 a worker runs under ParameterServerStrategy (`_worker_examples`: read, parse, hash, shuffle), batched by 512,
 without the gRPC around it, for at most `max_seconds` (about 4 minutes in all at the defaults). Each reports
-its examples, seconds and what /proc/self/io says it read (rchar: every read; read_bytes: what came from disk, 0 when train.txt sits in the page cache). Replaces the section
-"Criteo reader: byte-range against element sharding" of bench/RESULTS-data.md (run bench/data_pipeline.py
-first: it rewrites that whole file).
+its examples, seconds and what /proc/self/io says it read (rchar: every read; read_bytes: what came from disk,
+0 when train.txt sits in the page cache). Replaces the section "Criteo reader: byte-range against element sharding" of
+bench/RESULTS-data.md (run bench/data_pipeline.py first: it rewrites that whole file).
 """
 
 from __future__ import annotations
