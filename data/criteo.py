@@ -10,7 +10,6 @@ to say what is wrong), or with `skip_corrupt` is dropped and counted in the read
 from __future__ import annotations
 
 import functools
-import os
 import re
 import sys
 
@@ -31,20 +30,15 @@ WHERE = re.compile(r"(.*?)(:| byte )(\d+)")
 
 
 def _columns(parts) -> tuple[np.ndarray, ...]:
-    """Parts as unit columns: path, first byte, end byte, file size, first line, lines (-1: all). A byte range
-    reads no lines, a line range (a gzipped file) no bytes."""
-    rows = []
-    for part in parts:
-        if isinstance(part, LineRange):
-            size = os.path.getsize(part.path)
-            rows.append((part.path, size, size, size, part.first, part.count))
-        else:
-            rows.append((part.path, part.begin, part.end, part.size, 0, 0))
-    paths, *numbers = zip(*rows, strict=True) if rows else ((),) * 6
+    """Parts as unit columns: path, first byte, end byte, first line, lines (-1: all). A byte range reads no
+    lines, a line range (a gzipped file) no bytes."""
+    rows = [(part.path, 0, 0, part.first, part.count) if isinstance(part, LineRange) else
+            (part.path, part.begin, part.end, 0, 0) for part in parts]
+    paths, *numbers = zip(*rows, strict=True) if rows else ((),) * 5
     return (np.asarray(paths, dtype=np.str_), *(np.asarray(n, dtype=np.int64) for n in numbers))
 
 
-def _lines(path, begin, end, size, first, count) -> tf.data.Dataset:
+def _lines(path, begin, end, first, count) -> tf.data.Dataset:
     """(where, number, line) of one part: `where` + number names the line (path:line, or path byte offset)."""
     compression = tf.where(tf.strings.regex_full_match(path, r".*\.gz"), "GZIP", "")
     numbered = tf.data.TextLineDataset(path, compression_type=compression).skip(first).take(count).enumerate(
