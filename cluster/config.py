@@ -39,9 +39,22 @@ class ClusterConfig:
     job_sizes: Mapping[str, int] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     allow_public_addresses: bool = False
     firewall: bool = False
+    # the workers (indices into `jobs["worker"]`) the chief trains with, when the launcher left lost ones out
+    trainer_workers: tuple[int, ...] | None = None
 
     def tasks(self, jobs: tuple[str, ...] = JOBS) -> list[Task]:
         return [Task(job, i, a) for job in jobs for i, a in enumerate(self.jobs.get(job, ()))]
+
+    def training_jobs(self) -> dict[str, tuple[Address, ...]]:
+        """The jobs as the training cluster holds them: the workers in `trainer_workers` only, numbered from 0."""
+        if self.trainer_workers is None:
+            return dict(self.jobs)
+        return {**self.jobs, "worker": tuple(self.jobs["worker"][i] for i in self.trainer_workers)}
+
+    def training_tasks(self, jobs: tuple[str, ...] = JOBS) -> list[Task]:
+        """The tasks of the training cluster, as its TF_CONFIG numbers them."""
+        held = self.training_jobs()
+        return [Task(job, i, a) for job in jobs for i, a in enumerate(held.get(job, ()))]
 
     def task(self, job: str, index: Any) -> Task:
         """Looks a task up, raising a UserError naming the valid indices when it does not exist."""
@@ -67,7 +80,7 @@ class ClusterConfig:
     def input_pipelines(self) -> int:
         """Processes that read training data: every worker when workers train or serve steps, else one."""
         worker_jobs = (self.strategy.trainer_job, *self.strategy.server_jobs)
-        return len(self.jobs.get("worker", ())) if "worker" in worker_jobs else 1
+        return len(self.training_jobs().get("worker", ())) if "worker" in worker_jobs else 1
 
     def launched_tasks(self) -> list[Task]:
         """The tasks the strategy runs, in start order; other jobs listed in cluster.json stay idle."""

@@ -44,6 +44,9 @@ class LauncherSettings:
     restart_backoff_s: float = 2.0
     stall_timeout_s: float = 900.0
     poll_s: float = 1.0
+    worker_lost_after_s: float = 300.0  # a worker lost this long leaves the chief's cluster (parameter_server)
+    min_workers: int = 1  # fewer running workers hold the chief
+    stop_grace_s: float = 60.0  # a stopped chief's time to write its checkpoint before SIGKILL
     backend: str = "hosts"
 
 
@@ -114,6 +117,10 @@ LAUNCHER_CHECKS = {
     "stall_timeout_s": Check(seconds, f"must be a positive number of seconds, at most {MAX_SECONDS}",
                              "use longer than the longest pause between optimizer steps, e.g. 900"),
     "poll_s": seconds_check("1"),
+    "worker_lost_after_s": seconds_check("300"),
+    "min_workers": Check(int_in(1, INT32_MAX), f"must be an integer from 1 to {INT32_MAX}",
+                         "use e.g. 1 (the chief trains while at least this many workers run)"),
+    "stop_grace_s": seconds_check("60"),
     "backend": Check(lambda v: v in BACKENDS, f"must be one of {', '.join(BACKENDS)}",
                      'use "hosts" (this machine and ssh hosts) or "slurm" (job steps in a Slurm allocation)'),
 }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cluster.config import ClusterConfig
-from cluster.run_files import RunSummary, read_summary
+from cluster.run_files import RunFiles, RunSummary, read_summary
 from cluster.training_options import TrainingOptions
 from coordinator import setup, strategy
 from coordinator.compiled import ps_report
@@ -20,8 +20,11 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     `checkpoint_every_s` within epochs, so a failure costs at most that much work.
     """
     stop = StopRequest(log).install()
-    workers = config.input_pipelines
-    run = setup.plan(config, options, log, workers=workers, batch_note=BATCH_NOTE)
+    workers = config.input_pipelines  # the workers training now: the launcher may have left lost ones out
+    run = setup.plan(config, options, log, workers=_batch_workers(config), batch_note=BATCH_NOTE, pipelines=workers)
+    if config.trainer_workers is not None:
+        log.info("training with %s (launcher: the others are lost)",
+                 ", ".join(f"worker:{i}" for i in config.trainer_workers))
     strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     model = setup.build_model(run, strategy.build(config, options))
     shards = ps_report(model, run.source, run.global_batch, log)  # logged now: `sh run.sh status` shows it
@@ -38,3 +41,10 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     final_metrics, seconds = setup.fit(run, model, dataset_fn, callback_list, start, stop)
     return setup.finish(run, model, final_metrics=final_metrics, train_seconds=seconds,
                         checkpoint=checkpoints.latest_path(), device=strategy.CHIEF_CPU, shards=shards)
+
+
+def _batch_workers(config: ClusterConfig) -> int:
+    """The workers the global batch is counted for: those the run started with (its summary says), so workers
+    that leave or join change the speed of training, never its batch, steps or learning-rate schedule."""
+    summary = read_summary(RunFiles(config.path(config.training.output_dir)))
+    return summary.workers if summary and summary.workers else len(config.jobs["worker"])

@@ -46,15 +46,17 @@ class TrainingRun:
 
 
 def plan(config: ClusterConfig, options: TrainingOptions, log, *, workers: int, batch_note: str,
-         scratch: Path | None = None) -> TrainingRun:
-    """Opens the data set (data mistakes stop here) and fixes the batch and the steps per epoch."""
+         scratch: Path | None = None, pipelines: int | None = None) -> TrainingRun:
+    """Opens the data set (data mistakes stop here) and fixes the batch and the steps per epoch: the global batch
+    is `per_worker_batch x workers`; the data is sharded over `pipelines` (default: `workers`)."""
     source = source_for(options, PROJECT_ROOT)
+    pipelines = pipelines or workers
     global_batch = options.per_worker_batch * workers
     steps_per_epoch = options.steps_per_epoch or source.steps_per_epoch(global_batch)
     log.info("%s: %d training examples; %s; %d steps per epoch", source.name, source.sizes["train"],
              batch_note.format(global_batch=global_batch, per_worker=options.per_worker_batch, workers=workers),
              steps_per_epoch)
-    log.info("%s: %s", source.name, source.sharding(workers))
+    log.info("%s: %s", source.name, source.sharding(pipelines))
     return TrainingRun(config=config, options=options, files=RunFiles(config.path(options.output_dir)),
                        source=source, workers=workers, global_batch=global_batch, steps_per_epoch=steps_per_epoch,
                        log=log, scratch=scratch)

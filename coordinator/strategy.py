@@ -19,7 +19,7 @@ CHIEF_CPU = "/job:chief/replica:0/task:0/device:CPU:0"
 
 def wait_for_cluster(config: ClusterConfig, timeout_s: float, log) -> None:
     """Exits with code 3 naming each silent task: TensorFlow itself would hang on a missing ps or worker."""
-    tasks = config.tasks(("ps", "worker"))
+    tasks = config.training_tasks(("ps", "worker"))
     log.info("waiting up to %.0f s for %s", timeout_s, ", ".join(f"{t.name}@{t.address}" for t in tasks))
     silent = net.wait_until_listening(tasks, timeout_s)
     if silent:

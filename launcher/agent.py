@@ -7,6 +7,8 @@ code the task writes itself as it ends; none when it was killed).
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import shutil
@@ -84,7 +86,8 @@ def training_step(config: ClusterConfig, task: Task, pid: int) -> int | None:
 def stop(config: ClusterConfig, task: Task) -> StopResult:
     """Stops every process of the task's group (SIGTERM, then SIGKILL) and removes its pid file."""
     record = process.PidRecord.read(task_file(config, task, "pid"))
-    outcome = process.stop(record) if record else StopOutcome.NOT_STARTED
+    grace_s = config.launcher.stop_grace_s if task == config.lead else 10.0  # the lead checkpoints on SIGTERM
+    outcome = process.stop(record, grace_s=grace_s) if record else StopOutcome.NOT_STARTED
     task_file(config, task, "pid").unlink(missing_ok=True)
     return StopResult(task=task.name, pid=record.pid if record else None, outcome=outcome)
 
@@ -190,8 +193,12 @@ class HostControl:
         names = tasks.split(",") if isinstance(tasks, str) else list(tasks)
         return config, [config.task(*_split(name)) for name in names]
 
-    def start(self, cluster: str, tasks: str):
+    def start(self, cluster: str, tasks: str, workers: str = ""):
+        """`workers`: the indices the chief trains with (`0,2`), when the launcher left lost workers out."""
         config, selected = self._tasks(cluster, tasks)
+        if workers != "":
+            listed = workers if isinstance(workers, (tuple, list)) else str(workers).split(",")
+            config = dataclasses.replace(config, trainer_workers=tuple(int(i) for i in listed))
         _print([as_json(start(config, t)) for t in selected])
 
     def stop(self, cluster: str, tasks: str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from cluster.config import ClusterConfig, Task
@@ -10,6 +11,7 @@ from launcher.backends import backends_for
 from launcher.backends.base import AgentFailed, HostError, HostUnreachable, TaskStatus
 from launcher.firewall import FirewallError
 from launcher.healing import Action, HealingPolicy
+from launcher.membership import Membership
 from launcher.outages import HOST_SILENT_S, HostOutages
 from launcher.records import DONE_STATES, BackgroundCalls, RunFailed, TaskRecord, TaskState
 
@@ -34,6 +36,7 @@ class Supervisor:
         self.chief_done_at: float | None = None
         self.outages = HostOutages(self)
         self.held_for: list[TaskRecord] = []  # what the held lead waits for, besides every ps
+        self.membership = Membership(self)
 
     def _jobs(self, *jobs: str) -> list[TaskRecord]:
         """The records of these jobs, in the order the jobs are named (ps before workers: the start order)."""
@@ -58,6 +61,8 @@ class Supervisor:
         self._start(self._jobs("evaluator"))
 
     def _start(self, records: list[TaskRecord]) -> None:
+        if self.lead in records:
+            self._set_trainer_workers(self.membership.for_start())
         by_host: dict[str, list[TaskRecord]] = {}
         for record in records:
             by_host.setdefault(record.host, []).append(record)
@@ -77,6 +82,15 @@ class Supervisor:
         for task in tasks:
             self.records[task.name].state = TaskState.RUNNING
         self.say("ready: " + ", ".join(t.name for t in tasks))
+
+    def _set_trainer_workers(self, workers: tuple[int, ...] | None) -> None:
+        """The workers the next chief trains with; every backend builds its command line from this config."""
+        if workers == self.config.trainer_workers:
+            return
+        self.config = dataclasses.replace(self.config, trainer_workers=workers)
+        for host in self.hosts.values():
+            host.config = self.config
+        self.say(f"{self.lead.name} trains with {self.membership.describe()}")
 
     # ----- watching -------------------------------------------------------------------------------------
     def run(self, on_tick=lambda: None) -> int:
@@ -160,7 +174,7 @@ class Supervisor:
             raise RunFailed(decision.message)
         else:
             record.state, record.restart_at = TaskState.RESTARTING, time.monotonic() + decision.delay_s
-            record.counts_as_restart = True
+            record.counts_as_restart = decision.counts
             if decision.hold_chief:
                 self.hold_lead("until every ps is back")
             if decision.restart_group:
@@ -199,12 +213,34 @@ class Supervisor:
             others = "".join(f" and {r.name}" for r in self.held_for if r.task.job != "ps")
             self.say(f"every ps{others} answer again: starting {self.lead.name} again")
             self.lead.restart_at, self.held_for = now, []
+        self._follow_membership(now)
         for record in self.records.values():
             if record.state == TaskState.RESTARTING and now >= record.restart_at:
+                if record is self.lead and not self.membership.enough():
+                    if not self.membership.holding:
+                        self.say(f"{record.name} held: {self.membership.hold_reason()}")
+                    self.membership.holding = True
+                    continue
+                self.membership.holding = False
                 record.restarts += int(record.counts_as_restart)
                 self._start([record])
         self._watch_for_stall(now)
         self.outages.tick(now)
+
+    def _follow_membership(self, now: float) -> None:
+        """Restarts the lead with the workers that run when one stays lost, or comes back (see launcher.membership)."""
+        reason = self.membership.tick(now)
+        lead = self.lead
+        if reason is None or lead.state in (*DONE_STATES, TaskState.LOST):
+            return
+        self.held_for = [r for r in self.held_for if r.task.job != "worker"]  # no waiting for a worker any more
+        self.membership.record_added(lead.step)
+        if lead.state in (TaskState.RUNNING, TaskState.STARTING):
+            self.say(f"{reason}: stopping {lead.name} (it writes a checkpoint) to start it with the workers running")
+            self.hosts[lead.host].stop([lead.task])
+        elif lead.restart_at != float("inf") or not all(r.state == TaskState.RUNNING for r in self._jobs("ps")):
+            return  # a restart is already due, or every ps is not back yet
+        lead.state, lead.restart_at, lead.counts_as_restart = TaskState.RESTARTING, now, False
 
     def _watch_for_stall(self, now: float) -> None:
         lead = self.lead

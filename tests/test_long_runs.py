@@ -90,3 +90,44 @@ def test_killed_chief_resumes_within_the_epoch(shared_servers, tmp_path):
     interval_steps = 2.0 * max(rates, default=STEPS_PER_EPOCH)
     assert 0 <= redone <= 1.5 * interval_steps + 4, (redone, rates)  # at most about one checkpoint interval
     assert checkpoint_names(output)[-1] == "ckpt-2"
+
+
+def launch_detached(tmp_path: Path, *, training: dict, launcher: dict, workers: int = 2, ps: int = 1) -> tuple:
+    from clusterkit import cluster_document, write_cluster
+
+    logs = tmp_path / "logs"
+    document = {**cluster_document(workers=workers, ps=ps, logs_dir=str(logs),
+                                   training={**training, "output_dir": str(tmp_path / "output")}),
+                "evaluation": {"poll_s": 0.5, "idle_timeout_s": 120}}
+    document["launcher"].update(restart_backoff_s=0.5, poll_s=0.5, **launcher)
+    path = write_cluster(tmp_path, document)
+    started = subprocess.run(["sh", str(ROOT / "run.sh"), "--detach", str(path)], capture_output=True, text=True,
+                             timeout=120, stdin=subprocess.DEVNULL)
+    assert started.returncode == 0, started.stderr
+    return path, logs
+
+
+def test_a_worker_out_of_restarts_is_dropped_and_training_goes_on(tmp_path):
+    from clusterkit import processes_mentioning, wait_for_launcher
+    from test_healing import kill_task
+
+    training = {"epochs": 2, "steps_per_epoch": 300, "steps_per_execution": 2, "lr_decay_epochs": [],
+                "checkpoint_every_s": 3, "progress_every_s": 2}
+    path, logs = launch_detached(tmp_path, training=training,
+                                 launcher={"max_restarts": 0, "worker_lost_after_s": 4})
+    try:
+        assert wait_for_line(logs / "chief-0.log", "train | epoch 1/2", 240), (logs / "chief-0.log").read_text()
+        kill_task(logs, "worker-1")
+        log = wait_for_launcher(logs, timeout_s=420)
+    finally:
+        subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=180)
+    assert "worker:1 died after 0 restarts (launcher.max_restarts); training goes on" in log, log[-4000:]
+    assert "worker:1 lost for 4 s (launcher.worker_lost_after_s): stopping chief:0" in log, log[-4000:]
+    assert "chief:0 trains with worker:0" in log
+    assert "dropped worker:1: training again" in log  # the summary's membership line, with its cost
+    chief_log = (logs / "chief-0.log").read_text()
+    assert "training with worker:0 (launcher: the others are lost)" in chief_log
+    assert "stopped as asked: checkpoint ckpt-" in chief_log  # the restart for the new membership lost no work
+    summary = json.loads((tmp_path / "output" / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["global_batch"] == 64  # the batch of the 2 it started with
+    assert processes_mentioning(str(tmp_path)) == []

@@ -93,7 +93,9 @@ class SshHost(Backend):
             raise AgentFailed(f"{self.name}: {what} failed: {result.stderr.strip()[-300:]}")
 
     def start(self, tasks: list[Task]) -> list[TaskStatus]:
-        return [TaskStatus.from_json(row) for row in self._agent("start", tasks)]
+        members = self.config.trainer_workers
+        extra = ("--workers", ",".join(map(str, members))) if members is not None else ()
+        return [TaskStatus.from_json(row) for row in self._agent("start", tasks, *extra)]
 
     def stop(self, tasks: list[Task]) -> list[StopResult]:
         return [StopResult.from_json(row) for row in self._agent("stop", tasks)]
