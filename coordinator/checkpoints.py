@@ -31,7 +31,7 @@ class Position(NamedTuple):
         return f"{PREFIX}{self.epochs}" + (f"-{self.steps}" if self.steps else "")
 
     def __str__(self) -> str:
-        return f"epoch {self.epochs + 1} at step {self.steps}" if self.steps else f"after epoch {self.epochs}"
+        return f"within epoch {self.epochs + 1} at step {self.steps}" if self.steps else f"after epoch {self.epochs}"
 
 
 def checkpoint_position(path: str) -> Position:

@@ -103,17 +103,39 @@ def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> Position |
                                 f"holds a different run ({'; '.join(found)})", "use a new output_dir, or `sh run.sh "
                                 "--fresh` to move the old run aside and start over"))
     position = checkpoints.restore_latest()
+    ps = len(run.config.jobs.get("ps", ())) if "ps" in run.config.strategy.server_jobs else 0
+    if summary and summary.ps and ps and summary.ps != ps and position != Position(0):
+        _check_resharded(run, model, checkpoints.latest_path(), summary.ps, ps)
     if position.epochs >= options.epochs and summary and summary.complete:
         run.log.info("already complete: %d of %d epochs are in %s; nothing to train", position.epochs,
                      options.epochs, run.files.output)
         return None
     if position != Position(0):
-        run.log.info("resuming from %s (%s, optimizer step %d)", position.name, position,
+        run.log.info("resuming %s from %s (optimizer step %d)", position, position.name,
                      int(model.optimizer.iterations.numpy()))
     if run.lead:
         write_summary(run.files, RunSummary(status=RunStatus.RUNNING, epochs=options.epochs,
-                                            options=dataclasses.asdict(options), workers=run.workers))
+                                            options=dataclasses.asdict(options), workers=run.workers, ps=ps or None))
     return position
+
+
+RESHARD_TOLERANCE = 1e-6
+
+
+def _check_resharded(run: TrainingRun, model, checkpoint: str, before: int, after: int) -> None:
+    """After a change in the number of ps, compares the restored (resharded) model's predictions with those of
+    the checkpoint read whole, on 16 test inputs: the model just before and just after the change."""
+    device = "/job:chief/replica:0/task:0/device:CPU:0"
+    whole = export.restore_whole(run.options, run.source.input_shape, run.source.num_classes, checkpoint,
+                                 device=device, io_device=device)
+    inputs = export.reference_inputs(run.source.split("test"))
+    largest = float(np.abs(model(inputs, training=False).numpy() - whole(inputs, training=False).numpy()).max())
+    run.log.info("ps %d -> %d: %s restored over %d ps, model and optimizer slots; predictions before and after "
+                 "differ by at most %.1e (allowed %.0e)", before, after, Path(checkpoint).name, after, largest,
+                 RESHARD_TOLERANCE)
+    if not largest <= RESHARD_TOLERANCE:
+        raise UserError(Problem("cluster.ps", after, f"restoring {Path(checkpoint).name} over {after} ps changed "
+                                f"the model's predictions by {largest:.1e}", f"go back to {before} ps and report it"))
 
 
 def callbacks(run: TrainingRun, checkpoints: EpochCheckpoints, *, device: str | None,

@@ -205,6 +205,43 @@ class Supervisor:
         chief.state, chief.restart_at, chief.counts_as_restart = TaskState.RESTARTING, float("inf"), False
         return True
 
+    # ----- reloading ------------------------------------------------------------------------------------
+    def reload(self, new: ClusterConfig) -> list[str]:
+        """Takes an edited worker and ps list (see launcher.reload): the lead stops (writing a checkpoint), servers
+        that left stop, new ones start, and the lead starts again on the new spec; one line per change."""
+        before = {t.name: t for t in self.config.tasks()}
+        kept = {t.name for t in new.tasks() if before.get(t.name) == t}  # same job, index and address: runs on
+        lines = []
+        if self.lead.state not in DONE_STATES:
+            self.hosts[self.lead.host].stop([self.lead.task])
+            lines.append(f"{self.lead.name} stopped (it writes a checkpoint on the way out)")
+        for record in [r for r in self.records.values() if r.task.job in ("ps", "worker") and r.name not in kept]:
+            self.hosts[record.host].stop([record.task])
+            lines.append(f"{record.name} at {record.task.address} stopped")
+        self.config = new
+        hosts = backends_for(new)
+        for name, host in hosts.items():
+            if name in self.hosts:
+                self.hosts[name].take_new_config(new)
+                hosts[name] = self.hosts[name]
+            else:
+                host.prepare(self.say)
+        self.hosts = hosts
+        records = {t.name: self.records[t.name] if t.name in kept or t.job not in ("ps", "worker") else TaskRecord(t)
+                   for t in new.tasks() if t.job in self.strategy.launched_jobs}
+        self.records, self.lead, self.held_for = records, records[new.lead.name], []
+        self.membership = Membership(self)
+        started = [r for r in self._jobs(*self.strategy.server_jobs) if r.name not in kept]
+        if started:
+            self._start(started)
+            self._wait_for_servers([r.task for r in started])
+            lines.append(f"started {', '.join(f'{r.name} at {r.task.address}' for r in started)}")
+        if self.lead.state not in DONE_STATES:
+            self.lead.state, self.lead.restart_at, self.lead.counts_as_restart = TaskState.RESTARTING, 0.0, False
+            lines.append(f"{self.lead.name} starts again with {len(new.jobs['worker'])} worker(s) and "
+                         f"{len(new.jobs['ps'])} ps, from the checkpoint it wrote")
+        return lines
+
     # ----- healing --------------------------------------------------------------------------------------
     def _heal(self) -> None:
         now = time.monotonic()

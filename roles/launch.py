@@ -1,4 +1,4 @@
-"""`python -m roles.launch run|up|status|down|print_config|sbatch CLUSTER`: the commands behind run.sh and kill.sh."""
+"""`python -m roles.launch run|up|status|reload|down|print_config|sbatch CLUSTER`: behind run.sh and kill.sh."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import fire
 from cluster import config as cluster_config
 from cluster import taskspec
 from common.errors import USER_ERROR_EXIT_CODE, Problem, UserError, exit_on_user_error
-from launcher import process, sbatch_script, slurm_run
+from launcher import process, reload, sbatch_script, slurm_run
 from launcher.backends import backends_for
 from launcher.backends.ssh import command_as_run
 from launcher.console import say
@@ -81,6 +81,18 @@ class Launcher:
         print(render_status(config))
         if _under_slurm(config):
             print("\n".join(slurm_run.status_lines(config)))
+
+    @exit_on_user_error("[launcher] ")
+    def reload(self, cluster: str = "cluster.json") -> None:
+        """Hands an edited CLUSTER (workers or ps added or removed) to the launcher that runs it: the chief stops
+        with a checkpoint, servers that left stop, new ones start, and the chief resumes on the new spec."""
+        config = cluster_config.load(cluster)
+        running = process.PidRecord.read(launcher_pid_path(config))
+        if not (running and process.is_running(running)):
+            raise UserError(Problem("launcher", str(launcher_pid_path(config)), "no launcher runs this cluster",
+                                    "start it with `sh run.sh`; reload changes a running job"))
+        for line in reload.request(config, running_pid=running.pid):
+            say(f"reload: {line}")
 
     @exit_on_user_error("[launcher] ")
     def down(self, cluster: str = "cluster.json") -> None:

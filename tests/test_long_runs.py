@@ -41,7 +41,7 @@ def checkpoint_names(output: Path) -> list[str]:
 
 def resumed_from(log: str) -> tuple[str, int]:
     """The checkpoint a resumed chief named and its optimizer step."""
-    match = re.search(r"resuming from (ckpt-[\d-]+) \(.*optimizer step (\d+)\)", log)
+    match = re.search(r"resuming within epoch \d+ at step \d+ from (ckpt-[\d-]+) \(optimizer step (\d+)\)", log)
     assert match, log[-3000:]
     return match.group(1), int(match.group(2))
 
@@ -130,4 +130,67 @@ def test_a_worker_out_of_restarts_is_dropped_and_training_goes_on(tmp_path):
     assert "stopped as asked: checkpoint ckpt-" in chief_log  # the restart for the new membership lost no work
     summary = json.loads((tmp_path / "output" / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["global_batch"] == 64  # the batch of the 2 it started with
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def reload_with(path: Path, **jobs) -> subprocess.CompletedProcess:
+    """Rewrites the cluster file's job lists in place and runs `sh run.sh reload` on it."""
+    document = json.loads(path.read_text())
+    for job, addresses in jobs.items():
+        document["cluster"][job] = addresses
+    path.write_text(json.dumps(document, indent=2))
+    return subprocess.run(["sh", str(ROOT / "run.sh"), "reload", str(path)], capture_output=True, text=True,
+                          timeout=600, stdin=subprocess.DEVNULL)
+
+
+def wait_for_count(path: Path, text: str, count: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text(errors="replace").count(text) >= count:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_reload_resizes_workers_and_ps_in_a_running_job(tmp_path):
+    from clusterkit import free_ports, processes_mentioning, wait_for_launcher
+
+    training = {"epochs": 2, "steps_per_epoch": 500, "steps_per_execution": 2, "lr_decay_epochs": [],
+                "progress_every_s": 2}
+    path, logs = launch_detached(tmp_path, training=training, launcher={}, workers=2, ps=2)
+    chief_log = logs / "chief-0.log"
+    try:
+        assert wait_for_line(chief_log, "train | epoch 1/2", 240), chief_log.read_text()
+        original = json.loads(path.read_text())
+        changed = json.loads(path.read_text())
+        changed["training"]["model"] = "mlp"  # a change that cannot be applied live: refused, nothing changes
+        path.write_text(json.dumps(changed))
+        refused = subprocess.run(["sh", str(ROOT / "run.sh"), "reload", str(path)], capture_output=True, text=True,
+                                 timeout=600, stdin=subprocess.DEVNULL)
+        assert refused.returncode == 2, refused.stderr
+        assert "training.model = 'mlp': cannot change in a running job (it is 'cnn')" in refused.stderr
+        path.write_text(json.dumps(original))
+
+        new_worker, new_ps = (f"localhost:{port}" for port in free_ports(2))
+        grown = reload_with(path, worker=[*original["cluster"]["worker"], new_worker],
+                            ps=[*original["cluster"]["ps"], new_ps])
+        assert grown.returncode == 0, grown.stderr
+        assert "chief:0 starts again with 3 worker(s) and 3 ps" in grown.stderr
+        assert wait_for_line(chief_log, "ps 2 -> 3:", 300), chief_log.read_text()[-3000:]
+        assert wait_for_count(chief_log, "train | epoch", 2 + chief_log.read_text().count("train | epoch"), 300)
+
+        shrunk = reload_with(path, worker=original["cluster"]["worker"][:1], ps=original["cluster"]["ps"][:1])
+        assert shrunk.returncode == 0, shrunk.stderr
+        assert "worker:1 at " in shrunk.stderr and "ps:2 at " in shrunk.stderr  # stopped after the chief let go
+        assert wait_for_line(chief_log, "ps 3 -> 1:", 300), chief_log.read_text()[-3000:]
+        launcher_log = wait_for_launcher(logs, timeout_s=600)
+    finally:
+        subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=180)
+    log = chief_log.read_text()
+    differences = [float(x) for x in re.findall(r"predictions before and after differ by at most ([\d.e+-]+)", log)]
+    assert len(differences) == 2 and all(d <= 1e-6 for d in differences), differences
+    assert "optimizer slots" in log
+    assert log.count("stopped as asked: checkpoint") == 2  # each change began with a checkpoint, losing no step
+    summary = json.loads((tmp_path / "output" / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["ps"] == 1, launcher_log[-3000:]
     assert processes_mentioning(str(tmp_path)) == []

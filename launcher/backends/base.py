@@ -137,6 +137,10 @@ class Backend(abc.ABC):
         """Makes the place ready before anything starts (copy code, install packages); nothing by default."""
         return None
 
+    def take_new_config(self, config: ClusterConfig) -> None:
+        """Uses an edited cluster (`sh run.sh reload`) from now on; a remote place gets its new cluster file."""
+        self.config = config
+
     @abc.abstractmethod
     def start(self, tasks: list[Task]) -> list[TaskStatus]:
         """Starts each task unless it already runs."""

@@ -72,6 +72,11 @@ class SshHost(Backend):
             self._bootstrap()
         self._agent("new_run", [t for t in self.config.tasks() if t.address.host == self.name])
 
+    def take_new_config(self, config: ClusterConfig) -> None:
+        self.config = config
+        self._run_local(ssh_commands.rsync_file(str(config.source), self.name, self.settings, config.launcher,
+                                                f"{self.workdir}/{REMOTE_CLUSTER_FILE}"), "copy of cluster.json")
+
     def _bootstrap(self) -> None:
         wheel = [f"PSCLUSTER_TF_PACKAGE={self.settings.tf_package}"] if self.settings.tf_package else []
         result = self._call(ssh_commands.in_workdir(self.workdir, ["env", *wheel, "sh", "roles/bootstrap.sh", "run"]),
