@@ -155,7 +155,7 @@ def wait_for_count(path: Path, text: str, count: int, timeout_s: float) -> bool:
 def test_reload_resizes_workers_and_ps_in_a_running_job(tmp_path):
     from clusterkit import free_ports, processes_mentioning, wait_for_launcher
 
-    training = {"epochs": 2, "steps_per_epoch": 500, "steps_per_execution": 2, "lr_decay_epochs": [],
+    training = {"epochs": 2, "steps_per_epoch": 1500, "steps_per_execution": 2, "lr_decay_epochs": [],
                 "progress_every_s": 2}
     path, logs = launch_detached(tmp_path, training=training, launcher={}, workers=2, ps=2)
     chief_log = logs / "chief-0.log"
