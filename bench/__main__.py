@@ -17,8 +17,6 @@ from pathlib import Path
 
 import fire
 
-from bench import levers, operations, scaling, throughput, transfer
-from bench.report import render, plot
 
 HERE = Path(__file__).resolve().parent
 
@@ -37,6 +35,9 @@ def machine() -> dict:
 def main(repeats: int = 3, steps: int = 150, scaling_steps: int = 30, resume: bool = False) -> None:
     """Measures everything and writes the results beside this file; `--resume` keeps the stages that
     bench/results.json already holds (after a failure) and measures the rest."""
+    from bench import levers, operations, scaling, throughput, transfer  # TensorFlow: not for --help
+    from bench.report import plot, render
+
     started = time.monotonic()
     kept = json.loads((HERE / "results.json").read_text()) if resume and (HERE / "results.json").exists() else {}
     results = {"machine": kept.get("machine") or machine(), **kept}
