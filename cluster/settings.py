@@ -7,7 +7,8 @@ import re
 
 from cluster.addresses import HOSTNAME, ip_of
 from common.errors import Problem
-from common.fields import INT32_MAX, MAX_SECONDS, Check, int_in, is_int, is_number, parse_section, seconds, seconds_check
+from common.fields import (INT32_MAX, MAX_SECONDS, Check, int_in, is_int, is_number, parse_section, seconds,
+                           seconds_check)
 
 USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./~+-]+$")

@@ -116,9 +116,10 @@ def plan(config: ClusterConfig, say) -> list[str]:
     lines, searched, enough = sweep_lines(
         layout, rate, lambda count: step_traffic.planned_bytes(options, model, created, ids, count))
     variable_bytes = sum(int(v.shape.num_elements()) * v.dtype.size for v in model.trainable_variables)
+    moved = sum(layout.ps_bytes_per_step)
     head = [f"capacity plan for {config.source}: model {options.model}, {variable_bytes / 1e6:.2f} MB of trainable "
-            f"variables, {len(workers)} worker(s), batch {global_batch} per step; {sum(layout.ps_bytes_per_step) / 1e6:.2f}"
-            f" MB moved per step over {len(ps)} ps",
+            f"variables, {len(workers)} worker(s), batch {global_batch} per step; {moved / 1e6:.2f} MB moved per "
+            f"step over {len(ps)} ps",
             f"compute: {compute_s * 1e3:.1f} ms per step, {compute_from}"]
     head += [f"link {p} -> {w}: {value * 8 / 1e9:.3f} Gbit/s, {how}" for (w, p), (value, how) in found.items()]
     if shares_memory(workers, ps):
@@ -136,8 +137,9 @@ def write(config: ClusterConfig, layout: capacity.Layout, found: dict, searched:
     """The plan's inputs and predictions, for the chief (LOGS_DIR/capacity-plan.json)."""
     path = plan_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
-    document = {"model": config.training.model, "global_batch": config.training.per_worker_batch
-                * len(layout.worker_hosts), "worker_hosts": list(layout.worker_hosts), "ps_hosts": list(layout.ps_hosts),
+    global_batch = config.training.per_worker_batch * len(layout.worker_hosts)
+    document = {"model": config.training.model, "global_batch": global_batch,
+                "worker_hosts": list(layout.worker_hosts), "ps_hosts": list(layout.ps_hosts),
                 "compute_s": layout.compute_s, "ps_bytes_per_step": list(layout.ps_bytes_per_step),
                 "links": [{"worker_host": w, "ps_host": p, "bytes_per_s": value, "source": how}
                           for (w, p), (value, how) in found.items()],

@@ -1,4 +1,4 @@
-"""`python -m roles.launch run|up|status|down|print_config|sbatch|plan CLUSTER`: the commands behind run.sh and kill.sh."""
+"""`python -m roles.launch run|up|status|down|print_config|sbatch|plan CLUSTER`: the commands of run.sh, kill.sh."""
 
 from __future__ import annotations
 
