@@ -89,11 +89,11 @@ def predict(layout: Layout, links: Links) -> Prediction:
                       transfer_s=slowest, compute_s=layout.compute_s)
 
 
-def ps_hosts_for(configured: Sequence[str], count: int) -> tuple[str, ...]:
-    """Hosts of `count` ps: the configured ones first; more go to new hosts, or to the one host all ps share."""
+def ps_hosts_for(configured: Sequence[str], worker_hosts: Sequence[str], count: int) -> tuple[str, ...]:
+    """Hosts of `count` ps: the configured ones first; more go to new hosts, or to the one host of every task."""
     if count <= len(configured):
         return tuple(configured[:count])
-    if len(set(configured)) == 1:
+    if len({*configured, *worker_hosts}) == 1:
         return tuple(configured) + (configured[0],) * (count - len(configured))
     return tuple(configured) + tuple(NEW_HOST.format(k=k) for k in range(1, count - len(configured) + 1))
 
@@ -117,7 +117,7 @@ def sweep(configured: Layout, links: Links, bytes_for: Callable[[int], Sequence[
     """Predictions for each ps count, the workers and compute as configured."""
     found = []
     for count in counts:
-        hosts = ps_hosts_for(configured.ps_hosts, count)
+        hosts = ps_hosts_for(configured.ps_hosts, configured.worker_hosts, count)
         layout = dataclasses.replace(configured, ps_hosts=hosts, ps_bytes_per_step=tuple(bytes_for(count)))
         found.append(predict(layout, with_new_hosts(links, configured.ps_hosts)))
     return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 from cluster.config import ClusterConfig
 from cluster.run_files import RunSummary, read_summary
 from cluster.training_options import TrainingOptions
-from coordinator import setup, strategy
+from coordinator import capacity_watch, setup, strategy
 from coordinator.compiled import ps_report
 
 BATCH_NOTE = ("batch {global_batch} per step (per_worker_batch {per_worker} x {workers} workers); each step runs "
@@ -19,12 +19,13 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     model = setup.build_model(run, strategy.build(config, options))
     shards = ps_report(model, run.source, run.global_batch, log)  # logged now: `sh run.sh status` shows it
+    watch = capacity_watch.watch(config, model, run.source, run.global_batch, log)
     checkpoints = setup.epoch_checkpoints(run, model, io_device=strategy.CHIEF_CPU)
     done = setup.resume(run, checkpoints, model)
     if done is None:
         return read_summary(run.files)
     dataset_fn = run.source.train_dataset_fn(run.global_batch, options.seed, workers=workers)
-    final_metrics, seconds = setup.fit(run, model, dataset_fn, setup.callbacks(run, checkpoints,
-                                                                                device=strategy.CHIEF_CPU), done)
+    callback_list = setup.callbacks(run, checkpoints, device=strategy.CHIEF_CPU, capacity=watch)
+    final_metrics, seconds = setup.fit(run, model, dataset_fn, callback_list, done)
     return setup.finish(run, model, final_metrics=final_metrics, train_seconds=seconds,
-                        checkpoint=checkpoints.latest_path(), device=strategy.CHIEF_CPU, shards=shards)
+                        checkpoint=checkpoints.latest_path(), device=strategy.CHIEF_CPU, shards=shards, capacity=watch)

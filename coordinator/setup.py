@@ -112,13 +112,13 @@ def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> int | None
     return done
 
 
-def callbacks(run: TrainingRun, checkpoints: EpochCheckpoints, *, device: str | None) -> list:
+def callbacks(run: TrainingRun, checkpoints: EpochCheckpoints, *, device: str | None, capacity=None) -> list:
     """Learning-rate decay, a checkpoint per epoch, the first-step report and the progress lines."""
     events = (run.scratch or run.files.output) / "tensorboard" / "train"
     return [StepDecay(run.options), SaveEachEpoch(checkpoints, run.steps_per_epoch), FirstStepReport(run.log),
             ProgressReport(run.log, events, run.files if run.lead else None, epochs=run.options.epochs,
                            steps_per_epoch=run.steps_per_epoch, global_batch=run.global_batch,
-                           every_s=run.options.progress_every_s, device=device)]
+                           every_s=run.options.progress_every_s, device=device, capacity=capacity)]
 
 
 def fit(run: TrainingRun, model, dataset_fn, callback_list: list, initial_epoch: int) -> tuple[dict, float]:
@@ -137,7 +137,7 @@ def fit(run: TrainingRun, model, dataset_fn, callback_list: list, initial_epoch:
 
 
 def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float, checkpoint: str,
-           device: str | None, shards: dict | None = None) -> RunSummary:
+           device: str | None, shards: dict | None = None, capacity=None) -> RunSummary:
     """Exports the last checkpoint's whole weights, checks them against `model`, and writes the run summary."""
     options, files = run.options, run.files
     steps = int(model.optimizer.iterations.numpy())
@@ -160,7 +160,7 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
         ps=len(run.config.jobs.get("ps", ())) if "ps" in strategy.server_jobs else 0,
         train_seconds=round(train_seconds, 2), final_metrics=final_metrics, checkpoint=checkpoint, model=paths,
         tensorboard=str(files.tensorboard), variable_placement=variable_placement(model),
-        ps_report=shards or {})
+        ps_report=shards or {}, capacity=capacity.summary() if capacity else {})
     write_summary(files, summary)
     run.log.info("model exported to %s (.h5, SavedModel, .keras); summary %s", files.model_dir, files.summary)
     return summary

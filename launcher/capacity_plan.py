@@ -15,35 +15,21 @@ from pathlib import Path
 
 from cluster import capacity
 from cluster.addresses import Address
+from cluster.capacity_inputs import given_compute_s, given_link, hosts_of, plan_path
 from cluster.config import ClusterConfig
 from launcher import link_probe
 
-PLAN_FILE = "capacity-plan.json"
 SEARCH_UP_TO = 16  # ps counts searched for the smallest that is enough (at least twice the configured count)
 SHARED_MEMORY = ("tasks on one host reach each other through memory (loopback): their links share the host's "
                  "memory bandwidth and its cores, so these are not network figures")
-
-
-def plan_path(config: ClusterConfig) -> Path:
-    return config.path(config.launcher.logs_dir) / PLAN_FILE
-
-
-def _hosts(config: ClusterConfig, job: str) -> tuple[str, ...]:
-    return tuple(a.host for a in config.jobs.get(job, ()))
-
-
-def given_link(config: ClusterConfig, worker_host: str, ps_host: str) -> float | None:
-    """Bytes/s from link_gbps: the slower end of the two hosts (None unless every end of the pair gives it)."""
-    ends = [config.host(h).link_gbps for h in {worker_host, ps_host}]
-    return None if None in ends else min(ends) * 1e9 / 8
 
 
 def links(config: ClusterConfig, say) -> dict[tuple[str, str], tuple[float, str]]:
     """{(worker host, ps host): (bytes/s, "given" or "measured")} for every pair the cluster uses."""
     found = {}
     ports = {a.host: a.port for a in config.jobs["ps"]}
-    for worker_host in dict.fromkeys(_hosts(config, "worker")):
-        for ps_host in dict.fromkeys(_hosts(config, "ps")):
+    for worker_host in dict.fromkeys(hosts_of(config, "worker")):
+        for ps_host in dict.fromkeys(hosts_of(config, "ps")):
             given = given_link(config, worker_host, ps_host)
             if given is not None:
                 found[(worker_host, ps_host)] = (given, "given")
@@ -52,12 +38,6 @@ def links(config: ClusterConfig, say) -> dict[tuple[str, str], tuple[float, str]
                 found[(worker_host, ps_host)] = (rate, "measured")
                 say(f"link {ps_host} -> {worker_host}: {rate * 8 / 1e9:.3f} Gbit/s measured")
     return found
-
-
-def given_compute_s(config: ClusterConfig) -> float | None:
-    """The slowest worker host's step_compute_ms, in seconds, when every worker host gives one."""
-    given = [config.host(h).step_compute_ms for h in set(_hosts(config, "worker"))]
-    return None if None in given else max(given) / 1000
 
 
 def shares_memory(worker_hosts, ps_hosts) -> bool:
@@ -101,7 +81,7 @@ def plan(config: ClusterConfig, say) -> list[str]:
     from data import source_for
 
     options = config.training
-    workers, ps = _hosts(config, "worker"), _hosts(config, "ps")
+    workers, ps = hosts_of(config, "worker"), hosts_of(config, "ps")
     source = source_for(options, config.path("."))
     global_batch = options.per_worker_batch * len(workers)
     model, created = step_traffic.built_on_cpu(options, source)
