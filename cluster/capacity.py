@@ -4,7 +4,8 @@ A step moves bytes from each ps to the worker and back (dense: every variable ou
 sparse: the rows a batch looks up). On the worker the two happen one after the other around the compute, so one
 worker runs at most 1 / (compute + moved / B) steps/s: 1 / (compute + 2V/B) for V bytes of dense variables. A
 ps host sends and receives at once (links are full duplex), so it serves at most B / (half its bytes moved per
-step) steps/s to the whole cluster: S·B/V for V spread evenly over S ps. Tasks that share a host share its link.
+step) steps/s to the whole cluster: S·B/V for V spread evenly over S ps. Tasks that share a host share its link,
+and workers on one host share its cores (a step's compute is measured with all of them).
 Bandwidths are bytes per second between a worker host and a ps host; everything here is pure arithmetic.
 """
 
@@ -63,16 +64,19 @@ def _transfer_s(layout: Layout, links: Links, worker_host: str) -> float:
     return sum(nbytes / links(worker_host, host) for host, nbytes in _ps_host_bytes(layout).items())
 
 
+def _per_s(seconds: float, count: float = 1) -> float:
+    return count / seconds if seconds > 0 else float("inf")
+
+
 def predict(layout: Layout, links: Links) -> Prediction:
     """The steps/s the cluster can reach: the lowest of the workers' and the ps hosts' ceilings."""
     workers = {host: layout.worker_hosts.count(host) for host in layout.worker_hosts}
     share = {host: count / len(layout.worker_hosts) for host, count in workers.items()}
     transfer = {host: _transfer_s(layout, links, host) for host in workers}
-    # a worker host: each worker alone, and the host's link shared by its workers (half the bytes each way)
-    worker_ceiling = sum(min(count / (layout.compute_s + transfer[host]) if layout.compute_s + transfer[host] > 0
-                             else float("inf"), 2 / transfer[host] if transfer[host] > 0 else float("inf"))
-                         for host, count in workers.items())
-    compute_ceiling = len(layout.worker_hosts) / layout.compute_s if layout.compute_s > 0 else float("inf")
+    # a worker host: each worker alone, the host's link shared by its workers (half the bytes each way), its cores
+    worker_ceiling = sum(min(_per_s(layout.compute_s + transfer[host], count), _per_s(transfer[host], 2),
+                             _per_s(layout.compute_s)) for host, count in workers.items())
+    compute_ceiling = _per_s(layout.compute_s, len(workers))
     ps_ceiling = float("inf")
     for host, nbytes in _ps_host_bytes(layout).items():  # steps come from every worker host in their share
         seconds_per_step = sum(share[w] * (nbytes / 2) / links(w, host) for w in workers)

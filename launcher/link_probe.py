@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+from pathlib import Path
 
 from cluster.config import ClusterConfig
 from launcher import ssh_commands
@@ -60,6 +61,7 @@ def _argv(config: ClusterConfig, host: str, script: str, *arguments) -> list[str
     argv = ["python3", "-c", script, *map(str, arguments)]
     if is_this_machine(host):
         return argv
+    Path("~/.ssh").expanduser().mkdir(mode=0o700, exist_ok=True)  # for ssh's shared connection's socket
     return ssh_commands.ssh_command(host, config.host(host), config.launcher, shlex.join(argv))
 
 

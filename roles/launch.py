@@ -141,9 +141,14 @@ class Launcher:
         import_tensorflow_quietly()
         quiet_tensorflow()
         from launcher import capacity_plan
+        from launcher.link_probe import ProbeFailed
 
-        for line in capacity_plan.plan(config, say):
-            print(line, flush=True)
+        try:
+            lines = capacity_plan.plan(config, say)
+        except ProbeFailed as failure:
+            print(f"[launcher] error: {failure}; or give hosts.<name>.link_gbps for both hosts", file=sys.stderr)
+            sys.exit(1)
+        print("\n".join(lines), flush=True)
         say(f"plan written to {capacity_plan.plan_path(config)} (the chief compares its steps/s with it)")
 
     @exit_on_user_error("[launcher] ")

@@ -60,6 +60,12 @@ def test_workers_on_one_host_share_its_link():
     assert p.ceilings[WORKER_LINKS] == pytest.approx(1e9 / 100e6)  # one link, half the bytes each way
 
 
+def test_workers_on_one_host_share_its_cores():
+    layout = Layout(ps_hosts=("p",), worker_hosts=("w", "w"), ps_bytes_per_step=(1e3,), compute_s=0.1)
+    p = capacity.predict(layout, same_links(1e9))
+    assert p.ceilings[COMPUTE] == pytest.approx(10) and p.steps_per_s == pytest.approx(10, rel=1e-3)
+
+
 def test_ps_on_one_host_share_its_link_and_a_hot_ps_sets_the_ceiling():
     shared = Layout(ps_hosts=("p", "p"), worker_hosts=("a", "b"), ps_bytes_per_step=(100e6, 100e6), compute_s=0)
     assert capacity.predict(shared, same_links(1e9)).ceilings[PS_LINKS] == pytest.approx(10)
