@@ -1,4 +1,4 @@
-"""`python -m roles.launch plan` end to end: the shipped cluster on loopback, and a tc-shaped link between netns hosts."""
+"""`python -m roles.launch plan` end to end: the shipped cluster on loopback, a tc-shaped link between netns hosts."""
 
 from __future__ import annotations
 
