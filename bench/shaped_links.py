@@ -1,4 +1,4 @@
-"""`python -m bench.shaped_links`: predicted (by `plan`) against measured steps/s on tc-shaped links between netns hosts.
+"""`python -m bench.shaped_links`: predicted (by `plan`) against measured steps/s on tc-shaped links of netns hosts.
 
 Each ps and each worker runs on a namespace host of its own (tests/netns.py: own network, sshd, private
 workdir), every host's link limited each way by a tc token bucket (tests/shaping.py); the chief runs here on the
