@@ -6,7 +6,8 @@ bridge. Per configuration: `python -m roles.launch plan` (links measured, comput
 whose chief logs `capacity: measured ..., predicted ...` and keeps both in summary.json. Before each run the
 load average is recorded and every process outside the benchmark that used CPU in the last second is listed:
 figures taken beside others are marked so. Needs root. The hosts share this machine's cores, so the links are
-chosen slow enough to be the bound; results go to bench/RESULTS-capacity.md and bench/results-capacity.json.
+chosen slow enough to be the bound; results go to bench/RESULTS-capacity.md (what follows its `<!-- notes -->`
+line is kept) and bench/results-capacity.json.
 """
 
 from __future__ import annotations
@@ -173,7 +174,9 @@ def main(configurations: str = "default", results_dir: str = str(HERE)) -> None:
     results = {"machine": machine(), "runs": runs, "seconds": round(time.monotonic() - started)}
     out = Path(results_dir)
     (out / "results-capacity.json").write_text(json.dumps(results, indent=2))
-    (out / "RESULTS-capacity.md").write_text(render(results))
+    results_md = out / "RESULTS-capacity.md"
+    notes = results_md.read_text().partition("<!-- notes -->")[2] if results_md.exists() else ""
+    results_md.write_text(render(results) + "\n<!-- notes -->" + (notes or "\n"))
     print(f"[bench] done in {results['seconds']} s: {out / 'RESULTS-capacity.md'}", file=sys.stderr)
 
 
