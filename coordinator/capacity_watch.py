@@ -20,8 +20,9 @@ FIRST_LINES = 3
 class CapacityWatch:
     """Logs the verdict for the first `first_lines` progress lines; `summary()` is the run's in summary.json."""
 
-    def __init__(self, prediction: capacity.Prediction, log, *, first_lines: int = FIRST_LINES):
-        self.prediction, self.log, self.first_lines = prediction, log, first_lines
+    def __init__(self, prediction: capacity.Prediction, layout: capacity.Layout, log, *,
+                 first_lines: int = FIRST_LINES):
+        self.prediction, self.layout, self.log, self.first_lines = prediction, layout, log, first_lines
         self.seen: list[float] = []
 
     def observe(self, steps_per_s: float) -> None:
@@ -41,6 +42,7 @@ class CapacityWatch:
         p = self.prediction
         return {"predicted_steps_per_s": round(p.steps_per_s, 3), "bound": p.bound,
                 "ceilings": {k: round(v, 3) for k, v in p.ceilings.items()},
+                "ps_bytes_per_step": list(self.layout.ps_bytes_per_step), "compute_s": self.layout.compute_s,
                 "measured_steps_per_s": None if measured is None else round(measured, 3),
                 "measured_over_predicted": None if measured is None else round(measured / p.steps_per_s, 3)}
 
@@ -66,4 +68,4 @@ def watch(config: ClusterConfig, model, source, global_batch: int, log) -> Capac
     log.info("capacity: predicted %.2f steps/s, bound by %s (%.2f MB per step over %d ps, compute %.1f ms)",
              prediction.steps_per_s, prediction.bound, sum(layout.ps_bytes_per_step) / 1e6, len(ps),
              compute_s * 1e3)
-    return CapacityWatch(prediction, log)
+    return CapacityWatch(prediction, layout, log)

@@ -134,6 +134,10 @@ class Launcher:
         (or takes hosts.<name>.step_compute_ms); the chief later logs its measured steps/s beside the prediction.
         """
         config = cluster_config.load(cluster)
+        if config.job_sizes:
+            raise UserError(Problem("cluster", dict(config.job_sizes), "plan needs the hosts of the ps and workers, "
+                                    "and job sizes are placed only when the Slurm job starts",
+                                    "list the nodes' host:port in cluster, or use `plan_on_paper` with your figures"))
         if config.training.strategy != "parameter_server" or not config.jobs.get("ps"):
             raise UserError(Problem("training.strategy", config.training.strategy, "plan predicts ps clusters",
                                     "use parameter_server with at least one ps"))

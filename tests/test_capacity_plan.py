@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
 import netns
 import shaping
-from clusterkit import PYTHON, ROOT, free_ports, write_cluster
+from clusterkit import PYTHON, ROOT, derive_cluster, free_ports, run_module, write_cluster
 
 C_LINES = ("oneDNN", "absl::InitializeLog", "cpu_feature_guard")
 
@@ -92,3 +93,33 @@ def test_plan_measures_a_shaped_link_between_hosts(tmp_path):
     assert link["source"] == "measured"
     assert 60 <= link["bytes_per_s"] * 8 / 1e6 <= 110, link  # a behaviour check of the probe, not a timing of ours
     assert saved["predictions"][0]["bound"] in ("ps links", "worker links")
+
+
+CNN_SPLIT = {"model": "cnn", "dataset": "digits", "min_shard_bytes": 1024}  # kernels split over both ps
+DLRM_TINY = {"model": "dlrm", "dataset": "synthetic_criteo", "table_rows": 64, "embedding_dim": 4, "bottom_mlp": [8],
+             "top_mlp": [8], "per_worker_batch": 32, "synthetic_examples": 1024, "min_shard_bytes": 256}
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("training", [CNN_SPLIT, DLRM_TINY], ids=["cnn", "dlrm"])
+def test_the_chief_logs_measured_beside_predicted_on_the_placement_the_plan_worked_out(shared_servers, tmp_path,
+                                                                                        training):
+    cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
+        **training, "output_dir": str(tmp_path / "output"), "epochs": 1, "steps_per_epoch": 20,
+        "steps_per_execution": 2, "progress_every_s": 1, "lr_decay_epochs": []})
+    planned = plan(cluster)  # the ps ports are taken: the probe's sender falls back to a free port
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    saved = json.loads(plan_file(cluster).read_text())
+    chief = run_module("coordinator.train", "--cluster", str(cluster), timeout_s=300)
+    assert chief.returncode == 0, chief.stderr[-3000:]
+    assert "capacity: predicted" in chief.stderr and "capacity: measured" in chief.stderr, chief.stderr[-3000:]
+    found = json.loads((tmp_path / "output" / "summary.json").read_text())["capacity"]
+    # the plan worked the placement out on a model built without a cluster; the chief read the strategy's own
+    assert found["ps_bytes_per_step"] == pytest.approx(saved["ps_bytes_per_step"])
+    assert len(set(found["ps_bytes_per_step"])) == 2 or training is DLRM_TINY  # uneven: round-robin is seen
+    assert found["measured_steps_per_s"] > 0 and found["compute_s"] == saved["compute_s"]
+
+
+def plan_file(cluster):
+    document = json.loads(cluster.read_text())
+    return Path(document["launcher"]["logs_dir"]) / "capacity-plan.json"
