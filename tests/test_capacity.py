@@ -113,3 +113,35 @@ def test_layouts_that_cannot_be_predicted_are_refused():
     nothing = capacity.predict(Layout(ps_hosts=("a",), worker_hosts=("w",), ps_bytes_per_step=(0.0,),
                                       compute_s=0.0), same_links(1e9))
     assert math.isinf(nothing.steps_per_s)
+
+
+def two_host_config(tmp_path, **hosts):
+    from cluster import config as cluster_config
+
+    document = {"cluster": {"chief": ["localhost:25500"], "worker": ["10.9.0.2:25501", "10.9.0.2:25502"],
+                            "ps": ["10.9.0.1:25503"]},
+                "hosts": {name: settings for name, settings in hosts.items()}, "training": {"model": "mlp"}}
+    return cluster_config.parse(document, tmp_path / "c.json")
+
+
+def test_given_links_take_the_slower_end_and_need_both_ends(tmp_path):
+    from cluster.capacity_inputs import given_compute_s, given_link
+
+    config = two_host_config(tmp_path, **{"10.9.0.1": {"link_gbps": 10}, "10.9.0.2": {"link_gbps": 1,
+                                                                                      "step_compute_ms": 80}})
+    assert given_link(config, "10.9.0.2", "10.9.0.1") == 1e9 / 8 and given_compute_s(config) == 0.08
+    config = two_host_config(tmp_path, **{"10.9.0.1": {"link_gbps": 10}})
+    assert given_link(config, "10.9.0.2", "10.9.0.1") is None and given_compute_s(config) is None
+
+
+def test_a_plan_for_another_cluster_is_named_and_given_figures_come_before_planned_ones(tmp_path):
+    from cluster.capacity_inputs import links_and_compute, plan_mismatch
+
+    config = two_host_config(tmp_path, **{"10.9.0.1": {"link_gbps": 8}, "10.9.0.2": {"link_gbps": 8}})
+    plan = {"model": "mlp", "global_batch": 64, "worker_hosts": ["10.9.0.2", "10.9.0.2"], "ps_hosts": ["10.9.0.1"],
+            "compute_s": 0.01, "links": [{"worker_host": "10.9.0.2", "ps_host": "10.9.0.1", "bytes_per_s": 5.0}]}
+    assert plan_mismatch(config, plan) is None
+    assert plan_mismatch(config, {**plan, "model": "cnn", "ps_hosts": []}) == "model cnn -> mlp; ps_hosts [] -> " \
+                                                                             "['10.9.0.1']"
+    assert links_and_compute(config, plan) == ({("10.9.0.2", "10.9.0.1"): 1e9}, 0.01)
+    assert links_and_compute(two_host_config(tmp_path), None) == ({}, None)
