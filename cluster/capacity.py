@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping, Sequence
 
-PS_LINKS, WORKER_LINKS, COMPUTE = "ps links", "worker links", "compute"
+PS_LINKS, WORKER_LINKS, COMPUTE = "ps links", "worker links", "compute"  # the bounds
+WORKERS = "workers"  # the workers' own ceiling: compute and transfer one after the other (bound: the larger)
 ENOUGH_WITHIN = 0.05  # more ps "stop helping" once they add less than this fraction
 FAR_BELOW = 0.5  # a run under this fraction of its prediction is "far below" it
 NEW_HOST = "new host {k}"
@@ -44,7 +45,7 @@ class Prediction:
     ps: int
     steps_per_s: float
     bound: str
-    ceilings: Mapping[str, float]  # PS_LINKS, WORKER_LINKS, COMPUTE -> steps/s each alone would allow
+    ceilings: Mapping[str, float]  # PS_LINKS, WORKERS, COMPUTE -> steps/s each alone would allow
     transfer_s: float  # one step's transfer time on the slowest worker host
     compute_s: float
 
@@ -89,7 +90,7 @@ def predict(layout: Layout, links: Links) -> Prediction:
     else:
         bound = WORKER_LINKS if slowest > layout.compute_s else COMPUTE
     return Prediction(ps=len(layout.ps_hosts), steps_per_s=steps_per_s, bound=bound,
-                      ceilings={PS_LINKS: ps_ceiling, WORKER_LINKS: worker_ceiling, COMPUTE: compute_ceiling},
+                      ceilings={PS_LINKS: ps_ceiling, WORKERS: worker_ceiling, COMPUTE: compute_ceiling},
                       transfer_s=slowest, compute_s=layout.compute_s)
 
 

@@ -47,12 +47,12 @@ def shares_memory(worker_hosts, ps_hosts) -> bool:
 
 def table(predictions: list[capacity.Prediction], configured: int) -> list[str]:
     """One aligned row per ps count: steps/s, the bound, each bound's own ceiling."""
-    rows = ["    ps | steps/s | bound        | ps links | worker links | compute | transfer ms | compute ms"]
+    rows = ["    ps | steps/s | bound        | ps links |  workers | compute | transfer ms | compute ms"]
     for p in predictions:
         mark = "*" if p.ps == configured else " "
         c = p.ceilings
         rows.append(f"  {mark}{p.ps:3d} | {p.steps_per_s:7.2f} | {p.bound:<12} | {c[capacity.PS_LINKS]:8.2f} | "
-                    f"{c[capacity.WORKER_LINKS]:12.2f} | {c[capacity.COMPUTE]:7.2f} | {p.transfer_s * 1e3:11.1f} | "
+                    f"{c[capacity.WORKERS]:8.2f} | {c[capacity.COMPUTE]:7.2f} | {p.transfer_s * 1e3:11.1f} | "
                     f"{p.compute_s * 1e3:10.1f}")
     return rows
 

@@ -94,12 +94,3 @@ def measure(config: ClusterConfig, worker_host: str, ps_host: str, port: int, *,
         raise ProbeFailed(f"link {ps_host} -> {worker_host}: nothing arrived")
     return rate
 
-
-def measure_pairs(config: ClusterConfig, pairs: list[tuple[str, str, int]], say=print) -> dict:
-    """{(worker host, ps host): bytes/s} for each (worker host, ps host, ps port), one transfer at a time."""
-    rates = {}
-    for worker_host, ps_host, port in pairs:
-        rates[(worker_host, ps_host)] = measure(config, worker_host, ps_host, port)
-        say(f"link {ps_host} -> {worker_host}: {rates[(worker_host, ps_host)] * 8 / 1e9:.3f} Gbit/s measured")
-    return rates
-

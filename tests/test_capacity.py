@@ -7,7 +7,7 @@ import math
 import pytest
 
 from cluster import capacity
-from cluster.capacity import COMPUTE, PS_LINKS, WORKER_LINKS, Layout
+from cluster.capacity import COMPUTE, PS_LINKS, WORKER_LINKS, WORKERS, Layout
 
 GBE10 = 10e9 / 8  # bytes/s
 RESNET50 = 102e6  # bytes of variables
@@ -47,7 +47,7 @@ def test_resnet50_on_10gbe_one_ps_caps_fifteen_workers_at_about_twelve_steps():
     compute_s = 15 / (3 * GBE10 / RESNET50) - 2 * RESNET50 / GBE10  # workers able to do three times one ps
     p = capacity.predict(dense(RESNET50, ps=1, workers=15, compute_s=compute_s), same_links(GBE10))
     assert p.steps_per_s == pytest.approx(12.25, abs=0.01) and p.bound == PS_LINKS
-    assert p.ceilings[WORKER_LINKS] == pytest.approx(3 * 12.25, abs=0.05)
+    assert p.ceilings[WORKERS] == pytest.approx(3 * 12.25, abs=0.05)
     layout = dense(RESNET50, ps=1, workers=15, compute_s=compute_s)
     found = capacity.sweep(layout, same_links(GBE10), capacity.even_split(2 * RESNET50), range(1, 9))
     assert [round(p.steps_per_s, 1) for p in found[:3]] == [12.3, 24.5, 36.8]
@@ -57,7 +57,7 @@ def test_resnet50_on_10gbe_one_ps_caps_fifteen_workers_at_about_twelve_steps():
 def test_workers_on_one_host_share_its_link():
     layout = Layout(ps_hosts=("p",), worker_hosts=("w", "w", "w"), ps_bytes_per_step=(200e6,), compute_s=0.0)
     p = capacity.predict(layout, same_links(1e9))
-    assert p.ceilings[WORKER_LINKS] == pytest.approx(1e9 / 100e6)  # one link, half the bytes each way
+    assert p.ceilings[WORKERS] == pytest.approx(1e9 / 100e6)  # one link, half the bytes each way
 
 
 def test_workers_on_one_host_share_its_cores():
@@ -77,7 +77,7 @@ def test_a_slow_link_to_one_worker_host_counts_for_that_host_only():
     layout = Layout(ps_hosts=("p",), worker_hosts=("fast", "slow"), ps_bytes_per_step=(100e6,), compute_s=0.0)
     rates = {("fast", "p"): 1e9, ("slow", "p"): 1e8}
     p = capacity.predict(layout, lambda w, h: rates[(w, h)])
-    assert p.ceilings[WORKER_LINKS] == pytest.approx(1 / 0.1 + 1 / 1.0)
+    assert p.ceilings[WORKERS] == pytest.approx(1 / 0.1 + 1 / 1.0)
     assert p.transfer_s == pytest.approx(1.0)
 
 

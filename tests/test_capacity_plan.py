@@ -69,7 +69,7 @@ def test_plan_on_paper_resnet50_on_10gbe():
                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr
     rows = {int(line[:7].strip("* ")): line for line in result.stdout.splitlines() if line[:7].strip("* ").isdigit()}
-    assert "12.25 | ps links" in rows[1] and "24.51 | ps links" in rows[2]
+    assert "12.25 | ps links     |    12.25 |    36.75" in rows[1] and "24.51 | ps links" in rows[2]
     assert "enough ps: 3" in result.stdout
 
 
@@ -105,7 +105,7 @@ DLRM_TINY = {"model": "dlrm", "dataset": "synthetic_criteo", "table_rows": 64, "
 def test_the_chief_logs_measured_beside_predicted_on_the_placement_the_plan_worked_out(shared_servers, tmp_path,
                                                                                         training):
     cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
-        **training, "output_dir": str(tmp_path / "output"), "epochs": 1, "steps_per_epoch": 20,
+        **training, "output_dir": str(tmp_path / "output"), "epochs": 1, "steps_per_epoch": 10,
         "steps_per_execution": 2, "progress_every_s": 1, "lr_decay_epochs": []})
     planned = plan(cluster)  # the ps ports are taken: the probe's sender falls back to a free port
     assert planned.returncode == 0, planned.stderr[-3000:]
