@@ -13,7 +13,7 @@ from launcher import process
 STATUS_NAME = "status.json"
 EPOCH = re.compile(r"train \| epoch (\d+/\d+) \| step (\d+/\d+) \| ([\d.]+) steps/s")
 PER_PS = "per ps: "
-VALIDATION = re.compile(r"eval \| (ckpt-\d+) \| step \d+ \| (.*?) \| best")
+VALIDATION = re.compile(r"eval \| (ckpt-[\d-]+) \| step \d+ \| (.*?) \| best")
 
 
 def _last_match(path: Path, pattern: re.Pattern) -> re.Match | None:
