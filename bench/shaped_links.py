@@ -159,7 +159,7 @@ def main(configurations: str = "default", results_dir: str = str(HERE)) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     import netns
 
-    from bench.__main__ import machine
+    from bench.__main__ import machine, write_keeping_notes
 
     started, runs = time.monotonic(), []
     with netns.create_hosts(6) as hosts:
@@ -174,9 +174,7 @@ def main(configurations: str = "default", results_dir: str = str(HERE)) -> None:
     results = {"machine": machine(), "runs": runs, "seconds": round(time.monotonic() - started)}
     out = Path(results_dir)
     (out / "results-capacity.json").write_text(json.dumps(results, indent=2))
-    results_md = out / "RESULTS-capacity.md"
-    notes = results_md.read_text().partition("<!-- notes -->")[2] if results_md.exists() else ""
-    results_md.write_text(render(results) + "\n<!-- notes -->" + (notes or "\n"))
+    write_keeping_notes(out / "RESULTS-capacity.md", render(results))
     print(f"[bench] done in {results['seconds']} s: {out / 'RESULTS-capacity.md'}", file=sys.stderr)
 
 
