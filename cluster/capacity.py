@@ -134,12 +134,15 @@ def enough_ps(predictions: Sequence[Prediction], within: float = ENOUGH_WITHIN) 
     return min(p.ps for p in predictions if p.steps_per_s >= (1 - within) * best)
 
 
-def verdict(measured_steps_per_s: float, prediction: Prediction) -> str:
-    """`capacity: measured 8.1 steps/s, predicted 9.0 (90%), bound by ps links`, flagging a run far below it."""
+def verdict(measured_steps_per_s: float, prediction: Prediction, *, warming_up: bool = False) -> str:
+    """`capacity: measured 8.1 steps/s, predicted 9.0 (90%), bound by ps links`, flagging a run far below it
+    (unless `warming_up`: the first figure of a run includes tracing and connecting)."""
     ratio = measured_steps_per_s / prediction.steps_per_s if prediction.steps_per_s > 0 else 0.0
     line = (f"capacity: measured {measured_steps_per_s:.2f} steps/s, predicted {prediction.steps_per_s:.2f} "
             f"({ratio:.0%}), bound by {prediction.bound}")
-    if ratio < FAR_BELOW:
+    if warming_up:
+        line += " (the first figure: it includes start-up)"
+    elif ratio < FAR_BELOW:
         line += (" - far below the prediction: something the model leaves out limits this run (CPU shared with "
                  "other tasks, the input pipeline, the chief's dispatch, a slower link than planned)")
     return line

@@ -28,7 +28,7 @@ class CapacityWatch:
     def observe(self, steps_per_s: float) -> None:
         self.seen.append(steps_per_s)
         if len(self.seen) <= self.first_lines:
-            self.log.info("%s", capacity.verdict(steps_per_s, self.prediction))
+            self.log.info("%s", capacity.verdict(steps_per_s, self.prediction, warming_up=len(self.seen) == 1))
 
     def measured(self) -> float | None:
         """The median steps/s of the progress lines after the first (it includes tracing), if any."""

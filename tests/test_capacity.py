@@ -103,6 +103,7 @@ def test_verdict_names_the_bound_and_flags_a_run_far_below_its_prediction():
     p = capacity.predict(dense(100e6, ps=1, workers=50, compute_s=0.01), same_links(1e9))
     assert capacity.verdict(9.0, p) == "capacity: measured 9.00 steps/s, predicted 10.00 (90%), bound by ps links"
     assert "far below the prediction" in capacity.verdict(2.0, p)
+    assert capacity.verdict(2.0, p, warming_up=True).endswith("(the first figure: it includes start-up)")
 
 
 def test_layouts_that_cannot_be_predicted_are_refused():
