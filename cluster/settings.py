@@ -7,7 +7,8 @@ import re
 
 from cluster.addresses import HOSTNAME, ip_of
 from common.errors import Problem
-from common.fields import INT32_MAX, MAX_SECONDS, Check, int_in, is_int, parse_section, seconds, seconds_check
+from common.fields import (INT32_MAX, MAX_SECONDS, Check, int_in, is_int, is_number, parse_section, seconds,
+                           seconds_check)
 
 USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./~+-]+$")
@@ -28,6 +29,8 @@ class HostSettings:
     python: str = ".venv/bin/python"
     gpus: tuple[int, ...] = ()
     tf_package: str | None = None
+    link_gbps: float | None = None  # this host's network link, for `plan`; null: measured
+    step_compute_ms: float | None = None  # one training step's compute on this host, for `plan`; null: measured
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -100,6 +103,10 @@ HOST_CHECKS = {
     "tf_package": Check(lambda v: v is None or (isinstance(v, str) and bool(PACKAGE.match(v))),
                         "must be a pinned TensorFlow wheel", "use e.g. tensorflow[and-cuda]==2.21.0, or null for "
                         "the CPU wheel"),
+    "link_gbps": Check(lambda v: v is None or (is_number(v) and 0 < v <= 10_000), "must be a number of Gbit/s "
+                       "above 0, at most 10000", "use e.g. 10 for 10 GbE, or null to let `plan` measure it"),
+    "step_compute_ms": Check(lambda v: v is None or (is_number(v) and 0 < v <= 3_600_000), "must be a number of "
+                             "milliseconds above 0", "use e.g. 250, or null to let `plan` measure it"),
 }
 LAUNCHER_CHECKS = {
     "logs_dir": _safe_path("logs"),

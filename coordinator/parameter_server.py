@@ -5,7 +5,7 @@ from __future__ import annotations
 from cluster.config import ClusterConfig
 from cluster.run_files import RunFiles, RunSummary, read_summary
 from cluster.training_options import TrainingOptions
-from coordinator import setup, strategy
+from coordinator import capacity_watch, setup, strategy
 from coordinator.compiled import ps_report
 from coordinator.preemption import StopRequest
 
@@ -28,6 +28,7 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     model = setup.build_model(run, strategy.build(config, options))
     shards = ps_report(model, run.source, run.global_batch, log)  # logged now: `sh run.sh status` shows it
+    watch = capacity_watch.watch(config, model, run.source, run.global_batch, log)
     checkpoints = setup.epoch_checkpoints(run, model, io_device=strategy.CHIEF_CPU)
     start = setup.resume(run, checkpoints, model)
     if start is None:
@@ -37,10 +38,11 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
         return run.source.train_dataset_fn(run.global_batch, options.seed + step, workers=workers)
 
     callback_list = setup.callbacks(run, checkpoints, device=strategy.CHIEF_CPU, stop=stop,
-                                    resume_steps=start.steps, checkpoint_every_s=options.checkpoint_every_s)
+                                    resume_steps=start.steps, checkpoint_every_s=options.checkpoint_every_s,
+                                    capacity=watch)
     final_metrics, seconds = setup.fit(run, model, dataset_fn, callback_list, start, stop)
     return setup.finish(run, model, final_metrics=final_metrics, train_seconds=seconds,
-                        checkpoint=checkpoints.latest_path(), device=strategy.CHIEF_CPU, shards=shards)
+                        checkpoint=checkpoints.latest_path(), device=strategy.CHIEF_CPU, shards=shards, capacity=watch)
 
 
 def _batch_workers(config: ClusterConfig) -> int:

@@ -139,16 +139,17 @@ def _check_resharded(run: TrainingRun, model, checkpoint: str, before: int, afte
 
 
 def callbacks(run: TrainingRun, checkpoints: EpochCheckpoints, *, device: str | None,
-              stop: StopRequest | None = None, resume_steps: int = 0, checkpoint_every_s: float = 0.0) -> list:
+              stop: StopRequest | None = None, resume_steps: int = 0, checkpoint_every_s: float = 0.0,
+              capacity=None) -> list:
     """Learning-rate decay, checkpoints (each epoch; with `checkpoint_every_s` and `stop`, within epochs too),
-    the first-step report and the progress lines."""
+    the first-step report and the progress lines (with `capacity`, a CapacityWatch, beside the prediction)."""
     events = (run.scratch or run.files.output) / "tensorboard" / "train"
     saving = Checkpointing(checkpoints, run.steps_per_epoch, run.log, every_s=checkpoint_every_s, stop=stop,
                            resume_steps=resume_steps)
     return [StepDecay(run.options), saving, FirstStepReport(run.log),
             ProgressReport(run.log, events, run.files if run.lead else None, epochs=run.options.epochs,
                            steps_per_epoch=run.steps_per_epoch, global_batch=run.global_batch,
-                           every_s=run.options.progress_every_s, device=device)]
+                           every_s=run.options.progress_every_s, device=device, capacity=capacity)]
 
 
 def fit(run: TrainingRun, model, dataset_fn, callback_list: list, start: Position,
@@ -189,7 +190,7 @@ def fit(run: TrainingRun, model, dataset_fn, callback_list: list, start: Positio
 
 
 def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float, checkpoint: str,
-           device: str | None, shards: dict | None = None) -> RunSummary:
+           device: str | None, shards: dict | None = None, capacity=None) -> RunSummary:
     """Exports the last checkpoint's whole weights, checks them against `model`, and writes the run summary."""
     options, files = run.options, run.files
     steps = int(model.optimizer.iterations.numpy())
@@ -212,7 +213,7 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
         ps=len(run.config.jobs.get("ps", ())) if "ps" in strategy.server_jobs else 0,
         train_seconds=round(train_seconds, 2), final_metrics=final_metrics, checkpoint=checkpoint, model=paths,
         tensorboard=str(files.tensorboard), variable_placement=variable_placement(model),
-        ps_report=shards or {})
+        ps_report=shards or {}, capacity=capacity.summary() if capacity else {})
     write_summary(files, summary)
     run.log.info("model exported to %s (.h5, SavedModel, .keras); summary %s", files.model_dir, files.summary)
     return summary

@@ -76,6 +76,33 @@ class Membership:
                 self.members.discard(record.name)
         return None if len(self.members) == len(self.workers) else self.indices()
 
+    def set_trainer_workers(self, workers: tuple[int, ...] | None) -> None:
+        """The workers the next chief trains with; every backend builds its command line from this config."""
+        supervisor = self.supervisor
+        if workers == supervisor.config.trainer_workers:
+            return
+        supervisor.config = dataclasses.replace(supervisor.config, trainer_workers=workers)
+        for host in supervisor.hosts.values():
+            host.config = supervisor.config
+        supervisor.say(f"{supervisor.lead.name} trains with {self.describe()}")
+
+    def follow(self, now: float) -> None:
+        """Restarts the lead with the workers that run when one stays lost, or comes back."""
+        reason, supervisor = self.tick(now), self.supervisor
+        lead = supervisor.lead
+        if reason is None or lead.state in (TaskState.EXITED, TaskState.FAILED, TaskState.LOST):
+            return
+        supervisor.held_for = [r for r in supervisor.held_for if r.task.job != "worker"]  # no waiting for workers
+        self.record_added(lead.step)
+        if lead.state in (TaskState.RUNNING, TaskState.STARTING):
+            supervisor.say(f"{reason}: stopping {lead.name} (it writes a checkpoint) to start it with the workers "
+                           "running")
+            supervisor.hosts[lead.host].stop([lead.task])
+        elif lead.restart_at != float("inf") or not all(r.state == TaskState.RUNNING
+                                                        for r in supervisor.records.values() if r.task.job == "ps"):
+            return  # a restart is already due, or every ps is not back yet
+        lead.state, lead.restart_at, lead.counts_as_restart = TaskState.RESTARTING, now, False
+
     def tick(self, now: float) -> str | None:
         """A reason to restart the lead with other workers, or None; also times the changes in flight."""
         if not self.enabled:

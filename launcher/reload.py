@@ -130,7 +130,47 @@ def apply_request(supervisor, logs: Path, say) -> None:
         answer(logs, pending["id"], refused=problems)
         return
     say(f"reload: taking {pending['cluster']}")
-    lines = supervisor.reload(new)
+    lines = apply(supervisor, new)
     for line in lines:
         say(f"reload: {line}")
     answer(logs, pending["id"], lines=lines)
+
+
+def apply(supervisor, new: ClusterConfig) -> list[str]:
+    """Takes an edited worker and ps list: the lead stops (writing a checkpoint), servers that left stop, new ones
+    start, and the lead starts again on the new spec; returns one line per change."""
+    from launcher.backends import backends_for
+    from launcher.membership import Membership
+    from launcher.records import DONE_STATES, TaskRecord, TaskState
+
+    before = {t.name: t for t in supervisor.config.tasks()}
+    kept = {t.name for t in new.tasks() if before.get(t.name) == t}  # same job, index and address: runs on
+    lead, lines = supervisor.lead, []
+    if lead.state not in DONE_STATES:
+        supervisor.hosts[lead.host].stop([lead.task])
+        lines.append(f"{lead.name} stopped (it writes a checkpoint on the way out)")
+    for record in [r for r in supervisor.records.values() if r.task.job in LIVE_JOBS and r.name not in kept]:
+        supervisor.hosts[record.host].stop([record.task])
+        lines.append(f"{record.name} at {record.task.address} stopped")
+    hosts = backends_for(new)
+    for name, host in hosts.items():
+        if name in supervisor.hosts:
+            hosts[name] = supervisor.hosts[name]
+            hosts[name].take_new_config(new)
+        else:
+            host.prepare(supervisor.say)
+    supervisor.config, supervisor.hosts = new, hosts
+    supervisor.records = {t.name: supervisor.records[t.name] if t.name in kept or t.job not in LIVE_JOBS
+                          else TaskRecord(t) for t in new.tasks() if t.job in supervisor.strategy.launched_jobs}
+    supervisor.lead, supervisor.held_for = supervisor.records[new.lead.name], []
+    supervisor.membership = Membership(supervisor)
+    started = [r for r in supervisor.records.values() if r.task.job in LIVE_JOBS and r.name not in kept]
+    if started:
+        supervisor.start_records(started)
+        lines.append(f"started {', '.join(f'{r.name} at {r.task.address}' for r in started)}")
+    if supervisor.lead.state not in DONE_STATES:
+        supervisor.lead.state, supervisor.lead.restart_at = TaskState.RESTARTING, 0.0
+        supervisor.lead.counts_as_restart = False
+        lines.append(f"{supervisor.lead.name} starts again with {len(new.jobs['worker'])} worker(s) and "
+                     f"{len(new.jobs['ps'])} ps, from the checkpoint it wrote")
+    return lines

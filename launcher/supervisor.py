@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 from cluster.config import ClusterConfig, Task
@@ -51,8 +50,7 @@ class Supervisor:
                 self.say(f"firewall on {name}: table {rules.table} guards ports {rules.ports}")
         servers = self._jobs(*self.strategy.server_jobs)
         if servers:
-            self._start(servers)
-            self._wait_for_servers([r.task for r in servers])
+            self.start_records(servers)
 
     def start_cluster(self) -> None:
         """ps and workers until their ports answer, then the trainers (the chief), then the evaluator."""
@@ -62,7 +60,7 @@ class Supervisor:
 
     def _start(self, records: list[TaskRecord]) -> None:
         if self.lead in records:
-            self._set_trainer_workers(self.membership.for_start())
+            self.membership.set_trainer_workers(self.membership.for_start())
         by_host: dict[str, list[TaskRecord]] = {}
         for record in records:
             by_host.setdefault(record.host, []).append(record)
@@ -73,6 +71,11 @@ class Supervisor:
                 record.started_at = record.step_changed_at = time.monotonic()
                 self.say(f"{record.name} started on {name} (pid {row.pid})")
 
+    def start_records(self, records: list[TaskRecord]) -> None:
+        """Starts these servers (ps before workers) and waits until their ports answer."""
+        self._start(records)
+        self._wait_for_servers([r.task for r in records])
+
     def _wait_for_servers(self, tasks: list[Task]) -> None:
         silent = net.wait_until_listening(tasks, self.settings.ready_timeout_s)
         if silent:
@@ -82,15 +85,6 @@ class Supervisor:
         for task in tasks:
             self.records[task.name].state = TaskState.RUNNING
         self.say("ready: " + ", ".join(t.name for t in tasks))
-
-    def _set_trainer_workers(self, workers: tuple[int, ...] | None) -> None:
-        """The workers the next chief trains with; every backend builds its command line from this config."""
-        if workers == self.config.trainer_workers:
-            return
-        self.config = dataclasses.replace(self.config, trainer_workers=workers)
-        for host in self.hosts.values():
-            host.config = self.config
-        self.say(f"{self.lead.name} trains with {self.membership.describe()}")
 
     # ----- watching -------------------------------------------------------------------------------------
     def run(self, on_tick=lambda: None) -> int:
@@ -205,43 +199,6 @@ class Supervisor:
         chief.state, chief.restart_at, chief.counts_as_restart = TaskState.RESTARTING, float("inf"), False
         return True
 
-    # ----- reloading ------------------------------------------------------------------------------------
-    def reload(self, new: ClusterConfig) -> list[str]:
-        """Takes an edited worker and ps list (see launcher.reload): the lead stops (writing a checkpoint), servers
-        that left stop, new ones start, and the lead starts again on the new spec; one line per change."""
-        before = {t.name: t for t in self.config.tasks()}
-        kept = {t.name for t in new.tasks() if before.get(t.name) == t}  # same job, index and address: runs on
-        lines = []
-        if self.lead.state not in DONE_STATES:
-            self.hosts[self.lead.host].stop([self.lead.task])
-            lines.append(f"{self.lead.name} stopped (it writes a checkpoint on the way out)")
-        for record in [r for r in self.records.values() if r.task.job in ("ps", "worker") and r.name not in kept]:
-            self.hosts[record.host].stop([record.task])
-            lines.append(f"{record.name} at {record.task.address} stopped")
-        self.config = new
-        hosts = backends_for(new)
-        for name, host in hosts.items():
-            if name in self.hosts:
-                self.hosts[name].take_new_config(new)
-                hosts[name] = self.hosts[name]
-            else:
-                host.prepare(self.say)
-        self.hosts = hosts
-        records = {t.name: self.records[t.name] if t.name in kept or t.job not in ("ps", "worker") else TaskRecord(t)
-                   for t in new.tasks() if t.job in self.strategy.launched_jobs}
-        self.records, self.lead, self.held_for = records, records[new.lead.name], []
-        self.membership = Membership(self)
-        started = [r for r in self._jobs(*self.strategy.server_jobs) if r.name not in kept]
-        if started:
-            self._start(started)
-            self._wait_for_servers([r.task for r in started])
-            lines.append(f"started {', '.join(f'{r.name} at {r.task.address}' for r in started)}")
-        if self.lead.state not in DONE_STATES:
-            self.lead.state, self.lead.restart_at, self.lead.counts_as_restart = TaskState.RESTARTING, 0.0, False
-            lines.append(f"{self.lead.name} starts again with {len(new.jobs['worker'])} worker(s) and "
-                         f"{len(new.jobs['ps'])} ps, from the checkpoint it wrote")
-        return lines
-
     # ----- healing --------------------------------------------------------------------------------------
     def _heal(self) -> None:
         now = time.monotonic()
@@ -250,7 +207,7 @@ class Supervisor:
             others = "".join(f" and {r.name}" for r in self.held_for if r.task.job != "ps")
             self.say(f"every ps{others} answer again: starting {self.lead.name} again")
             self.lead.restart_at, self.held_for = now, []
-        self._follow_membership(now)
+        self.membership.follow(now)
         for record in self.records.values():
             if record.state == TaskState.RESTARTING and now >= record.restart_at:
                 if record is self.lead and not self.membership.enough():
@@ -263,21 +220,6 @@ class Supervisor:
                 self._start([record])
         self._watch_for_stall(now)
         self.outages.tick(now)
-
-    def _follow_membership(self, now: float) -> None:
-        """Restarts the lead with the workers that run when one stays lost, or comes back (see launcher.membership)."""
-        reason = self.membership.tick(now)
-        lead = self.lead
-        if reason is None or lead.state in (*DONE_STATES, TaskState.LOST):
-            return
-        self.held_for = [r for r in self.held_for if r.task.job != "worker"]  # no waiting for a worker any more
-        self.membership.record_added(lead.step)
-        if lead.state in (TaskState.RUNNING, TaskState.STARTING):
-            self.say(f"{reason}: stopping {lead.name} (it writes a checkpoint) to start it with the workers running")
-            self.hosts[lead.host].stop([lead.task])
-        elif lead.restart_at != float("inf") or not all(r.state == TaskState.RUNNING for r in self._jobs("ps")):
-            return  # a restart is already due, or every ps is not back yet
-        lead.state, lead.restart_at, lead.counts_as_restart = TaskState.RESTARTING, now, False
 
     def _watch_for_stall(self, now: float) -> None:
         lead = self.lead

@@ -1,4 +1,4 @@
-"""`python -m roles.launch run|up|status|reload|down|print_config|sbatch CLUSTER`: behind run.sh and kill.sh."""
+"""`python -m roles.launch run|up|status|reload|down|print_config|sbatch|plan CLUSTER`: behind run.sh, kill.sh."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import fire
 from cluster import config as cluster_config
 from cluster import taskspec
 from common.errors import USER_ERROR_EXIT_CODE, Problem, UserError, exit_on_user_error
+from common.fields import is_int, is_number
+from common.logs import import_tensorflow_quietly, quiet_tensorflow
 from launcher import process, reload, sbatch_script, slurm_run
 from launcher.backends import backends_for
 from launcher.backends.ssh import command_as_run
@@ -134,6 +136,61 @@ class Launcher:
         """
         path = sbatch_script.write(cluster_config.load(cluster), Path(output))
         say(f"wrote {path}: submit it with `sbatch {shlex.quote(str(path))}`; logs go to the logs directory")
+
+    @exit_on_user_error("[launcher] ")
+    def plan(self, cluster: str = "cluster.json") -> None:
+        """Predicts steps/s for 1 to 2x CLUSTER's ps, names what bounds each and how many ps are enough.
+
+        Builds the model here on the CPU (no cluster), reads the bytes each ps moves per step, measures each
+        worker host <-> ps host link with a short transfer (or takes hosts.<name>.link_gbps) and a step's compute
+        (or takes hosts.<name>.step_compute_ms); the chief later logs its measured steps/s beside the prediction.
+        """
+        config = cluster_config.load(cluster)
+        if config.job_sizes:
+            raise UserError(Problem("cluster", dict(config.job_sizes), "plan needs the hosts of the ps and workers, "
+                                    "and job sizes are placed only when the Slurm job starts",
+                                    "list the nodes' host:port in cluster, or use `plan_on_paper` with your figures"))
+        if config.training.strategy != "parameter_server" or not config.jobs.get("ps"):
+            raise UserError(Problem("training.strategy", config.training.strategy, "plan predicts ps clusters",
+                                    "use parameter_server with at least one ps"))
+        os.environ.update({"TF_CPP_MIN_LOG_LEVEL": "2", "TF_USE_LEGACY_KERAS": "1", "CUDA_VISIBLE_DEVICES": "-1"})
+        import_tensorflow_quietly()
+        quiet_tensorflow()
+        from launcher import capacity_plan
+        from launcher.link_probe import ProbeFailed
+
+        try:
+            lines = capacity_plan.plan(config, say)
+        except ProbeFailed as failure:
+            print(f"[launcher] error: {failure}; or give hosts.<name>.link_gbps for both hosts", file=sys.stderr)
+            sys.exit(1)
+        print("\n".join(lines), flush=True)
+        say(f"plan written to {capacity_plan.plan_path(config)} (the chief compares its steps/s with it)")
+
+    @exit_on_user_error("[launcher] ")
+    def plan_on_paper(self, workers: int = 1, ps: int = 1, variable_mb: float = 102.0, link_gbps: float = 10.0,
+                      step_compute_ms: float = 245.0) -> None:
+        """The plan's table from given figures alone (dense variables, one host per task), e.g. ResNet-50's.
+
+        Args:
+          workers: worker count.
+          ps: ps count.
+          variable_mb: MB (10^6 bytes) of trainable variables.
+          link_gbps: every host's link, in Gbit/s.
+          step_compute_ms: one step's compute on a worker, in ms.
+        """
+        figures = {"--workers": workers, "--ps": ps, "--variable_mb": variable_mb, "--link_gbps": link_gbps,
+                   "--step_compute_ms": step_compute_ms}
+        bad = [Problem(name, value, "must be a number above 0", f"give {name} a positive number")
+               for name, value in figures.items() if not is_number(value) or value <= 0]
+        bad += [Problem(name, value, "must be a whole number", f"give {name} e.g. 2")
+                for name, value in figures.items() if name in ("--workers", "--ps") and not is_int(value)]
+        if bad:
+            raise UserError(bad)
+        from launcher.capacity_plan import on_paper
+
+        print("\n".join(on_paper(workers=workers, ps=ps, variable_mb=variable_mb, link_gbps=link_gbps,
+                                 step_compute_ms=step_compute_ms)))
 
 
 def _under_slurm(config) -> bool:
