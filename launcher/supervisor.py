@@ -194,7 +194,7 @@ class Supervisor:
             return False
         self.held_for = [r for r in self.records.values() if r.state == TaskState.LOST]
         if chief.state != TaskState.RESTARTING:
-            self.hosts[chief.host].stop([chief.task])
+            self.hosts[chief.host].stop([chief.task], quick=True)  # its variables may be gone: nothing to save
             self.say(f"{chief.name} stopped {until}; it will resume from its last checkpoint")
         chief.state, chief.restart_at, chief.counts_as_restart = TaskState.RESTARTING, float("inf"), False
         return True
@@ -230,7 +230,7 @@ class Supervisor:
         reason = self.policy.stall(lead, servers_up, now) if lead.state == TaskState.RUNNING else None
         if reason:
             self.say(f"stall: {reason}; restarting it")
-            self.hosts[lead.host].stop([lead.task])
+            self.hosts[lead.host].stop([lead.task], quick=True)  # a frozen chief cannot checkpoint
             self._exited(lead, None)
 
     def _finished(self) -> bool:

@@ -146,8 +146,9 @@ class Backend(abc.ABC):
         """Starts each task unless it already runs."""
 
     @abc.abstractmethod
-    def stop(self, tasks: list[Task]) -> list[StopResult]:
-        """Stops each task and everything it started; safe for tasks that are not running."""
+    def stop(self, tasks: list[Task], quick: bool = False) -> list[StopResult]:
+        """Stops each task and everything it started; safe for tasks that are not running. The lead is given
+        launcher.stop_grace_s to write its checkpoint, unless `quick` (it is frozen, or its ps are gone)."""
 
     @abc.abstractmethod
     def status(self, tasks: list[Task]) -> list[TaskStatus]:

@@ -102,8 +102,8 @@ class SshHost(Backend):
         extra = ("--workers", ",".join(map(str, members))) if members is not None else ()
         return [TaskStatus.from_json(row) for row in self._agent("start", tasks, *extra)]
 
-    def stop(self, tasks: list[Task]) -> list[StopResult]:
-        return [StopResult.from_json(row) for row in self._agent("stop", tasks)]
+    def stop(self, tasks: list[Task], quick: bool = False) -> list[StopResult]:
+        return [StopResult.from_json(row) for row in self._agent("stop", tasks, *(["--quick"] if quick else []))]
 
     def status(self, tasks: list[Task]) -> list[TaskStatus]:
         return [TaskStatus.from_json(row) for row in self._agent("status", tasks)]
