@@ -12,7 +12,7 @@ from common.fields import INT32_MAX, MAX_SECONDS, Check, int_in, is_int, parse_s
 USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./~+-]+$")
 PACKAGE = re.compile(r"^tensorflow(-cpu)?(\[[a-z-]+\])?==[0-9][0-9A-Za-z.]*$")
-BACKENDS = ("hosts", "slurm")
+BACKENDS = ("hosts", "slurm", "kubernetes")
 SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 SLURM_TIME = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|UNLIMITED|INFINITE)$")
 SBATCH_OPTION = re.compile(r"^--[a-z][a-z-]*(=[A-Za-z0-9_.,:/@%+=\[\]-]+)?$")
@@ -115,7 +115,8 @@ LAUNCHER_CHECKS = {
                              "use longer than the longest pause between optimizer steps, e.g. 900"),
     "poll_s": seconds_check("1"),
     "backend": Check(lambda v: v in BACKENDS, f"must be one of {', '.join(BACKENDS)}",
-                     'use "hosts" (this machine and ssh hosts) or "slurm" (job steps in a Slurm allocation)'),
+                     'use "hosts" (this machine and ssh hosts), "slurm" (job steps in a Slurm allocation) or '
+                     '"kubernetes" (a JobSet, one pod per task)'),
 }
 
 

@@ -1,4 +1,4 @@
-"""`python -m roles.launch run|up|status|down|print_config|sbatch CLUSTER`: the commands behind run.sh and kill.sh."""
+"""`python -m roles.launch run|up|status|down|print_config|sbatch|jobset CLUSTER`: what run.sh and kill.sh call."""
 
 from __future__ import annotations
 
@@ -122,6 +122,25 @@ class Launcher:
         """
         path = sbatch_script.write(cluster_config.load(cluster), Path(output))
         say(f"wrote {path}: submit it with `sbatch {shlex.quote(str(path))}`; logs go to the logs directory")
+
+    @exit_on_user_error("[launcher] ")
+    def jobset(self, cluster: str = "cluster.json", output: str = "jobset.yaml") -> None:
+        """Writes the JobSet (and its ConfigMap and NetworkPolicy) that runs CLUSTER on Kubernetes, for
+        `kubectl apply -f jobset.yaml`; needs "launcher": {"backend": "kubernetes"} and job sizes.
+
+        Args:
+          cluster: path of cluster.json.
+          output: where to write the manifests.
+        """
+        from launcher.backends.kubernetes import jobset
+
+        config = cluster_config.load(cluster)
+        if config.launcher.backend != "kubernetes":
+            raise UserError(Problem("launcher.backend", config.launcher.backend, "is not kubernetes, so there are "
+                                    "no pods to describe", 'set "launcher": {"backend": "kubernetes"} and give '
+                                    "job sizes and a kubernetes section"))
+        path = jobset.write(config, Path(output))
+        say(f"wrote {path}: apply it with `kubectl apply -f {shlex.quote(str(path))}` (JobSet controller v0.12)")
 
 
 def _under_slurm(config) -> bool:
