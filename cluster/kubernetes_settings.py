@@ -166,11 +166,9 @@ def kubernetes_problems(settings: KubernetesSettings, sizes: Mapping[str, int], 
         problems.append(Problem("kubernetes.output_volume", None, "is required with an evaluator, which reads the "
                                 "chief's checkpoints from another pod", "create a ReadWriteMany "
                                 "PersistentVolumeClaim and give its name"))
-    for job, size in sizes.items():
-        longest = longest_pod_name(settings, job, size)
-        if size and len(longest) > 63 and "kubernetes.name" not in reported:
-            problems.append(Problem("kubernetes.name", settings.name, f"makes pod names too long for Kubernetes "
-                                    f"({longest}: {len(longest)} characters, at most 63)",
-                                    f"shorten it by {len(longest) - 63} characters"))
-            break
+    longest = max((longest_pod_name(settings, job, size) for job, size in sizes.items() if size), key=len, default="")
+    if len(longest) > 63 and "kubernetes.name" not in reported:
+        problems.append(Problem("kubernetes.name", settings.name, f"makes pod names too long for Kubernetes "
+                                f"({longest}: {len(longest)} characters, at most 63)",
+                                f"shorten it by {len(longest) - 63} characters"))
     return problems

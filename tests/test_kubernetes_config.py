@@ -55,7 +55,7 @@ def test_every_setting_is_taken(tmp_path):
     ({"image": None}, "kubernetes.image = None: is required by the kubernetes backend"),
     ({"image": "has space:1"}, "kubernetes.image = 'has space:1': is not a container image reference"),
     ({"name": "Run_1"}, "kubernetes.name = 'Run_1': must be a DNS-1035 label"),
-    ({"name": "a" * 50}, "makes pod names too long for Kubernetes (" + "a" * 50 + "-chief-0-0-abcde: 65"),
+    ({"name": "a" * 50}, "makes pod names too long for Kubernetes (" + "a" * 50 + "-evaluator-0-0-abcde: 70"),
     ({"namespace": "-ml"}, "kubernetes.namespace = '-ml': must be a DNS-1123 label"),
     ({"output_volume": None}, "kubernetes.output_volume = None: is required with an evaluator"),
     ({"output_volume": "Bad_Claim"}, "kubernetes.output_volume = 'Bad_Claim': must name a PersistentVolumeClaim"),
