@@ -5,16 +5,16 @@ Job is replicatedJob `worker`, Job index = task index, and its pod's host name `
 (JobSet's `network`: enableDNSHostnames under one headless Service). Healing, as launcher/healing.py decides it:
 
 - exit code 2 (a user error): the Job's podFailurePolicy fails the Job at once (reason PodFailurePolicy), and the
-  JobSet rule `user-error` fails the JobSet: nothing is retried;
+  JobSet rule `user_error` fails the JobSet: nothing is retried;
 - the chief's exit code 4 (asked to stop, checkpoint written) and a pod disruption (preemption, eviction, node
   drain: condition DisruptionTarget) are Ignored: the Job replaces the pod without counting it;
 - a worker, the chief or the evaluator that fails otherwise is replaced by its own Job (same host name), up to
   `backoffLimit` = launcher.max_restarts times: one worker restarts alone, at Job level, which needs no JobSet
   feature gate (JobSet's `RestartJob` action is alpha and off by default in v0.12: CHANGELOG v0.12.0, #1177);
-- a ps holds variables the chief cannot lose: its Job has backoffLimit 0, and the JobSet rule `ps-lost` restarts
+- a ps holds variables the chief cannot lose: its Job has backoffLimit 0, and the JobSet rule `ps_lost` restarts
   every Job (RestartJobSet, counted against maxRestarts = launcher.max_restarts), BlockingRecreate so old pods are
   gone before new ones take their host names; the chief resumes from its last checkpoint;
-- any other Job failure (out of backoff) fails the JobSet (`out-of-restarts`): rules are tried in order and an
+- any other Job failure (out of backoff) fails the JobSet (`out_of_restarts`): rules are tried in order and an
   unmatched failure would otherwise restart the whole JobSet (jobset.x-k8s.io docs, "Failure Policy").
 
 Success: the chief's Job (and the evaluator's, so the last checkpoint is scored) completing completes the JobSet,
@@ -44,7 +44,7 @@ def pod_failure_policy(job: str) -> dict:
     if job == "chief":
         rules.append({"action": "Ignore", "onExitCodes": {"containerName": pods.CONTAINER, "operator": "In",
                                                           "values": [PREEMPTED_EXIT_CODE]}})
-    if job != "ps":  # a ps lost to a disruption still loses its variables: the JobSet restarts (rule ps-lost)
+    if job != "ps":  # a ps lost to a disruption still loses its variables: the JobSet restarts (rule ps_lost)
         rules.append({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})
     return {"rules": rules}
 
@@ -58,10 +58,10 @@ def replicated_job(config: ClusterConfig, job: str) -> dict:
 
 
 def failure_policy(config: ClusterConfig) -> dict:
-    rules = [{"name": "user-error", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]
+    rules = [{"name": "user_error", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]
     if "ps" in config.jobs:
-        rules.append({"name": "ps-lost", "action": "RestartJobSet", "targetReplicatedJobs": ["ps"]})
-    rules.append({"name": "out-of-restarts", "action": "FailJobSet"})
+        rules.append({"name": "ps_lost", "action": "RestartJobSet", "targetReplicatedJobs": ["ps"]})
+    rules.append({"name": "out_of_restarts", "action": "FailJobSet"})
     return {"maxRestarts": config.launcher.max_restarts, "restartStrategy": "BlockingRecreate", "rules": rules}
 
 
