@@ -48,8 +48,7 @@ class Launcher:
         mine = process.PidRecord(os.getpid(), process.start_ticks(os.getpid()) or 0, tuple(sys.argv))
         mine.write(pid_path)
         try:
-            sys.exit(slurm_run.run_in_allocation(config, fresh=fresh) if _under_slurm(config)
-                     else run_job(config, fresh=fresh))
+            sys.exit(_run_by_backend(config, fresh))
         finally:
             if process.PidRecord.read(pid_path) == mine:
                 pid_path.unlink()
@@ -78,6 +77,9 @@ class Launcher:
     def status(self, cluster: str = "cluster.json") -> None:
         """Prints one row per task (host, pid, state, restarts, uptime, last log line) and the run's progress."""
         config = cluster_config.load(cluster)
+        if _on_kubernetes(config):
+            print("\n".join(_kubernetes().status_lines(config)))
+            return
         print(render_status(config))
         if _under_slurm(config):
             print("\n".join(slurm_run.status_lines(config)))
@@ -87,7 +89,8 @@ class Launcher:
         """Stops every task of CLUSTER by pid file and process group, here and over ssh (under Slurm: every step,
         then the job is cancelled); safe to repeat."""
         config = cluster_config.load(cluster)
-        lines = slurm_run.stop_in_allocation(config) if _under_slurm(config) else stop_all(config)
+        lines = (_kubernetes().down(config) if _on_kubernetes(config) else
+                 slurm_run.stop_in_allocation(config) if _under_slurm(config) else stop_all(config))
         for line in lines or ["nothing to stop"]:
             say(line)
 
@@ -141,6 +144,23 @@ class Launcher:
                                     "job sizes and a kubernetes section"))
         path = jobset.write(config, Path(output))
         say(f"wrote {path}: apply it with `kubectl apply -f {shlex.quote(str(path))}` (JobSet controller v0.12)")
+
+
+def _run_by_backend(config, fresh: bool) -> int:
+    if _on_kubernetes(config):
+        return _kubernetes().run(config)
+    return slurm_run.run_in_allocation(config, fresh=fresh) if _under_slurm(config) else run_job(config, fresh=fresh)
+
+
+def _on_kubernetes(config) -> bool:
+    return config.launcher.backend == "kubernetes"
+
+
+def _kubernetes():
+    """The kubernetes backend's run, status and down (through kubectl)."""
+    from launcher.backends.kubernetes import run
+
+    return run
 
 
 def _under_slurm(config) -> bool:
