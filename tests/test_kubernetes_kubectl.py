@@ -115,6 +115,10 @@ def test_run_status_and_kill_through_kubectl(api, tmp_path):
     assert "JobSet pscluster: Completed; restarts 0" in status.stdout, status.stdout
     assert "chief:0      pscluster-chief-0-0-00000" in status.stdout and "Succeeded  0" in status.stdout
 
+    rerun = sh(api, "run.sh", path)
+    assert rerun.returncode == 2, rerun.stderr
+    assert "kubernetes.name = 'pscluster': names a JobSet that has completed in namespace default" in rerun.stderr
+
     stop = threading.Event()
     collector = threading.Thread(target=remove_pods_once_deleted, args=(api, stop), daemon=True)
     collector.start()

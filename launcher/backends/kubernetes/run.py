@@ -1,19 +1,21 @@
 """`sh run.sh`, `sh run.sh status` and `sh kill.sh` under the kubernetes backend, through kubectl.
 
-run: writes the manifests into logs_dir, applies them, follows every pod's log into `logs/<job>-<index>.log` (the
-console shows the chief's and the evaluator's task-prefixed lines, as for any run) and reports pods that start,
-fail and are replaced, until the JobSet completes or fails; the exit code is the chief's. Healing is the JobSet's
-and the Jobs' own (see jobset.py): the launcher only watches. kill: deletes the JobSet, its ConfigMap and
-NetworkPolicy, and waits until none of its pods is left.
+run: writes the manifests into logs_dir, applies them (joining the JobSet if it already runs), follows every pod's
+log into `logs/<job>-<index>.log` (the console shows the chief's and the evaluator's task-prefixed lines, as for
+any run) and reports pods that start, fail and are replaced, until the JobSet completes or fails; the exit code is
+the chief's. Healing is the JobSet's and the Jobs' own (see jobset.py): the launcher only watches. kill: deletes
+the JobSet, its ConfigMap and NetworkPolicy, and waits until none of its pods is left.
 """
 
 from __future__ import annotations
 
 import functools
+import subprocess
 import sys
 import time
 
 from cluster.config import ClusterConfig
+from common.errors import Problem, UserError
 from launcher.backends.kubernetes import jobset as manifests
 from launcher.backends.base import HostError
 from launcher.backends.kubernetes import kubectl
@@ -38,12 +40,37 @@ def reporting_kubectl_errors(command):
 
 @reporting_kubectl_errors
 def run(config: ClusterConfig) -> int:
+    """Applies the manifests (or joins the JobSet already running) and watches it to its end."""
+    _refuse_finished(config, kubectl.jobset(config))
     logs = config.path(config.launcher.logs_dir)
     logs.mkdir(parents=True, exist_ok=True)
     path = manifests.write(config, logs / "jobset.yaml")
     for line in kubectl.apply(config, path).splitlines():
         say(line)
-    followers, seen, echo = {}, {}, LogFollower(config)
+    followers: dict = {}
+    try:
+        return _watch(config, logs, followers)
+    except KeyboardInterrupt:
+        say(f"interrupted: JobSet {config.kubernetes.name} goes on running; `sh kill.sh` deletes it")
+        return 130
+    finally:
+        for follower in followers.values():
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait()
+
+
+def _refuse_finished(config: ClusterConfig, state: dict | None) -> None:
+    """A finished JobSet cannot be applied again (its spec is immutable), nor would it run again."""
+    finished = next((kind for kind in ("Completed", "Failed") if kubectl.condition(state, kind)), None)
+    if finished:
+        raise UserError(Problem("kubernetes.name", config.kubernetes.name, f"names a JobSet that has "
+                                f"{finished.lower()} in namespace {config.kubernetes.namespace}",
+                                "delete it with `sh kill.sh` (the outputs stay on the volume), or use another name"))
+
+
+def _watch(config: ClusterConfig, logs, followers: dict) -> int:
+    seen, echo = {}, LogFollower(config)
     while True:
         for pod in map(kubectl.PodState.of, kubectl.pods(config)):
             _report(pod, seen)
@@ -70,10 +97,9 @@ def _report(pod: kubectl.PodState, seen: dict) -> None:
 def _finish(config: ClusterConfig, kind: str, state: dict, followers: dict, echo: LogFollower) -> int:
     for follower in followers.values():
         try:
-            follower.wait(timeout=10)
-        except Exception:  # noqa: BLE001 - a log that does not end by itself is cut here
-            follower.kill()
-            follower.wait()
+            follower.wait(timeout=10)  # each ends with its pod; one that does not is cut by run()
+        except subprocess.TimeoutExpired:
+            break
     echo.echo_new_lines()
     condition = kubectl.condition(state, kind)
     restarts = state.get("status", {}).get("restarts", 0)
