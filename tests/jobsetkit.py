@@ -128,6 +128,16 @@ class JobSetEmulator:
                   for m in container["volumeMounts"]}
         return {container["workingDir"]: ROOT, **mounts}
 
+    def run_pod(self, pod: dict, timeout_s: float = 120) -> tuple[int, str]:
+        """Runs a lone pod (not a Job's) to its end in the first namespace: its exit code and log."""
+        template = {"metadata": pod["metadata"], "spec": pod["spec"]}
+        log_path = self.logs / f"{pod['metadata']['name']}.log"
+        process = start_pod(name=pod["metadata"]["name"], hostname=pod["metadata"]["name"],
+                            namespace=self.claims.namespaces[0], template=template, metadata=pod["metadata"],
+                            log_path=log_path, mounts=self._mounts(template))
+        process.process.wait(timeout=timeout_s)
+        return process.exit_code(), log_path.read_text(errors="replace")
+
     def kill(self, rjob: str, index: int) -> None:
         """A pod dies (SIGKILL: a crash, an OOM kill, a lost node)."""
         self.events.append(f"killed pod of {rjob}-{index}")

@@ -73,6 +73,18 @@ def play_controllers(api, stop: threading.Event) -> None:
                                                        "reason": "AllJobsCompleted", "message": "jobset completed"}]}
     for key in (("worker", 0), ("worker", 1), ("ps", 0), ("ps", 1)):  # a finished JobSet deletes active Jobs
         api.delete(*PODS, pods[key])
+    while api.get(*PODS, "pscluster-outputs") is None and not stop.wait(0.1):
+        pass
+    if not stop.is_set():  # the reader pod prints what `python -m launcher.agent outputs` prints
+        api.logs["pscluster-outputs"] = json.dumps(OUTPUTS) + "\n"
+        end_pod(api, "pscluster-outputs", 0)
+
+
+OUTPUTS = {"output": "/opt/pscluster-volume/output",
+           "summary": {"status": "complete", "epochs": 1, "optimizer_steps": 50, "final_metrics": {"loss": 0.1}},
+           "summary_age_s": 1.0, "best_age_s": 1.0,
+           "best": {"checkpoint": "ckpt-1", "epoch": 1, "step": 50, "metrics": {"val_loss": 0.2},
+                    "best_metric": "val_loss", "best_mode": "min", "model": {}}}
 
 
 def remove_pods_once_deleted(api, stop: threading.Event) -> None:
@@ -103,7 +115,12 @@ def test_run_status_and_kill_through_kubectl(api, tmp_path):
     assert "worker:1 pod pscluster-worker-1-0-00001 on node-1: Running" in err, err
     assert "[chief:0] train | epoch 1/1 | loss 0.1" in err and "I0000" not in err  # task lines only
     assert "JobSet pscluster completed after 0 restarts: AllJobsCompleted jobset completed" in err, err
+    assert "complete: 1 epochs, 50 steps; last epoch: loss 0.1000" in err, err
+    assert "best: ckpt-1 at step 50 (val_loss 0.2000) in volume pscluster-output:/opt/pscluster-volume/output/" \
+        "best_model" in err
     assert "exit code 0 (the chief's)" in err
+    reader = next(r for r in api.requests if r.startswith("POST /api/v1/namespaces/default/pods"))
+    assert reader and api.get(*PODS, "pscluster-outputs") is None  # created, then deleted
     worker_log = (tmp_path / "logs" / "worker-1.log").read_text()
     assert "on pscluster-worker-1-0-00000" in worker_log and "on pscluster-worker-1-0-00001" in worker_log
     applied = json.loads(api.get(*JOBSETS, "pscluster")["metadata"]["annotations"][

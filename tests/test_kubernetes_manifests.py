@@ -14,7 +14,7 @@ from clusterkit import run_module, write_cluster
 from cluster import config as cluster_config
 from common.errors import PREEMPTED_EXIT_CODE, USER_ERROR_EXIT_CODE
 from jobsetrules import webhook_problems
-from launcher.backends.kubernetes import jobset, pods
+from launcher.backends.kubernetes import jobset, outputs, pods
 from test_kubernetes_config import k8s_document
 
 KUBERNETES_VERSION = "1.34"  # podFailurePolicy is GA since 1.31
@@ -61,7 +61,8 @@ def test_every_manifest_passes_the_published_schemas_and_the_webhook_rules(tmp_p
     assert [d["kind"] for d in documents] == ["ConfigMap", "NetworkPolicy", "JobSet"]
     assert_jobset_schema(documents[2])
     assert webhook_problems(documents[2]) == []
-    for document in core_objects(documents):
+    reader = outputs.reader_pod(cluster_config.load(tmp_path / "cluster.json"))
+    for document in [*core_objects(documents), reader]:
         kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
 
 

@@ -11,6 +11,9 @@ import shutil
 import pytest
 
 from clusterkit import run_module, write_cluster
+from cluster import config as cluster_config
+from launcher.backends.base import RunOutputs
+from launcher.backends.kubernetes import outputs
 from jobsetkit import JobSetEmulator
 from kubeletkit import command_line, environment, expand
 from netns import skip_or_fail
@@ -69,6 +72,10 @@ def test_pods_train_to_an_evaluated_model_through_a_lost_worker_and_a_lost_ps(tm
         assert jobset.run_until(lambda: jobset.restarts == 1, 120), trace(jobset)
         assert jobset.run_until(lambda: jobset.state != "Running", 600), trace(jobset)
         assert jobset.state == "Completed", trace(jobset)
+        code, log = jobset.run_pod(outputs.reader_pod(cluster_config.load(tmp_path / "cluster.json")))
+    assert code == 0, log
+    read = RunOutputs.from_json(json.loads(log.strip().splitlines()[-1]))  # what run.sh reports at the end
+    assert read.summary.complete and read.best is not None and read.output == "/opt/pscluster-volume/output"
     events = "\n".join(jobset.events)
     assert "job ps-0 failed (BackoffLimitExceeded): rule ps_lost, RestartJobSet" in events
     assert "resuming after epoch" in jobset.log("chief", 0), trace(jobset)

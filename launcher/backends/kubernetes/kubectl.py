@@ -23,11 +23,11 @@ def command(config: ClusterConfig, *args: str) -> list[str]:
     return ["kubectl", f"--namespace={config.kubernetes.namespace}", *args]
 
 
-def run(config: ClusterConfig, *args: str, timeout_s: float = KUBECTL_TIMEOUT_S) -> str:
+def run(config: ClusterConfig, *args: str, stdin: str | None = None, timeout_s: float = KUBECTL_TIMEOUT_S) -> str:
     """kubectl's output; a failure raises with kubectl's own last line."""
     try:
         result = subprocess.run(command(config, *args), capture_output=True, text=True, timeout=timeout_s,
-                                stdin=subprocess.DEVNULL)
+                                input=stdin if stdin is not None else "")
     except FileNotFoundError:
         raise AgentFailed("kubectl is not installed here: install it (e.g. apt-get install kubernetes-client, or "
                           "your cloud's SDK) and point KUBECONFIG at your cluster") from None
@@ -56,11 +56,17 @@ def pods(config: ClusterConfig) -> list[dict]:
     return json.loads(run(config, "get", "pods", "-l", selector, "-o", "json")).get("items", [])
 
 
+def pod_phase(config: ClusterConfig, name: str) -> str:
+    found = run(config, "get", f"pod/{name}", "--ignore-not-found", "-o", "json")
+    return json.loads(found).get("status", {}).get("phase", "Pending") if found.strip() else "gone"
+
+
 def delete(config: ClusterConfig) -> str:
-    """Deletes the JobSet (its Jobs and pods go with it), the ConfigMap and the NetworkPolicy; not waiting."""
+    """Deletes the JobSet (its Jobs and pods go with it), the ConfigMap, the NetworkPolicy and an outputs reader
+    pod; not waiting."""
     name = config.kubernetes.name
     return run(config, "delete", "--ignore-not-found", "--wait=false", f"jobsets.jobset.x-k8s.io/{name}",
-               f"configmap/{name}-cluster", f"networkpolicies.networking.k8s.io/{name}-tasks")
+               f"configmap/{name}-cluster", f"networkpolicies.networking.k8s.io/{name}-tasks", f"pod/{name}-outputs")
 
 
 def follow_logs(config: ClusterConfig, pod: str, log_path: Path) -> subprocess.Popen:

@@ -18,7 +18,7 @@ from cluster.config import ClusterConfig
 from common.errors import Problem, UserError
 from launcher.backends.kubernetes import jobset as manifests
 from launcher.backends.base import HostError
-from launcher.backends.kubernetes import kubectl
+from launcher.backends.kubernetes import kubectl, outputs
 from launcher.console import LogFollower, say
 
 GONE_TIMEOUT_S = 300
@@ -109,7 +109,14 @@ def _finish(config: ClusterConfig, kind: str, state: dict, followers: dict, echo
     code = max(chief, key=lambda p: p.created).exit_code if chief else None
     if code is None:
         code = 0 if kind == "Completed" else 1
-    say(f"exit code {code} (the chief's); outputs are on volume {config.kubernetes.output_volume or '(none)'}")
+    if config.kubernetes.output_volume:
+        try:
+            lines = outputs.report_lines(outputs.read(config, config.launcher.poll_s), config.kubernetes.output_volume)
+        except HostError as error:
+            lines = [f"could not read the outputs on volume {config.kubernetes.output_volume}: {error}"]
+        for line in lines:
+            say(line)
+    say(f"exit code {code} (the chief's)")
     return code
 
 
