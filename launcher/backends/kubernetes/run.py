@@ -107,7 +107,7 @@ def _finish(config: ClusterConfig, kind: str, state: dict, followers: dict, echo
         f"{condition.get('reason', '')} {condition.get('message', '')}".rstrip())
     chief = [p for p in map(kubectl.PodState.of, kubectl.pods(config)) if p.task == f"{config.lead.job}:0"]
     code = max(chief, key=lambda p: p.created).exit_code if chief else None
-    if code is None:
+    if code is None or (kind == "Failed" and code == 0):  # a failed JobSet never exits 0
         code = 0 if kind == "Completed" else 1
     if config.kubernetes.output_volume:
         try:
