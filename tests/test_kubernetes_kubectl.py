@@ -160,3 +160,36 @@ def test_an_unreachable_api_server_is_one_line_and_exit_1(api, tmp_path):
     result = sh(api, "kill.sh", path)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert "error: `kubectl delete --ignore-not-found` failed: " in result.stderr, result.stderr
+
+
+def fail_on_user_error(api, stop: threading.Event) -> None:
+    """The chief exits 2: its Job fails (PodFailurePolicy), the JobSet fails (rule user_error), the rest deleted."""
+    while api.get(*JOBSETS, "pscluster") is None and not stop.wait(0.1):
+        pass
+    jobset = api.get(*JOBSETS, "pscluster")
+    pods = [add_pod(api, jobset, r, i, 0) for r in jobset["spec"]["replicatedJobs"] for i in range(r["replicas"])]
+    stop.wait(2)
+    end_pod(api, pods[0], 2, "[chief:0] error: training.data_dir = 'x': does not exist; give a directory\n")
+    jobset["status"] = {"restarts": 0, "conditions": [{"type": "Failed", "status": "True", "reason": "FailedJobs",
+                                                       "message": "rule user_error: FailJobSet"}]}
+    for name in pods[1:]:
+        api.delete(*PODS, name)
+
+
+def test_a_failed_jobset_gives_the_chiefs_exit_code(api, tmp_path):
+    document = k8s_document(output_volume=None)
+    document["cluster"].pop("evaluator")
+    document["launcher"].update(logs_dir=str(tmp_path / "logs"), poll_s=0.5)
+    path = str(write_cluster(tmp_path, document))
+    stop = threading.Event()
+    controllers = threading.Thread(target=fail_on_user_error, args=(api, stop), daemon=True)
+    controllers.start()
+    try:
+        run = sh(api, "run.sh", path)
+    finally:
+        stop.set()
+        controllers.join(timeout=10)
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "[chief:0] error: training.data_dir = 'x'" in run.stderr
+    assert "JobSet pscluster failed after 0 restarts: FailedJobs rule user_error: FailJobSet" in run.stderr
+    assert not any("outputs" in r for r in api.requests)  # no volume: nothing to read back
