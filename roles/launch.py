@@ -1,4 +1,4 @@
-"""`python -m roles.launch run|up|status|down|print_config|sbatch|jobset CLUSTER`: what run.sh and kill.sh call."""
+"""`python -m roles.launch run|up|status|down|print_config|sbatch CLUSTER`: the commands behind run.sh and kill.sh."""
 
 from __future__ import annotations
 
