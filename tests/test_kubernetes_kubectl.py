@@ -96,18 +96,26 @@ def remove_pods_once_deleted(api, stop: threading.Event) -> None:
         api.delete(*PODS, name)
 
 
-def test_run_status_and_kill_through_kubectl(api, tmp_path):
-    document = k8s_document()
-    document["launcher"].update(logs_dir=str(tmp_path / "logs"), poll_s=0.5)
-    path = str(write_cluster(tmp_path, document))
+def run_while(api, controllers, path: str) -> subprocess.CompletedProcess:
+    """`sh run.sh` while `controllers(api, stop)` plays the cluster's side in a thread."""
     stop = threading.Event()
-    controllers = threading.Thread(target=play_controllers, args=(api, stop), daemon=True)
-    controllers.start()
+    thread = threading.Thread(target=controllers, args=(api, stop), daemon=True)
+    thread.start()
     try:
-        run = sh(api, "run.sh", path)
+        return sh(api, "run.sh", path)
     finally:
         stop.set()
-        controllers.join(timeout=10)
+        thread.join(timeout=10)
+
+
+def cluster_file(tmp_path, document: dict) -> str:
+    document["launcher"].update(logs_dir=str(tmp_path / "logs"), poll_s=0.5)
+    return str(write_cluster(tmp_path, document))
+
+
+def test_run_status_and_kill_through_kubectl(api, tmp_path):
+    path = cluster_file(tmp_path, k8s_document())
+    run = run_while(api, play_controllers, path)
     assert run.returncode == 0, run.stderr[-4000:]
     err = run.stderr
     assert "jobset.jobset.x-k8s.io/pscluster created" in err and "configmap/pscluster-cluster created" in err
@@ -179,16 +187,7 @@ def fail_on_user_error(api, stop: threading.Event) -> None:
 def test_a_failed_jobset_gives_the_chiefs_exit_code(api, tmp_path):
     document = k8s_document(output_volume=None)
     document["cluster"].pop("evaluator")
-    document["launcher"].update(logs_dir=str(tmp_path / "logs"), poll_s=0.5)
-    path = str(write_cluster(tmp_path, document))
-    stop = threading.Event()
-    controllers = threading.Thread(target=fail_on_user_error, args=(api, stop), daemon=True)
-    controllers.start()
-    try:
-        run = sh(api, "run.sh", path)
-    finally:
-        stop.set()
-        controllers.join(timeout=10)
+    run = run_while(api, fail_on_user_error, cluster_file(tmp_path, document))
     assert run.returncode == 2, run.stderr[-3000:]
     assert "[chief:0] error: training.data_dir = 'x'" in run.stderr
     assert "JobSet pscluster failed after 0 restarts: FailedJobs rule user_error: FailJobSet" in run.stderr
