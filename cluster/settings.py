@@ -13,7 +13,7 @@ from common.fields import (INT32_MAX, MAX_SECONDS, Check, int_in, is_int, is_num
 USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./~+-]+$")
 PACKAGE = re.compile(r"^tensorflow(-cpu)?(\[[a-z-]+\])?==[0-9][0-9A-Za-z.]*$")
-BACKENDS = ("hosts", "slurm")
+BACKENDS = ("hosts", "slurm", "kubernetes")
 SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 SLURM_TIME = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|UNLIMITED|INFINITE)$")
 SBATCH_OPTION = re.compile(r"^--[a-z][a-z-]*(=[A-Za-z0-9_.,:/@%+=\[\]-]+)?$")
@@ -129,7 +129,8 @@ LAUNCHER_CHECKS = {
                          "use e.g. 1 (the chief trains while at least this many workers run)"),
     "stop_grace_s": seconds_check("60"),
     "backend": Check(lambda v: v in BACKENDS, f"must be one of {', '.join(BACKENDS)}",
-                     'use "hosts" (this machine and ssh hosts) or "slurm" (job steps in a Slurm allocation)'),
+                     'use "hosts" (this machine and ssh hosts), "slurm" (job steps in a Slurm allocation) or '
+                     '"kubernetes" (a JobSet, one pod per task)'),
 }
 
 

@@ -1,4 +1,4 @@
-"""`python -m roles.launch run|up|status|reload|down|print_config|sbatch|plan CLUSTER`: behind run.sh, kill.sh."""
+"""`python -m roles.launch run|status|reload|down|...`: the commands behind run.sh and kill.sh (`--help` lists all)."""
 
 from __future__ import annotations
 
@@ -50,8 +50,7 @@ class Launcher:
         mine = process.PidRecord(os.getpid(), process.start_ticks(os.getpid()) or 0, tuple(sys.argv))
         mine.write(pid_path)
         try:
-            sys.exit(slurm_run.run_in_allocation(config, fresh=fresh) if _under_slurm(config)
-                     else run_job(config, fresh=fresh))
+            sys.exit(_run_by_backend(config, fresh))
         finally:
             if process.PidRecord.read(pid_path) == mine:
                 pid_path.unlink()
@@ -80,6 +79,9 @@ class Launcher:
     def status(self, cluster: str = "cluster.json") -> None:
         """Prints one row per task (host, pid, state, restarts, uptime, last log line) and the run's progress."""
         config = cluster_config.load(cluster)
+        if _on_kubernetes(config):
+            print("\n".join(_kubernetes().status_lines(config)))
+            return
         print(render_status(config))
         if _under_slurm(config):
             print("\n".join(slurm_run.status_lines(config)))
@@ -89,6 +91,9 @@ class Launcher:
         """Hands an edited CLUSTER (workers or ps added or removed) to the launcher that runs it: the chief stops
         with a checkpoint, servers that left stop, new ones start, and the chief resumes on the new spec."""
         config = cluster_config.load(cluster)
+        unsupported = reload.refusals(config, config)  # what no reload can change: the backend, the firewall
+        if unsupported:
+            raise UserError(unsupported, source=str(config.source))
         running = process.PidRecord.read(launcher_pid_path(config))
         if not (running and process.is_running(running)):
             raise UserError(Problem("launcher", str(launcher_pid_path(config)), "no launcher runs this cluster",
@@ -101,7 +106,8 @@ class Launcher:
         """Stops every task of CLUSTER by pid file and process group, here and over ssh (under Slurm: every step,
         then the job is cancelled); safe to repeat."""
         config = cluster_config.load(cluster)
-        lines = slurm_run.stop_in_allocation(config) if _under_slurm(config) else stop_all(config)
+        lines = (_kubernetes().down(config) if _on_kubernetes(config) else
+                 slurm_run.stop_in_allocation(config) if _under_slurm(config) else stop_all(config))
         for line in lines or ["nothing to stop"]:
             say(line)
 
@@ -191,6 +197,42 @@ class Launcher:
 
         print("\n".join(on_paper(workers=workers, ps=ps, variable_mb=variable_mb, link_gbps=link_gbps,
                                  step_compute_ms=step_compute_ms)))
+
+    @exit_on_user_error("[launcher] ")
+    def jobset(self, cluster: str = "cluster.json", output: str = "jobset.yaml") -> None:
+        """Writes the JobSet (and its ConfigMap and NetworkPolicy) that runs CLUSTER on Kubernetes, for
+        `kubectl apply -f jobset.yaml`; needs "launcher": {"backend": "kubernetes"} and job sizes.
+
+        Args:
+          cluster: path of cluster.json.
+          output: where to write the manifests.
+        """
+        from launcher.backends.kubernetes import jobset
+
+        config = cluster_config.load(cluster)
+        if config.launcher.backend != "kubernetes":
+            raise UserError(Problem("launcher.backend", config.launcher.backend, "is not kubernetes, so there are "
+                                    "no pods to describe", 'set "launcher": {"backend": "kubernetes"} and give '
+                                    "job sizes and a kubernetes section"))
+        path = jobset.write(config, Path(output))
+        say(f"wrote {path}: apply it with `kubectl apply -f {shlex.quote(str(path))}` (JobSet controller v0.12)")
+
+
+def _run_by_backend(config, fresh: bool) -> int:
+    if _on_kubernetes(config):
+        return _kubernetes().run(config)
+    return slurm_run.run_in_allocation(config, fresh=fresh) if _under_slurm(config) else run_job(config, fresh=fresh)
+
+
+def _on_kubernetes(config) -> bool:
+    return config.launcher.backend == "kubernetes"
+
+
+def _kubernetes():
+    """The kubernetes backend's run, status and down (through kubectl)."""
+    from launcher.backends.kubernetes import run
+
+    return run
 
 
 def _under_slurm(config) -> bool:
