@@ -9,15 +9,14 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import time
 
 import pytest
 
 import netns
-from clusterkit import ROOT, free_ports, processes_mentioning, write_cluster
+from clusterkit import free_ports
 from launcher import process
-from test_multihost_cuts import PYTHON, Run
+from test_multihost_cuts import Run, detached_run, reached_over_ssh
 
 pytestmark = [pytest.mark.multihost, pytest.mark.cluster]
 WORKER_HOST = 1
@@ -45,28 +44,13 @@ def run(tmp_path_factory):
         document = {
             "cluster": {"chief": [f"{hosts.launcher_address}:{next(ports)}"],
                         "worker": [f"{h[0]}:{next(ports)}", f"{h[1]}:{next(ports)}"], "ps": [f"{h[0]}:{next(ports)}"]},
-            "hosts": {a: {"ssh_user": hosts.ssh_user, "workdir": str(hosts.workdir), "python": PYTHON} for a in h},
-            "launcher": {"logs_dir": str(logs), "ssh_identity": str(hosts.identity_file),
-                         "ssh_known_hosts": str(hosts.known_hosts_file), "ssh_host_keys": "strict",
-                         "ssh_connect_timeout_s": 3, "restart_backoff_s": 0.5, "poll_s": 0.5,
-                         "worker_lost_after_s": LOST_AFTER_S},
+            **reached_over_ssh(hosts, logs, worker_lost_after_s=LOST_AFTER_S),
             "training": {"output_dir": str(directory / "output"), "epochs": 10000, "steps_per_epoch": 40,
                          "steps_per_execution": 1, "lr_decay_epochs": [], "progress_every_s": 2,
                          "checkpoint_every_s": 5},
         }
-        path = write_cluster(directory, document)
-        started = subprocess.run(["sh", str(ROOT / "run.sh"), "--detach", str(path)], capture_output=True, text=True,
-                                 timeout=300, cwd=ROOT)
-        assert started.returncode == 0, started.stderr
-        running = Run(hosts, path, logs)
-        try:
-            running.wait_for(r"train \| epoch 2/", 300)
+        with detached_run(hosts, directory, document) as running:
             yield running
-        finally:
-            for index in range(len(h)):
-                hosts.restore(index)
-            subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=300, cwd=ROOT)
-            assert processes_mentioning(str(path)) == []
 
 
 def test_a_worker_host_gone_for_good_is_dropped_then_added_back(run):
