@@ -12,9 +12,11 @@ import fire
 from cluster import config as cluster_config
 from cluster import taskspec
 from common.errors import USER_ERROR_EXIT_CODE, Problem, UserError, exit_on_user_error
-from launcher import process, sbatch_script, slurm_run
+from launcher import process
+from launcher.backends.slurm import run as slurm_run
+from launcher.backends.slurm import sbatch_script
 from launcher.backends import backends_for
-from launcher.backends.ssh import command_as_run
+from launcher.backends.ssh.host import command_as_run
 from launcher.console import say
 from launcher.preflight import PreflightFailed, check_cluster
 from launcher.run import launcher_pid_path, run_job, start_in_background, stop_all

@@ -13,8 +13,8 @@ from cluster import job_sizes
 from cluster.strategies import StrategyName, strategy_named
 from clusterkit import write_cluster
 from common.errors import UserError
-from launcher import sbatch_script
-from launcher import slurm_commands as slurm
+from launcher.backends.slurm import sbatch_script
+from launcher.backends.slurm import commands as slurm
 
 PS = strategy_named(StrategyName.PARAMETER_SERVER)
 SIZES = {"chief": 1, "worker": 2, "ps": 2, "evaluator": 1}

@@ -19,9 +19,9 @@ from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.run_files import Phase, RunFiles, read_progress
 from common.exit_file import EXIT_FILE_VARIABLE
 from launcher import agent, previous_run, process
-from launcher import slurm_commands as slurm
+from launcher.backends.slurm import commands as slurm
 from launcher.backends.base import AgentFailed, Backend, HostUnreachable, PreflightReport, StopResult, TaskStatus
-from launcher.slurm_allocation import Allocation, allocation_path, live_steps
+from launcher.backends.slurm.allocation import Allocation, allocation_path, live_steps
 
 PREFLIGHT_TIMEOUT_S = 180
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import signal
 
 from cluster.config import ClusterConfig
-from launcher import slurm_allocation
-from launcher import slurm_commands as slurm
+from launcher.backends.slurm import allocation as slurm_allocation
+from launcher.backends.slurm import commands as slurm
 from launcher.backends.base import HostError
 from launcher.console import say
 from launcher.records import RunFailed
 from launcher.run import run_job, stop_all
-from launcher.slurm_allocation import Allocation, allocation_path, live_steps
+from launcher.backends.slurm.allocation import Allocation, allocation_path, live_steps
 
 
 def _raise_on_sigterm(signum, _frame):

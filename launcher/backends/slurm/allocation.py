@@ -13,7 +13,7 @@ from pathlib import Path
 from cluster import config as cluster_config
 from cluster import job_sizes, jsonfile
 from cluster.config import ClusterConfig
-from launcher import slurm_commands as slurm
+from launcher.backends.slurm import commands as slurm
 from launcher.records import RunFailed
 
 ALLOCATION_FILE = "slurm-job.json"

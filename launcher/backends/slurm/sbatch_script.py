@@ -17,7 +17,7 @@ from cluster import config as cluster_config
 from cluster import job_sizes, jsonfile, taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from common.exit_file import EXIT_FILE_VARIABLE
-from launcher import slurm_commands as slurm
+from launcher.backends.slurm import commands as slurm
 
 COMMON_VARIABLES = ("GRPC_FAIL_FAST", "TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL", "GRPC_VERBOSITY",
                     "PYTHONUNBUFFERED")  # the same for every task: exported once
