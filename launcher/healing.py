@@ -48,7 +48,8 @@ class HealingPolicy:
         if code == USER_ERROR_EXIT_CODE:
             return Decision(Action.FAIL_RUN, f"{what} (a user error; not restarted): {record.last_line}")
         if record.restarts >= self.settings.max_restarts:
-            used_up = f"{what} after {record.restarts} restarts (launcher.max_restarts)"
+            plural = "" if record.restarts == 1 else "s"
+            used_up = f"{what} after {record.restarts} restart{plural} (launcher.max_restarts)"
             if job == "evaluator":
                 return Decision(Action.DROP, f"{used_up}; training goes on without it; last log line: "
                                              f"{record.last_line}")

@@ -115,7 +115,8 @@ def test_killed_worker_and_ps_steps_are_relaunched_on_their_nodes_and_the_chief_
     finally:
         sh(slurm, str(ROOT / "kill.sh"), path)
     log = (logs / "launcher.log").read_text()
-    assert "worker:1 stopped after 1 restarts" in log and "ps:0 stopped after 1 restarts" in log, log
+    assert "worker:1 stopped after 1 restart" in log and "ps:0 stopped after 1 restart" in log
+    assert "1 restarts" not in log, log
     assert "chief:0 stopped until every ps is back" in log
     assert_trained_and_evaluated(tmp_path / "output")
     assert_nothing_left(slurm, tmp_path)
