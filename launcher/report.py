@@ -7,6 +7,7 @@ import dataclasses
 
 from cluster.config import ClusterConfig
 from launcher.backends.base import HostError, RunOutputs
+from launcher.status import shown_state
 
 CLOCK_SLACK_S = 5.0  # a file counts as this run's when it is at most the run's wall time (plus this) old
 
@@ -26,7 +27,8 @@ def restarts(count: int) -> str:
 
 
 def _task_line(records) -> str:
-    return "tasks: " + ", ".join(f"{r.task.name} {r.state.value}" + (f" (exit {r.exit_code})" if r.exit_code else "")
+    return "tasks: " + ", ".join(f"{r.task.name} {shown_state(r, finished=True)}"
+                                 + (f" (exit {r.exit_code})" if r.exit_code else "")
                                  + (f" after {restarts(r.restarts)}" if r.restarts else "") for r in records)
 
 

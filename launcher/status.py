@@ -55,7 +55,8 @@ def _per_ps_lines(path: Path) -> list[str]:
     return block
 
 
-def _state(record, finished: bool) -> str:
+def shown_state(record, finished: bool) -> str:
+    """The task's state as status and the final report show it."""
     if record.started_at == 0.0:
         return "not started"
     if finished and record.state.value in ("starting", "running", "restarting"):
@@ -66,7 +67,7 @@ def _state(record, finished: bool) -> str:
 
 
 def write_status(config: ClusterConfig, supervisor, started: float, finished: bool = False) -> None:
-    rows = [{"task": r.task.name, "host": r.task.address.host, "pid": r.pid, "state": _state(r, finished),
+    rows = [{"task": r.task.name, "host": r.task.address.host, "pid": r.pid, "state": shown_state(r, finished),
              "restarts": r.restarts, "uptime_s": r.uptime_s, "last_line": r.last_line}
             for r in supervisor.records.values()]
     nothing_started = all(r.started_at == 0.0 for r in supervisor.records.values())

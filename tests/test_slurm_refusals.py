@@ -7,6 +7,7 @@ import pytest
 
 from cluster.settings import slurm_minutes
 from launcher.backends.slurm import endings, limits, refusals
+from clusterkit import run_module
 from test_slurm_placement import SIZES, load, problems
 
 # `scontrol show partition --oneliner` and `sinfo --Node --format='%N %c %G'` as Slurm 22.05 prints them
@@ -143,3 +144,13 @@ def test_the_warning_must_come_inside_the_time_limit(tmp_path):
         "(Slurm's --signal limit); use e.g. 120: time for the chief to write a checkpoint before the time limit "
         "(0: no warning)")
     assert load(tmp_path, SIZES, slurm={"time_limit": "5", "signal_before_end_s": 60}).slurm.signal_before_end_s == 60
+
+
+def test_print_config_shows_the_cluster_file_slurm_steps_read(tmp_path):
+    config = load(tmp_path, SIZES, slurm={"nodes": 3})
+    shown = run_module("roles.launch", "print_config", str(config.source))
+    assert shown.returncode == 0, shown.stderr
+    commands = [line for line in shown.stdout.splitlines() if " -m " in line]
+    assert commands and all(line.endswith(f"--cluster {tmp_path / 'logs' / 'slurm-cluster.json'}")
+                            for line in commands), commands
+    assert ".pscluster" not in shown.stdout

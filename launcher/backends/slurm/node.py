@@ -21,7 +21,8 @@ from common.exit_file import EXIT_FILE_VARIABLE
 from launcher import agent, previous_run, process
 from launcher.backends.slurm import commands as slurm
 from launcher.backends.slurm import endings
-from launcher.backends.base import AgentFailed, Backend, HostUnreachable, PreflightReport, StopResult, TaskStatus
+from launcher.backends.base import (AgentFailed, Backend, HostError, HostUnreachable, PreflightReport, StopResult,
+                                    TaskStatus)
 from launcher.backends.slurm.allocation import Allocation, allocation_path, live_steps
 from launcher.console import say
 
@@ -52,10 +53,13 @@ class SlurmView:
     def _relay_warning(self) -> None:
         lead, seconds = self.config.lead, self.config.slurm.signal_before_end_s
         steps = [s for s in live_steps(self.job_id) if s.name == slurm.step_name(self.config, lead)]
-        for step in steps:
-            slurm.run_client(["scancel", "--signal=TERM", step.step_id])
-        asked = f"sent SIGTERM to {lead.name} (step {steps[0].step_id}) so it checkpoints and stops" if steps else \
-            f"{lead.name} has no step to warn"
+        try:
+            for step in steps:
+                slurm.signal_step(step.step_id, "TERM")
+            asked = f"sent SIGTERM to {lead.name} (step {steps[0].step_id}) so it checkpoints and stops" if steps \
+                else f"{lead.name} has no step to warn"
+        except HostError as error:
+            asked = f"could not signal {lead.name}: {error}"
         say(f"job {self.job_id}: Slurm warns its time limit is {seconds} s away (slurm.signal_before_end_s); {asked}")
 
     def check(self, node: str, now: bool = False) -> None:

@@ -49,7 +49,8 @@ def requested_value(config: ClusterConfig, field: str, node_count: int):
     slurm = config.slurm
     if field == "slurm.nodes":
         return slurm.nodes if slurm.nodes else f"{node_count} (the default: one per ps and worker, plus one)"
-    return getattr(slurm, field.removeprefix("slurm."), None) if field.startswith("slurm.") else None
+    value = getattr(slurm, field.removeprefix("slurm."), None) if field.startswith("slurm.") else None
+    return list(value) if isinstance(value, tuple) else value  # as cluster.json wrote it
 
 
 def sbatch_problem(config: ClusterConfig, stderr: str, node_count: int) -> Problem | None:
