@@ -92,6 +92,7 @@ SBATCH_ERRORS = [
      "slurm.time_limit"),
     ("sbatch: error: Batch job submission failed: Node count specification invalid", "slurm.nodes = '5 (the "
      "default"),
+    ("sbatch: error: Batch job submission failed: Invalid node name specified", "cluster = {'chief': 1, "),
 ]
 
 
@@ -134,6 +135,13 @@ def test_endings_are_named_by_their_cause():
     preempted = "*** JOB 7 ON n02 CANCELLED AT 2026-11-24T05:14:45 DUE TO PREEMPTION ***"
     assert endings.state_of({}, preempted) == "PREEMPTED"
     assert "Slurm no longer lists it" in endings.cause("8", {}, "")
+
+
+def test_the_time_left_is_read_from_endtime():
+    import time
+    end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(1_800_000_000))
+    assert endings.seconds_left({"EndTime": end}, 1_800_000_000 - 90) == 90
+    assert endings.seconds_left({"EndTime": "Unknown"}, 0) is None and endings.seconds_left({}, 0) is None
 
 
 def test_the_warning_must_come_inside_the_time_limit(tmp_path):

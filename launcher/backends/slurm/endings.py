@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 ENDINGS = {
     "TIMEOUT": "it reached its time limit ({limit}; slurm.time_limit)",
@@ -51,3 +52,11 @@ def cause(job_id: str, fields: dict[str, str], output: str) -> str:
 def warned(output: str, marker: str) -> bool:
     """Whether the job's batch shell has written `marker`: Slurm's --signal reached it before the time limit."""
     return marker in output
+
+
+def seconds_left(fields: dict[str, str], now: float) -> float | None:
+    """Seconds until the job's EndTime (Slurm prints local time), None when it has none (no time limit)."""
+    try:
+        return time.mktime(time.strptime(fields.get("EndTime", ""), "%Y-%m-%dT%H:%M:%S")) - now
+    except ValueError:
+        return None

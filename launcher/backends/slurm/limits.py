@@ -91,7 +91,7 @@ def request_problems(config: ClusterConfig, part: Partition, node_count: int, ta
         problems.append(Problem("slurm.gpus_per_worker", slurm.gpus_per_worker, f"asks for GPUs; no node of {where} "
                                 "has a gpu resource (sinfo shows no GPU gres)",
                                 "set it to 0 on CPU-only nodes, or pick a GPU slurm.partition"))
-    if part.state not in ("UP",):
+    if part.state in ("INACTIVE", "DRAIN"):  # takes no jobs at all (a DOWN one queues them until it is UP)
         problems.append(Problem("slurm.partition", part.name, f"is {part.state} (scontrol show partition)",
                                 "pick a partition that is UP (sinfo), or ask its administrator"))
     return problems

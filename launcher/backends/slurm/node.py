@@ -33,22 +33,29 @@ class SlurmView:
     """The job's state and nodes and the nodes' states, asked of slurmctld at most once per `max_age_s` for all
     nodes' backends; relays Slurm's warning before the time limit to the lead's step."""
 
-    def __init__(self, config: ClusterConfig, job_id: str, max_age_s: float):
-        self.config, self.job_id, self.max_age_s = config, job_id, max_age_s
+    def __init__(self, config: ClusterConfig, allocation: Allocation, max_age_s: float):
+        self.config, self.job_id, self.max_age_s = config, allocation.job_id, max_age_s
+        self.owned = allocation.owned  # submitted with --signal; the user's own allocation is watched by EndTime
         self.lock = threading.Lock()
         self.asked_at, self.nodes, self.job, self.job_nodes, self.warned = float("-inf"), {}, {}, set(), False
-        self.output = config.path(config.launcher.logs_dir) / f"slurm-{job_id}.out"  # the holder job's output
+        self.output = config.path(config.launcher.logs_dir) / f"slurm-{self.job_id}.out"  # the holder job's output
 
     def _ask(self) -> None:
         output = slurm.run_client(["sinfo", "--noheader", "--Node", "--format=%N %t"])
         self.nodes = dict(line.split()[:2] for line in output.splitlines() if len(line.split()) >= 2)
         self.job = slurm.job_fields(self.job_id)
-        if self.job.get("JobState") == slurm.RUNNING:
+        if self.job.get("JobState") == slurm.RUNNING and self.job.get("NodeList"):
             self.job_nodes = set(slurm.hostnames(self.job.get("NodeList", "")))
         self.asked_at = time.monotonic()
-        if not self.warned and endings.warned(_read(self.output), endings.WARNING):
+        if not self.warned and self.config.slurm.signal_before_end_s and self._limit_near():
             self.warned = True
             self._relay_warning()
+
+    def _limit_near(self) -> bool:
+        if self.owned:
+            return endings.warned(_read(self.output), endings.WARNING)
+        left = endings.seconds_left(self.job, time.time())
+        return left is not None and left <= self.config.slurm.signal_before_end_s
 
     def _relay_warning(self) -> None:
         lead, seconds = self.config.lead, self.config.slurm.signal_before_end_s
@@ -166,6 +173,6 @@ class SlurmNode(Backend):
 def slurm_backends(config: ClusterConfig) -> dict[str, Backend]:
     """One backend per node that runs a task, all sharing the recorded allocation and one view of Slurm."""
     allocation = Allocation.read(allocation_path(config))
-    view = SlurmView(config, allocation.job_id, config.launcher.poll_s) if allocation else None
+    view = SlurmView(config, allocation, config.launcher.poll_s) if allocation else None
     nodes = dict.fromkeys(t.address.host for t in config.tasks())
     return {node: SlurmNode(config, node, allocation, view) for node in nodes}

@@ -25,6 +25,7 @@ SBATCH_ERRORS = (
     ("accounting/qos policy", "slurm.account",
      "stay within your account's and QOS's limits (sacctmgr show assoc), or ask for less"),
     ("invalid feature", "slurm.sbatch_options", "use features sinfo -o '%P %f' lists"),
+    ("invalid node name", "cluster", "name nodes `sinfo -N` lists, or give job sizes and let Slurm pick"),
 )
 
 # pending reasons that can never clear by waiting: the field to change and the fix
@@ -47,6 +48,8 @@ PER_JOB_LIMIT = ("MaxNodePerJob", "MaxCpuPerJob", "MaxWallDurationPerJob", "MaxT
 def requested_value(config: ClusterConfig, field: str, node_count: int):
     """The value of `field` as the job asked for it (the node count the default chose, too)."""
     slurm = config.slurm
+    if field == "cluster":
+        return list(dict.fromkeys(task.address.host for task in config.launched_tasks())) or dict(config.job_sizes)
     if field == "slurm.nodes":
         return slurm.nodes if slurm.nodes else f"{node_count} (the default: one per ps and worker, plus one)"
     value = getattr(slurm, field.removeprefix("slurm."), None) if field.startswith("slurm.") else None
