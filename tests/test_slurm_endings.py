@@ -111,3 +111,26 @@ def test_a_node_set_down_is_lost_and_a_time_limit_warns_the_chief_then_ends_as_t
     assert re.search(r"tasks: chief:0 stopped after 1 restart, worker:0 stopped, worker:1 lost, ps:0 stopped", log)
     assert "(time limit, scancel, preemption?)" not in log
     assert_nothing_left(slurm, tmp_path)
+
+
+def test_the_batch_scripts_warning_reaches_the_chiefs_step_alone(slurm, tmp_path):
+    path = cluster_file(tmp_path, {"chief": 1, "worker": 1, "ps": 1}, {"epochs": 100, "steps_per_epoch": 50},
+                        slurm={"nodes": 2})
+    logs, script = tmp_path / "logs", tmp_path / "job.sh"
+    written = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "roles.launch", "sbatch", path,
+                              "--output", str(script)], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                             env=slurm.env)
+    assert written.returncode == 0 and "#SBATCH --signal=B:USR1@120" in script.read_text(), written.stderr
+    job_id = slurm.run(["sbatch", "--parsable", str(script)]).stdout.strip()
+    try:
+        assert wait_for_line(logs / "chief-0.log", "train | epoch 1/", 180), (logs / f"slurm-{job_id}.out")
+        slurm.run(["scancel", "--batch", "--signal=USR1", job_id])  # what Slurm sends 120 s before the limit
+        state = slurm.wait_for_job(job_id, timeout_s=120)
+    finally:
+        slurm.run(["scancel", job_id], check=False)
+    output = (logs / f"slurm-{job_id}.out").read_text()
+    assert "the time limit is near: SIGTERM to the lead trainer" in output, output
+    code = int(re.search(r"lead trainer exited with code (\d+)", output)[1])
+    assert code != 0 and state != "COMPLETED", output  # the chief ended early, by the signal; 4 once it checkpoints
+    assert "CANCELLED" in (logs / "ps-0.log").read_text() and "[batch] training did not finish" in output, output
+    assert wait_until(lambda: queue(slurm) == "", 30)

@@ -5,8 +5,8 @@ The script places the tasks on the job's nodes as the launcher would (node names
 worker, chief and evaluator as its own step with the environment cluster/taskspec.py builds, waits for the chief
 and the evaluator, then stops the ps and workers, prints the summary and model paths and exits with the chief's
 exit code. As `sh run.sh` does, it first moves the previous run's task logs to logs/previous/ (and, written with
---fresh, the previous output_dir aside). When Slurm warns that the time limit is near (--signal), the chief gets
-SIGTERM, so it can checkpoint. It does not heal: a step that dies stays dead (the launcher's `sh run.sh` heals).
+--fresh, the previous output_dir aside). When Slurm warns that the time limit is near (--signal), the chief's
+step gets SIGTERM (scancel --signal), so it can checkpoint. It does not heal: a step that dies stays dead (the launcher's `sh run.sh` heals).
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ def script(config: ClusterConfig, fresh: bool = False) -> str:
     names = [] if config.job_sizes else slurm.node_request(config)[1]
     strategy = config.strategy
     variables = taskspec.task_variables(symbolic, symbolic.launched_tasks()[0])
-    lines = header(config, node_count, names) + node_lines(node_count) + cluster_file_lines(symbolic, node_count)
+    lines = header(config, node_count, names) + warning_lines(symbolic) + node_lines(node_count)
+    lines += cluster_file_lines(symbolic, node_count)
     lines += ["unset " + " ".join(taskspec.PROXY_VARIABLES) + "  # proxies break gRPC",
               "export " + " ".join(f"{name}={shlex.quote(variables[name])}" for name in COMMON_VARIABLES),
               "servers=''", "started=$(date +%s)"]
@@ -124,12 +125,22 @@ def script(config: ClusterConfig, fresh: bool = False) -> str:
     return "\n".join(lines + ending(symbolic, python)) + "\n"
 
 
+def warning_lines(config: ClusterConfig) -> list[str]:
+    """Set first: when Slurm warns of the time limit (--signal=B:USR1@...), SIGTERM goes to the lead's step alone
+    (srun itself, sent SIGTERM, would kill its step), so the lead can checkpoint; the script goes on waiting."""
+    return ["warn_lead() {",
+            f'    echo "{WARNING}: SIGTERM to the lead trainer, so it checkpoints"',
+            '    for step in $(squeue --steps --noheader --jobs="$SLURM_JOB_ID" --format="%i %j" | '
+            f"awk '$2 == \"{slurm.step_name(config, config.lead)}\" {{print $1}}'); do",
+            '        scancel --signal=TERM "$step" 2>/dev/null  # Slurm 22.05 delivers it, yet may exit 225',
+            "    done",
+            "}",
+            f"trap warn_lead {slurm.WARN_SIGNAL}"]
+
+
 def ending(config: ClusterConfig, python: str) -> list[str]:
-    """Wait for the lead trainer (SIGTERM relayed to it when Slurm warns of the time limit) and the evaluator,
-    then stop the servers and print what the run wrote; exit with the lead's code."""
-    warn = f'echo "{WARNING}: SIGTERM to the lead trainer, so it checkpoints"; kill -TERM "$lead"'
-    lines = [f"trap '{warn}' {slurm.WARN_SIGNAL}",
-             'wait "$lead"; code=$?',
+    """Wait for the lead trainer (also after the warning's trap) and the evaluator, then stop the servers and print what the run wrote; exit with the lead's code."""
+    lines = ['wait "$lead"; code=$?',
              'while kill -0 "$lead" 2>/dev/null; do wait "$lead"; code=$?; done  # a trap ends a wait early',
              'echo "lead trainer exited with code $code"']
     if config.tasks(("evaluator",)):
