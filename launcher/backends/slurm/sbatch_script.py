@@ -6,7 +6,8 @@ worker, chief and evaluator as its own step with the environment cluster/taskspe
 and the evaluator, then stops the ps and workers, prints the summary and model paths and exits with the chief's
 exit code. As `sh run.sh` does, it first moves the previous run's task logs to logs/previous/ (and, written with
 --fresh, the previous output_dir aside). When Slurm warns that the time limit is near (--signal), the chief's
-step gets SIGTERM (scancel --signal), so it can checkpoint. It does not heal: a step that dies stays dead (the launcher's `sh run.sh` heals).
+step gets SIGTERM (scancel --signal), so it can checkpoint. It does not heal: a step that dies stays dead (the
+launcher's `sh run.sh` heals).
 """
 
 from __future__ import annotations
@@ -139,7 +140,8 @@ def warning_lines(config: ClusterConfig) -> list[str]:
 
 
 def ending(config: ClusterConfig, python: str) -> list[str]:
-    """Wait for the lead trainer (also after the warning's trap) and the evaluator, then stop the servers and print what the run wrote; exit with the lead's code."""
+    """Wait for the lead trainer (also after the warning's trap) and the evaluator, then stop the servers and
+    print what the run wrote; exit with the lead's code."""
     lines = ['wait "$lead"; code=$?',
              'while kill -0 "$lead" 2>/dev/null; do wait "$lead"; code=$?; done  # a trap ends a wait early',
              'echo "lead trainer exited with code $code"']
