@@ -114,7 +114,7 @@ def script(config: ClusterConfig, fresh: bool = False) -> str:
     lines += cluster_file_lines(symbolic, node_count)
     lines += ["unset " + " ".join(taskspec.PROXY_VARIABLES) + "  # proxies break gRPC",
               "export " + " ".join(f"{name}={shlex.quote(variables[name])}" for name in COMMON_VARIABLES),
-              "servers=''", "started=$(date +%s)"]
+              "servers=''"]
     python = shlex.quote(taskspec.task_command(symbolic, symbolic.lead)[0])
     lines += [f'{python} -m launcher.backends.slurm.batch_steps before "$cluster"{" --fresh" if fresh else ""} '
               "|| exit $?"]
@@ -149,7 +149,7 @@ def ending(config: ClusterConfig, python: str) -> list[str]:
         lines.append('wait "$evaluator"')
     if config.strategy.server_jobs:
         lines.append("kill $servers 2>/dev/null  # srun cancels its step")
-    return lines + ["wait", f'{python} -m launcher.backends.slurm.batch_steps after "$cluster" --started "$started"',
+    return lines + ["wait", f'{python} -m launcher.backends.slurm.batch_steps after "$cluster"',
                     'exit "$code"']
 
 
