@@ -13,7 +13,7 @@ from cluster import recommender_options as clicks
 from cluster.addresses import Address, Task, ip_of, parse_address
 from cluster.evaluation_options import EvaluationOptions, parse_evaluation_options
 from cluster.settings import (LAUNCHER_CHECKS, SLURM_CHECKS, HostSettings, LauncherSettings, SlurmSettings,
-                              check_gpus_suffice, parse_hosts)
+                              check_gpus_suffice, check_signal_fits, parse_hosts)
 from cluster.strategies import Strategy, StrategyName, strategy_named
 from cluster.training_options import TrainingOptions, parse_training_options
 from common.errors import Problem, UserError
@@ -132,6 +132,7 @@ def parse(raw: Any, source: Path) -> ClusterConfig:
     launcher = parse_section(LauncherSettings, _section(raw, "launcher", problems), LAUNCHER_CHECKS, "launcher.",
                              problems)
     slurm = parse_section(SlurmSettings, _section(raw, "slurm", problems), SLURM_CHECKS, "slurm.", problems)
+    check_signal_fits(slurm, problems)
     kubernetes = parse_section(k8s.KubernetesSettings, _section(raw, "kubernetes", problems), k8s.KUBERNETES_CHECKS,
                                "kubernetes.", problems)
     if job_sizes.is_sized(raw.get("cluster")) or launcher.backend == "kubernetes":

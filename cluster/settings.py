@@ -67,6 +67,7 @@ class SlurmSettings:
     port_base: int = 22220
     job_name: str = "pscluster"
     start_timeout_s: float = 300.0
+    signal_before_end_s: int = 120  # Slurm warns the batch shell this long before the time limit (--signal)
 
 
 def parse_hosts(hosts: dict, problems: list[Problem]) -> dict[str, HostSettings]:
@@ -158,7 +159,34 @@ SLURM_CHECKS = {
     "job_name": Check(lambda v: isinstance(v, str) and bool(SLURM_NAME.match(v)),
                       "may hold only letters, digits and _ . + -", "use e.g. pscluster"),
     "start_timeout_s": seconds_check("300 (how long the job may wait in the queue)"),
+    "signal_before_end_s": Check(int_in(0, 65535), "must be a whole number of seconds from 0 to 65535 (Slurm's "
+                                 "--signal limit)", "use e.g. 120: time for the chief to write a checkpoint "
+                                 "before the time limit (0: no warning)"),
 }
+
+
+def slurm_minutes(limit: str) -> float | None:
+    """A Slurm time (`minutes`, `m:s`, `h:m:s`, `d-h`, `d-h:m`, `d-h:m:s`) in minutes; None for UNLIMITED."""
+    if limit.upper() in ("UNLIMITED", "INFINITE", "NONE"):
+        return None
+    days, _, clock = limit.rpartition("-")
+    parts = [float(p) for p in clock.split(":")]
+    if days:
+        hours, mins, secs = (parts + [0, 0])[:3]
+    elif len(parts) == 3:
+        hours, mins, secs = parts
+    else:
+        hours, mins, secs = 0, parts[0], (parts[1] if len(parts) > 1 else 0)
+    return float(days or 0) * 1440 + hours * 60 + mins + secs / 60
+
+
+def check_signal_fits(slurm: SlurmSettings, problems: list[Problem]) -> None:
+    """The warning before the time limit must come after the job starts."""
+    limit = slurm_minutes(slurm.time_limit) if slurm.time_limit and SLURM_TIME.match(slurm.time_limit) else None
+    if limit is not None and slurm.signal_before_end_s and slurm.signal_before_end_s >= limit * 60:
+        problems.append(Problem("slurm.signal_before_end_s", slurm.signal_before_end_s,
+                                f"is not shorter than slurm.time_limit ({slurm.time_limit})",
+                                f"use less than {limit * 60:.0f} s, e.g. a tenth of the time limit"))
 
 
 def check_gpus_suffice(jobs, hosts: dict[str, HostSettings], problems: list[Problem]) -> None:

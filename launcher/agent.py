@@ -11,6 +11,7 @@ import dataclasses
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -30,6 +31,11 @@ from launcher import firewall, previous_run, process, run_outputs
 from launcher.backends.base import FirewallReport, PreflightReport, StopOutcome, StopResult, TaskStatus, as_json
 
 
+TF_NOISE = re.compile(r"oneDNN custom operations|TF_ENABLE_ONEDNN_OPTS|cpu_feature_guard|This TensorFlow binary "
+                      r"is optimized|rebuild TensorFlow with|Unable to register cu(DNN|FFT|BLAS) factory|"
+                      r"computation_placer|absl::InitializeLog|cuda_(executor|driver|blas|fft|dnn)")
+
+
 def task_file(config: ClusterConfig, task: Task, suffix: str) -> Path:
     return config.path(config.launcher.logs_dir) / f"{task.job}-{task.index}.{suffix}"
 
@@ -41,7 +47,8 @@ def last_line(path: Path) -> str:
             lines = handle.read().decode(errors="replace").strip().splitlines()
     except OSError:
         return ""
-    return lines[-1] if lines else ""
+    ours = [line for line in lines if not TF_NOISE.search(line)]  # TensorFlow's start-up notices say nothing
+    return (ours or lines or [""])[-1]
 
 
 def read_exit_code(config: ClusterConfig, task: Task) -> int | None:

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 from cluster.config import ClusterConfig
-from launcher import ssh_commands
+from launcher.backends.ssh import commands as ssh_commands
 from launcher.backends.local import is_this_machine
 
 SECONDS = 1.0

@@ -6,7 +6,8 @@ import data
 from cluster import crosschecks
 from cluster.config import PROJECT_ROOT, ClusterConfig
 from common.errors import Problem, UserError
-from launcher import agent, ssh_commands
+from launcher import agent
+from launcher.backends.ssh import commands as ssh_commands
 from launcher.backends.base import AgentFailed, BootstrapFailed, HostError, HostUnreachable
 
 

@@ -7,6 +7,7 @@ import dataclasses
 
 from cluster.config import ClusterConfig
 from launcher.backends.base import HostError, RunOutputs
+from launcher.status import shown_state
 
 CLOCK_SLACK_S = 5.0  # a file counts as this run's when it is at most the run's wall time (plus this) old
 
@@ -21,12 +22,17 @@ def _this_run(age_s: float | None, wall_s: float) -> bool:
     return age_s is not None and age_s <= wall_s + CLOCK_SLACK_S
 
 
+def restarts(count: int) -> str:
+    return f"{count} restart{'' if count == 1 else 's'}"
+
+
 def _task_line(records) -> str:
-    return "tasks: " + ", ".join(f"{r.task.name} {r.state.value}" + (f" (exit {r.exit_code})" if r.exit_code else "")
-                                 + (f" after {r.restarts} restarts" if r.restarts else "") for r in records)
+    return "tasks: " + ", ".join(f"{r.task.name} {shown_state(r, finished=True)}"
+                                 + (f" (exit {r.exit_code})" if r.exit_code else "")
+                                 + (f" after {restarts(r.restarts)}" if r.restarts else "") for r in records)
 
 
-def _summary_lines(outputs: RunOutputs, where: str, wall_s: float) -> tuple[list[str], bool]:
+def summary_lines(outputs: RunOutputs, where: str, wall_s: float) -> tuple[list[str], bool]:
     summary, output = outputs.summary, f"{where}{outputs.output}"
     if summary is None:
         return [f"no summary in {output}: training did not finish"], False
@@ -46,7 +52,7 @@ def _summary_lines(outputs: RunOutputs, where: str, wall_s: float) -> tuple[list
             f"model: {where}{summary.model['h5']} (also saved_model/ and model.keras)"], True
 
 
-def _best_line(outputs: RunOutputs, where: str, wall_s: float) -> list[str]:
+def best_line(outputs: RunOutputs, where: str, wall_s: float) -> list[str]:
     best = outputs.best
     if best is None:
         return []
@@ -65,8 +71,8 @@ def final_report(config: ClusterConfig, supervisor, wall_s: float) -> Report:
     trained = False
     try:
         outputs = lead_host.run_outputs()
-        summary_lines, trained = _summary_lines(outputs, where, wall_s)
-        lines += summary_lines + _best_line(outputs, where, wall_s)
+        found, trained = summary_lines(outputs, where, wall_s)
+        lines += found + best_line(outputs, where, wall_s)
         events = lead_host.fetch_tensorboard(str(config.path(config.launcher.logs_dir) / "tensorboard"))
     except HostError as error:
         lines.append(f"could not read this run's files on {lead_host.name}: {error}")

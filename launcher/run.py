@@ -92,7 +92,7 @@ def stop_all(config: ClusterConfig) -> list[str]:
     lines = []
     record = process.PidRecord.read(launcher_pid_path(config))
     if record and process.is_running(record):
-        lines.append(f"launcher (pid {record.pid}): {process.stop(record, grace_s=60)}")
+        lines.append(f"launcher (pid {record.pid}): {process.stop(record, grace_s=60).value}")
     launcher_pid_path(config).unlink(missing_ok=True)
     return lines + Supervisor(config, say).stop_everything()
 

@@ -55,16 +55,19 @@ def _per_ps_lines(path: Path) -> list[str]:
     return block
 
 
-def _state(record) -> str:
+def shown_state(record, finished: bool) -> str:
+    """The task's state as status and the final report show it."""
     if record.started_at == 0.0:
         return "not started"
+    if finished and record.state.value in ("starting", "running", "restarting"):
+        return "stopped"  # the run is over: the launcher stopped it, or it ended with the allocation
     if record.state.value == "restarting" and record.restart_at == float("inf"):
         return "held"  # the lead, waiting for every ps (or a lost worker) to answer again
     return record.state.value
 
 
 def write_status(config: ClusterConfig, supervisor, started: float, finished: bool = False) -> None:
-    rows = [{"task": r.task.name, "host": r.task.address.host, "pid": r.pid, "state": _state(r),
+    rows = [{"task": r.task.name, "host": r.task.address.host, "pid": r.pid, "state": shown_state(r, finished),
              "restarts": r.restarts, "uptime_s": r.uptime_s, "last_line": r.last_line}
             for r in supervisor.records.values()]
     nothing_started = all(r.started_at == 0.0 for r in supervisor.records.values())

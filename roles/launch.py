@@ -11,12 +11,17 @@ import fire
 
 from cluster import config as cluster_config
 from cluster import taskspec
+from cluster.config import PROJECT_ROOT
 from common.errors import USER_ERROR_EXIT_CODE, Problem, UserError, exit_on_user_error
 from common.fields import is_int, is_number
 from common.logs import import_tensorflow_quietly, quiet_tensorflow
-from launcher import process, reload, sbatch_script, slurm_run
+from launcher import process, reload
+from launcher.backends.slurm import allocation as slurm_allocation
+from launcher.backends.slurm import commands as slurm_commands
+from launcher.backends.slurm import run as slurm_run
+from launcher.backends.slurm import sbatch_script
 from launcher.backends import backends_for
-from launcher.backends.ssh import command_as_run
+from launcher.backends.ssh.host import command_as_run
 from launcher.console import say
 from launcher.preflight import PreflightFailed, check_cluster
 from launcher.run import launcher_pid_path, run_job, start_in_background, stop_all
@@ -115,6 +120,7 @@ class Launcher:
     def print_config(self, cluster: str = "cluster.json") -> None:
         """Shows each task's TF_CONFIG, environment and command line without starting anything."""
         config = cluster_config.load(cluster)
+        read_from = slurm_run.cluster_file_read(config) if _under_slurm(config) else None
         if config.job_sizes:
             config, nodes = sbatch_script.symbolic_config(config)
             print(f"# job sizes: placed when the job starts; shown on stand-ins for its {nodes} nodes, in "
@@ -125,6 +131,8 @@ class Launcher:
         hosts = backends_for(config)
         for task in config.launched_tasks():
             workdir, command = command_as_run(config, task, hosts[task.address.host].is_remote)
+            if read_from:  # steps start here, in the project, and read the placed cluster.json
+                workdir, command = str(PROJECT_ROOT), [*command[:-1], str(read_from)]
             print(f"# {task.name} on {task.address.host}, from {workdir}")
             print("unset " + " ".join(taskspec.PROXY_VARIABLES))
             for name, value in taskspec.task_variables(config, task).items():
@@ -133,14 +141,22 @@ class Launcher:
             print()
 
     @exit_on_user_error("[launcher] ")
-    def sbatch(self, cluster: str = "cluster.json", output: str = "job.sh") -> None:
+    def sbatch(self, cluster: str = "cluster.json", output: str = "job.sh", fresh: bool = False) -> None:
         """Writes a batch script that runs CLUSTER's tasks as job steps, for `sbatch job.sh` (it does not heal).
+
+        Refused (exit 2) when the partition can never run it (nodes, CPUs, time limit, GPUs), as Slurm's
+        `scontrol show partition` and `sinfo` tell here.
 
         Args:
           cluster: path of cluster.json.
           output: where to write the script.
+          fresh: the script starts over: it moves the previous run's output_dir aside (to OUTPUT.replaced-<time>)
+            before training. Without it a second submission resumes (a finished run trains nothing).
         """
-        path = sbatch_script.write(cluster_config.load(cluster), Path(output))
+        config = cluster_config.load(cluster)
+        if not slurm_allocation.check_request(config, slurm_commands.node_request(config)[0]):
+            say("could not ask Slurm about the partition here (no sinfo/scontrol answer): the request is unchecked")
+        path = sbatch_script.write(config, Path(output), fresh=fresh)
         say(f"wrote {path}: submit it with `sbatch {shlex.quote(str(path))}`; logs go to the logs directory")
 
     @exit_on_user_error("[launcher] ")

@@ -17,7 +17,7 @@ import pytest
 
 import netns
 from clusterkit import ROOT, free_ports, processes_mentioning, write_cluster
-from launcher.ssh_commands import CONTROL_PATH
+from launcher.backends.ssh.commands import CONTROL_PATH
 
 pytestmark = [pytest.mark.multihost, pytest.mark.cluster]
 PYTHON = str(ROOT / ".venv" / "bin" / "python")

@@ -115,7 +115,8 @@ def test_killed_worker_and_ps_steps_are_relaunched_on_their_nodes_and_the_chief_
     finally:
         sh(slurm, str(ROOT / "kill.sh"), path)
     log = (logs / "launcher.log").read_text()
-    assert "worker:1 stopped after 1 restarts" in log and "ps:0 stopped after 1 restarts" in log, log
+    assert "worker:1 stopped after 1 restart" in log and "ps:0 stopped after 1 restart" in log
+    assert "1 restarts" not in log, log
     assert "chief:0 stopped until every ps is back" in log
     assert_trained_and_evaluated(tmp_path / "output")
     assert_nothing_left(slurm, tmp_path)
@@ -148,7 +149,7 @@ def test_kill_sh_stops_every_step_and_cancels_the_job(slurm, tmp_path):
     assert again.returncode == 0 and "nothing to stop" in again.stderr, again.stderr
 
 
-def test_a_job_that_ends_under_the_run_stops_it_and_leaves_nothing(slurm, tmp_path):
+def test_a_job_cancelled_under_the_run_is_named_cancelled_and_leaves_nothing(slurm, tmp_path):
     path = cluster_file(tmp_path, {"chief": 1, "worker": 1, "ps": 1}, {"epochs": 50})
     logs = tmp_path / "logs"
     started = sh(slurm, str(ROOT / "run.sh"), "--detach", path)
@@ -156,27 +157,53 @@ def test_a_job_that_ends_under_the_run_stops_it_and_leaves_nothing(slurm, tmp_pa
     try:
         assert wait_for_line(logs / "launcher.log", "ready: ", 120), (logs / "launcher.log").read_text()
         job_id = json.loads((logs / "slurm-job.json").read_text())["job_id"]
-        slurm.run(["scancel", job_id])  # as a time limit or an administrator would
-        assert wait_for_line(logs / "launcher.log", f"run failed: job {job_id} is", 60), (logs / "launcher.log"
-                                                                                          ).read_text()
+        slurm.run(["scancel", job_id])  # as an administrator would
+        assert wait_for_line(logs / "launcher.log", f"run failed: job {job_id} ended at", 60), (
+            logs / "launcher.log").read_text()
         assert wait_for_line(logs / "launcher.log", "nothing of it remains", 60), (logs / "launcher.log").read_text()
     finally:
-        sh(slurm, str(ROOT / "kill.sh"), path)
+        down = sh(slurm, str(ROOT / "kill.sh"), path)
+    log = (logs / "launcher.log").read_text()
+    assert re.search(rf"run failed: job {job_id} ended at \S+: CANCELLED \(it was cancelled with scancel by a user "
+                     r"or an administrator, not by this launcher\); `sh run.sh` again", log), log
+    assert "StopOutcome" not in down.stderr, down.stderr
+    status = sh(slurm, str(ROOT / "run.sh"), "status", path).stdout
+    assert " running " not in status and re.search(r"^chief:0 .* stopped ", status, re.MULTILINE), status
     assert_nothing_left(slurm, tmp_path)
 
 
-def test_the_exported_sbatch_script_runs_as_written(slurm, tmp_path):
-    path = cluster_file(tmp_path, {"chief": 1, "worker": 2, "ps": 1, "evaluator": 1},
-                        {"epochs": 2, "steps_per_epoch": 20}, slurm={"nodes": 3, "time_limit": "10:00"})
+def submitted(slurm, tmp_path, path: str, *options: str) -> str:
+    """Writes the batch script (`roles.launch sbatch`), submits it, waits until it ends; returns its output file."""
     script = tmp_path / "job.sh"
     written = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "roles.launch", "sbatch", path,
-                              "--output", str(script)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+                              "--output", str(script), *options], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60, env=slurm.env)
     assert written.returncode == 0, written.stderr
     job_id = slurm.run(["sbatch", "--parsable", str(script)]).stdout.strip()
     state = slurm.wait_for_job(job_id, timeout_s=300)  # polled: `sbatch --wait` returns up to 10 s late
     output = (tmp_path / "logs" / f"slurm-{job_id}.out").read_text()
     assert state == "COMPLETED", output + (tmp_path / "logs" / "chief-0.log").read_text()[-3000:]
     assert "lead trainer exited with code 0" in output
-    assert_trained_and_evaluated(tmp_path / "output")
+    return output
+
+
+def test_the_exported_sbatch_script_runs_as_written_and_again_with_and_without_fresh(slurm, tmp_path):
+    path = cluster_file(tmp_path, {"chief": 1, "worker": 2, "ps": 1, "evaluator": 1},
+                        {"epochs": 2, "steps_per_epoch": 20}, slurm={"nodes": 3, "time_limit": "10:00"})
+    output = submitted(slurm, tmp_path, path)
+    first = assert_trained_and_evaluated(tmp_path / "output")
     assert "CANCELLED" in (tmp_path / "logs" / "ps-0.log").read_text()  # stopped once the chief had finished
+    model = f"model: {tmp_path / 'output' / 'model' / 'model.h5'}"
+    assert "[batch] trained 2 epochs" in output and model in output and "[batch] best: ckpt-" in output, output
+    assert_nothing_left(slurm, tmp_path)
+
+    output = submitted(slurm, tmp_path, path)  # the same run again: complete already, so nothing is trained
+    assert "[batch] trained nothing:" in output and "--fresh" in output, output
+    assert (tmp_path / "logs" / "previous" / "chief-0.log").exists()  # the first run's logs set aside
+    assert json.loads((tmp_path / "output" / "summary.json").read_text()) == first
+
+    output = submitted(slurm, tmp_path, path, "--fresh")
+    assert "[batch] --fresh: the previous run moved to" in output and "[batch] trained 2 epochs" in output, output
+    assert len(list(tmp_path.glob("output.replaced-*"))) == 1
+    assert_trained_and_evaluated(tmp_path / "output")
     assert_nothing_left(slurm, tmp_path)

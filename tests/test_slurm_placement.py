@@ -13,8 +13,8 @@ from cluster import job_sizes
 from cluster.strategies import StrategyName, strategy_named
 from clusterkit import write_cluster
 from common.errors import UserError
-from launcher import sbatch_script
-from launcher import slurm_commands as slurm
+from launcher.backends.slurm import sbatch_script
+from launcher.backends.slurm import commands as slurm
 
 PS = strategy_named(StrategyName.PARAMETER_SERVER)
 SIZES = {"chief": 1, "worker": 2, "ps": 2, "evaluator": 1}
@@ -81,10 +81,11 @@ def test_each_mistake_is_one_line_naming_field_value_and_fix(tmp_path, cluster, 
 def test_the_holder_job_asks_for_what_the_placement_needs(tmp_path):
     config = load(tmp_path, SIZES, slurm={"nodes": 3, "partition": "batch", "account": "lab", "cpus_per_task": 2,
                                           "gpus_per_worker": 1, "sbatch_options": ["--qos=high"]})
-    argv = slurm.holder_job_argv(config, 3, [], "out-%j")
+    argv = slurm.holder_job_argv(config, 3, [], "out-%j", "warned")
     assert argv[:3] == ["sbatch", "--parsable", "--output=out-%j"]
     assert {"--nodes=3", "--ntasks-per-node=2", "--cpus-per-task=2", "--no-kill", "--partition=batch",
-            "--account=lab", "--gpus-per-node=1", "--qos=high", "--wrap=exec sleep infinity"} <= set(argv)
+            "--account=lab", "--gpus-per-node=1", "--qos=high", "--signal=B:USR1@120"} <= set(argv)
+    assert argv[-1] == "--wrap=trap 'echo \"warned\"' USR1; while :; do sleep 5 & wait $!; done"
 
 
 def test_named_nodes_are_asked_for_by_name(tmp_path):

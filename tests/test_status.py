@@ -6,6 +6,7 @@ import json
 
 from clusterkit import cluster_document, write_cluster
 from cluster import config as cluster_config
+from launcher import agent
 from launcher.status import render_status, run_progress
 
 CHIEF_LOG = """[chief:0] 10:00:00 per ps:   ps:1 | held      90.0 MiB | lookups/step    2000 | moved/step    0.50 MiB
@@ -31,3 +32,15 @@ def test_status_shows_progress_and_the_per_ps_report(tmp_path):
     shown = render_status(config).splitlines()
     assert shown[-2].startswith("per ps:   ps:0 | held     100.0 MiB | lookups/step    2250")
     assert shown[-3].startswith("epoch 2/6 | step 44/132 | steps per s 43.1")
+
+
+def test_the_last_log_line_skips_tensorflows_start_up_notices(tmp_path):
+    log = tmp_path / "ps-0.log"
+    log.write_text("[ps:0] 10:00:00 ps:0 listening on n02:22223\n"
+                   "2026-11-24 10:00:01.1 I tensorflow/core/util/port.cc:153] oneDNN custom operations are on. You "
+                   "may see slightly different numerical results. To turn them off, set TF_ENABLE_ONEDNN_OPTS=0.\n"
+                   "2026-11-24 10:00:01.2 I tensorflow/core/platform/cpu_feature_guard.cc:210] This TensorFlow "
+                   "binary is optimized to use available CPU instructions\n")
+    assert agent.last_line(log) == "[ps:0] 10:00:00 ps:0 listening on n02:22223"
+    log.write_text("2026-11-24 10:00:01.1 I tensorflow/core/util/port.cc:153] oneDNN custom operations are on.\n")
+    assert "oneDNN" in agent.last_line(log)  # nothing else yet: the notice is still better than nothing

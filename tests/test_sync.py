@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from launcher.ssh_commands import sync_filters, user_code
+from launcher.backends.ssh.commands import sync_filters, user_code
 
 pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="needs rsync (tests/system_packages.sh)")
 

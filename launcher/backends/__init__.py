@@ -9,7 +9,7 @@ from launcher.backends.base import Backend
 def hosts_backends(config: ClusterConfig) -> dict[str, Backend]:
     """One backend per host of the cluster: LocalHost for this machine's names and addresses, SshHost otherwise."""
     from launcher.backends.local import LocalHost, is_this_machine
-    from launcher.backends.ssh import SshHost
+    from launcher.backends.ssh.host import SshHost
 
     names = sorted({t.address.host for t in config.tasks()})
     return {name: LocalHost(config, name) if is_this_machine(name) else SshHost(config, name) for name in names}
@@ -17,7 +17,7 @@ def hosts_backends(config: ClusterConfig) -> dict[str, Backend]:
 
 def slurm_backends(config: ClusterConfig) -> dict[str, Backend]:
     """One backend per node of the Slurm allocation that runs a task; each task is a job step."""
-    from launcher.backends.slurm import slurm_backends as per_node
+    from launcher.backends.slurm.node import slurm_backends as per_node
 
     return per_node(config)
 

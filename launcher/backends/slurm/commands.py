@@ -13,12 +13,16 @@ from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from launcher.backends.base import AgentFailed, HostUnreachable
 
 CLIENT_TIMEOUT_S = 30
-HOLD_ALLOCATION = "exec sleep infinity"  # the batch script only holds the nodes; every task is a step of its own
+WARN_SIGNAL = "USR1"  # Slurm's --signal to the batch shell before the time limit (SIGTERM would end the job)
 RUNNING, PENDING = "RUNNING", "PENDING"
 
 
 class SlurmError(AgentFailed):
     """A Slurm client command failed although slurmctld answered (bad option, unknown job, no such node)."""
+
+    def __init__(self, message: str, stderr: str = ""):
+        super().__init__(message)
+        self.stderr = stderr  # Slurm's whole complaint (sbatch explains over several lines)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +47,7 @@ def run_client(argv: Sequence[str], timeout_s: float = CLIENT_TIMEOUT_S) -> str:
         raise HostUnreachable(f"slurmctld did not answer `{shlex.join(argv)}` within {timeout_s:.0f} s") from None
     if result.returncode != 0:
         reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SlurmError(f"`{shlex.join(argv)}` failed (exit {result.returncode}): {reason}")
+        raise SlurmError(f"`{shlex.join(argv)}` failed (exit {result.returncode}): {reason}", result.stderr)
     return result.stdout
 
 
@@ -84,15 +88,19 @@ def allocation_options(config: ClusterConfig, node_count: int, nodelist: Sequenc
     options += [f"--partition={slurm.partition}"] if slurm.partition else []
     options += [f"--time={slurm.time_limit}"] if slurm.time_limit else []
     options += [f"--account={slurm.account}"] if slurm.account else []
+    options += [f"--signal=B:{WARN_SIGNAL}@{slurm.signal_before_end_s}"] if slurm.signal_before_end_s else []
     if slurm.gpus_per_worker:
         options.append(f"--gpus-per-node={slurm.gpus_per_worker * most_per_node(config, ('worker',))}")
     return options + list(slurm.sbatch_options)
 
 
-def holder_job_argv(config: ClusterConfig, node_count: int, nodelist: Sequence[str], output: str) -> list[str]:
-    """sbatch for a job that only holds the allocation until it is cancelled; prints the job id."""
+def holder_job_argv(config: ClusterConfig, node_count: int, nodelist: Sequence[str], output: str,
+                    warning: str) -> list[str]:
+    """sbatch for a job that only holds the allocation until it is cancelled (every task is a step of its own);
+    its shell prints `warning` into its output when Slurm warns of the time limit. Prints the job id."""
+    hold = f"trap 'echo \"{warning}\"' {WARN_SIGNAL}; while :; do sleep 5 & wait $!; done"
     return ["sbatch", "--parsable", f"--output={output}", *allocation_options(config, node_count, nodelist),
-            f"--wrap={HOLD_ALLOCATION}"]
+            f"--wrap={hold}"]
 
 
 def step_options(config: ClusterConfig, task: Task) -> list[str]:
@@ -108,14 +116,13 @@ def step_argv(config: ClusterConfig, task: Task, job_id: str, command: Sequence[
     return ["srun", f"--jobid={job_id}", *step_options(config, task), *command]
 
 
-def job_field(job_id: str, field: str) -> str | None:
-    """A field of `scontrol show job` (JobState, NodeList, ...), None once Slurm has forgotten the job."""
+def job_fields(job_id: str) -> dict[str, str]:
+    """`scontrol show job` as fields (JobState, Reason, NodeList, EndTime, ...); empty once Slurm forgot the job."""
     try:
         text = run_client(["scontrol", "show", "job", "--oneliner", job_id])
     except SlurmError:
-        return None
-    match = re.search(rf"\b{field}=(\S+)", text)
-    return match[1] if match else None
+        return {}
+    return dict(re.findall(r"(?:^|\s)([A-Za-z/:]+)=(\S*)", text.strip()))
 
 
 def queue_state(job_id: str) -> str:
@@ -151,6 +158,16 @@ def node_state(node: str) -> str:
 def node_is_lost(state: str) -> bool:
     """Down, failed, or not responding (a trailing `*`): its steps are gone or unreachable."""
     return state.startswith(("down", "fail", "unknown")) or state.endswith("*")
+
+
+def signal_step(step_id: str, signal_name: str) -> None:
+    """Sends a signal to one step's tasks without cancelling it. Slurm 22.05's scancel delivers it but exits 225
+    with "Invalid job id specified" for a step of a running job (seen here): that answer is no error."""
+    try:
+        run_client(["scancel", f"--signal={signal_name}", step_id])
+    except SlurmError as error:
+        if "Invalid job id specified" not in str(error):
+            raise
 
 
 def cancel(target: str) -> None:

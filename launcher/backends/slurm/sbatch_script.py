@@ -3,8 +3,11 @@
 The script places the tasks on the job's nodes as the launcher would (node names in Slurm's order, read with
 `scontrol show hostnames` when it starts), writes that cluster.json into the logs directory, starts every ps,
 worker, chief and evaluator as its own step with the environment cluster/taskspec.py builds, waits for the chief
-and the evaluator, then stops the ps and workers and exits with the chief's exit code. It does not heal: a step
-that dies stays dead (the launcher's `sh run.sh` heals).
+and the evaluator, then stops the ps and workers, prints the summary and model paths and exits with the chief's
+exit code. As `sh run.sh` does, it first moves the previous run's task logs to logs/previous/ (and, written with
+--fresh, the previous output_dir aside). When Slurm warns that the time limit is near (--signal), the chief's
+step gets SIGTERM (scancel --signal), so it can checkpoint. It does not heal: a step that dies stays dead (the
+launcher's `sh run.sh` heals).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from cluster import config as cluster_config
 from cluster import job_sizes, jsonfile, taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from common.exit_file import EXIT_FILE_VARIABLE
-from launcher import slurm_commands as slurm
+from launcher.backends.slurm import commands as slurm
+from launcher.backends.slurm.endings import WARNING
 
 COMMON_VARIABLES = ("GRPC_FAIL_FAST", "TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL", "GRPC_VERBOSITY",
                     "PYTHONUNBUFFERED")  # the same for every task: exported once
@@ -100,38 +104,59 @@ def step_lines(config: ClusterConfig, task: Task, node_count: int) -> list[str]:
             f"    {shlex.join(command[:-1])} {command[-1]} > \"$logs/{task.job}-{task.index}.log\" 2>&1 &"]
 
 
-def script(config: ClusterConfig) -> str:
-    """The whole batch script for `config`."""
+def script(config: ClusterConfig, fresh: bool = False) -> str:
+    """The whole batch script for `config`; `fresh` sets the previous run's output_dir aside first."""
     symbolic, node_count = symbolic_config(config)
     names = [] if config.job_sizes else slurm.node_request(config)[1]
     strategy = config.strategy
     variables = taskspec.task_variables(symbolic, symbolic.launched_tasks()[0])
-    lines = header(config, node_count, names) + node_lines(node_count) + cluster_file_lines(symbolic, node_count)
+    lines = header(config, node_count, names) + warning_lines(symbolic) + node_lines(node_count)
+    lines += cluster_file_lines(symbolic, node_count)
     lines += ["unset " + " ".join(taskspec.PROXY_VARIABLES) + "  # proxies break gRPC",
               "export " + " ".join(f"{name}={shlex.quote(variables[name])}" for name in COMMON_VARIABLES),
               "servers=''"]
+    python = shlex.quote(taskspec.task_command(symbolic, symbolic.lead)[0])
+    lines += [f'{python} -m launcher.backends.slurm.batch_steps before "$cluster"{" --fresh" if fresh else ""} '
+              "|| exit $?"]
     for job in strategy.launched_jobs:
         for task in symbolic.tasks((job,)):
             lines += step_lines(symbolic, task, node_count)
             role = "servers" if job in strategy.server_jobs else ("lead" if task == symbolic.lead else job)
             lines.append('servers="$servers $!"' if role == "servers" else f"{role}=$!")
-    return "\n".join(lines + ending(symbolic)) + "\n"
+    return "\n".join(lines + ending(symbolic, python)) + "\n"
 
 
-def ending(config: ClusterConfig) -> list[str]:
-    """Wait for the lead trainer (and the evaluator), then stop the servers; exit with the lead's code."""
-    lines = ['wait "$lead"; code=$?', 'echo "lead trainer exited with code $code"']
+def warning_lines(config: ClusterConfig) -> list[str]:
+    """Set first: when Slurm warns of the time limit (--signal=B:USR1@...), SIGTERM goes to the lead's step alone
+    (srun itself, sent SIGTERM, would kill its step), so the lead can checkpoint; the script goes on waiting."""
+    return ["warn_lead() {",
+            f'    echo "{WARNING}: SIGTERM to the lead trainer, so it checkpoints"',
+            '    for step in $(squeue --steps --noheader --jobs="$SLURM_JOB_ID" --format="%i %j" | '
+            f"awk '$2 == \"{slurm.step_name(config, config.lead)}\" {{print $1}}'); do",
+            '        scancel --signal=TERM "$step" 2>/dev/null  # Slurm 22.05 delivers it, yet may exit 225',
+            "    done",
+            "}",
+            f"trap warn_lead {slurm.WARN_SIGNAL}"]
+
+
+def ending(config: ClusterConfig, python: str) -> list[str]:
+    """Wait for the lead trainer (also after the warning's trap) and the evaluator, then stop the servers and
+    print what the run wrote; exit with the lead's code."""
+    lines = ['wait "$lead"; code=$?',
+             'while kill -0 "$lead" 2>/dev/null; do wait "$lead"; code=$?; done  # a trap ends a wait early',
+             'echo "lead trainer exited with code $code"']
     if config.tasks(("evaluator",)):
         lines.append('wait "$evaluator"')
     if config.strategy.server_jobs:
         lines.append("kill $servers 2>/dev/null  # srun cancels its step")
-    return lines + ["wait", 'exit "$code"']
+    return lines + ["wait", f'{python} -m launcher.backends.slurm.batch_steps after "$cluster"',
+                    'exit "$code"']
 
 
-def write(config: ClusterConfig, output: Path) -> Path:
+def write(config: ClusterConfig, output: Path, fresh: bool = False) -> Path:
     """Writes the script, and creates the logs directory: Slurm opens the job's output file there before the
     script's first line runs."""
     config.path(config.launcher.logs_dir).mkdir(parents=True, exist_ok=True)
-    output.write_text(script(config))
+    output.write_text(script(config, fresh))
     output.chmod(0o755)
     return output

@@ -13,7 +13,10 @@ from pathlib import Path
 from cluster import config as cluster_config
 from cluster import job_sizes, jsonfile
 from cluster.config import ClusterConfig
-from launcher import slurm_commands as slurm
+from common.errors import UserError
+from launcher.backends.base import HostUnreachable
+from launcher.backends.slurm import commands as slurm
+from launcher.backends.slurm import endings, limits, refusals
 from launcher.records import RunFailed
 
 ALLOCATION_FILE = "slurm-job.json"
@@ -65,7 +68,7 @@ def acquire(config: ClusterConfig, say) -> Allocation:
     else:
         job_id, owned = submit(config, say), True
     try:
-        nodes = wait_until_running(job_id, config.slurm.start_timeout_s, say)
+        nodes = wait_until_running(config, job_id, say)
         _check_nodes(config, job_id, nodes)
     except BaseException:
         if owned:
@@ -77,32 +80,69 @@ def acquire(config: ClusterConfig, say) -> Allocation:
 
 
 def submit(config: ClusterConfig, say) -> str:
+    """Checks the request against the partition, then submits the job that holds the nodes; sbatch's refusals
+    come back as one line naming the field."""
     count, names = slurm.node_request(config)
+    check_request(config, count)
     output = str(config.path(config.launcher.logs_dir) / "slurm-%j.out")
     config.path(config.launcher.logs_dir).mkdir(parents=True, exist_ok=True)
-    argv = slurm.holder_job_argv(config, count, names, output)
-    job_id = slurm.run_client(argv).strip().split(";")[0]
+    argv = slurm.holder_job_argv(config, count, names, output, endings.WARNING)
+    try:
+        job_id = slurm.run_client(argv).strip().split(";")[0]
+    except slurm.SlurmError as error:
+        problem = refusals.sbatch_problem(config, error.stderr, count)
+        if problem is None:
+            raise
+        raise UserError(problem) from None
     say(f"submitted job {job_id} holding {count} node(s): {shlex.join(argv)}")
     return job_id
 
 
-def wait_until_running(job_id: str, timeout_s: float, say) -> list[str]:
-    """Polls the job until it runs; returns its nodes in Slurm's order. Raises when it ends or stays queued."""
-    started, state, delay = time.monotonic(), None, 0.2
+def check_request(config: ClusterConfig, node_count: int) -> bool:
+    """Raises UserError for what the partition can never run (too many nodes, CPUs over a node's, a time limit
+    over its MaxTime, GPUs where there are none, an unknown partition); False when Slurm could not tell."""
+    try:
+        partitions = limits.parse_partitions(slurm.run_client(["scontrol", "show", "partition", "--oneliner"]))
+        name = config.slurm.partition or limits.default_partition(partitions)
+        if name is not None and name not in partitions:
+            raise UserError(limits.unknown_partition(name, list(partitions)))
+        if name is None:
+            return False
+        nodes = slurm.run_client(["sinfo", "--noheader", "--Node", f"--partition={name}", "--format=%N %c %G"])
+    except (slurm.SlurmError, HostUnreachable):
+        return False  # sbatch will say what is wrong; its words are translated then
+    per_node = slurm.most_per_node(config, config.strategy.launched_jobs)
+    problems = limits.request_problems(config, limits.partition(partitions[name], nodes), node_count, per_node)
+    if problems:
+        raise UserError(problems)
+    return True
+
+
+def wait_until_running(config: ClusterConfig, job_id: str, say) -> list[str]:
+    """Polls the job until it runs; returns its nodes in Slurm's order. Says why it waits when Slurm gives a
+    reason; raises at once for a reason that never clears, when it ends, or when it stays queued too long."""
+    timeout_s, node_count = config.slurm.start_timeout_s, slurm.node_request(config)[0]
+    started, state, delay, said = time.monotonic(), None, 0.2, "None"
     while time.monotonic() - started < timeout_s:
-        state = slurm.job_field(job_id, "JobState")
+        fields = slurm.job_fields(job_id)
+        state, reason = fields.get("JobState"), fields.get("Reason", "None")
         if state == slurm.RUNNING:
-            nodes = slurm.hostnames(slurm.job_field(job_id, "NodeList") or "")
+            nodes = slurm.hostnames(fields.get("NodeList") or "")
             say(f"job {job_id} runs on {', '.join(nodes)} ({time.monotonic() - started:.1f} s after asking)")
             return nodes
         if state is None or state in FINISHED:
             raise AllocationFailed(f"job {job_id} is {state or 'gone'} before it ran "
-                                   f"(reason: {slurm.job_field(job_id, 'Reason')}); see `scontrol show job {job_id}`")
+                                   f"(reason: {reason}); see `scontrol show job {job_id}`")
+        problem = refusals.pending_problem(config, job_id, reason, node_count)
+        if problem is not None:
+            raise UserError(problem)
+        if reason != said:
+            say(refusals.pending_line(job_id, reason, time.monotonic() - started, timeout_s))
+            said = reason
         time.sleep(delay)
         delay = min(2 * delay, 2.0)
-    reason = slurm.job_field(job_id, "Reason")
-    raise AllocationFailed(f"job {job_id} still {state} after {timeout_s:.0f} s (reason: {reason}); raise "
-                           "slurm.start_timeout_s, ask for fewer nodes, or pick another slurm.partition")
+    raise AllocationFailed(f"job {job_id} still {state} after {timeout_s:.0f} s (Slurm's reason: {said}); raise "
+                           "slurm.start_timeout_s, or ask for fewer nodes or another slurm.partition")
 
 
 def _check_nodes(config: ClusterConfig, job_id: str, nodes: list[str]) -> None:

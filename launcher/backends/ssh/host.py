@@ -11,7 +11,7 @@ from pathlib import Path
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.taskspec import task_command
 from common import net
-from launcher import ssh_commands
+from launcher.backends.ssh import commands as ssh_commands
 from launcher.backends.base import (AgentFailed, Backend, BootstrapFailed, FirewallReport, HostUnreachable,
                                     PreflightReport, RunOutputs, StopResult, TaskStatus)
 

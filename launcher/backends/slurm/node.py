@@ -19,35 +19,77 @@ from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.run_files import Phase, RunFiles, read_progress
 from common.exit_file import EXIT_FILE_VARIABLE
 from launcher import agent, previous_run, process
-from launcher import slurm_commands as slurm
-from launcher.backends.base import AgentFailed, Backend, HostUnreachable, PreflightReport, StopResult, TaskStatus
-from launcher.slurm_allocation import Allocation, allocation_path, live_steps
+from launcher.backends.slurm import commands as slurm
+from launcher.backends.slurm import endings
+from launcher.backends.base import (AgentFailed, Backend, HostError, HostUnreachable, PreflightReport, StopResult,
+                                    TaskStatus)
+from launcher.backends.slurm.allocation import Allocation, allocation_path, live_steps
+from launcher.console import say
 
 PREFLIGHT_TIMEOUT_S = 180
 
 
 class SlurmView:
-    """Node states and the job's state, asked of slurmctld at most once per `max_age_s` for all nodes' backends."""
+    """The job's state and nodes and the nodes' states, asked of slurmctld at most once per `max_age_s` for all
+    nodes' backends; relays Slurm's warning before the time limit to the lead's step."""
 
-    def __init__(self, job_id: str, max_age_s: float):
-        self.job_id, self.max_age_s = job_id, max_age_s
+    def __init__(self, config: ClusterConfig, allocation: Allocation, max_age_s: float):
+        self.config, self.job_id, self.max_age_s = config, allocation.job_id, max_age_s
+        self.owned = allocation.owned  # submitted with --signal; the user's own allocation is watched by EndTime
         self.lock = threading.Lock()
-        self.asked_at, self.nodes, self.job_state = float("-inf"), {}, ""
+        self.asked_at, self.nodes, self.job, self.job_nodes, self.warned = float("-inf"), {}, {}, set(), False
+        self.output = config.path(config.launcher.logs_dir) / f"slurm-{self.job_id}.out"  # the holder job's output
 
-    def check(self, node: str) -> None:
-        """Raises HostUnreachable when Slurm marks `node` down, AgentFailed once the job no longer runs."""
+    def _ask(self) -> None:
+        output = slurm.run_client(["sinfo", "--noheader", "--Node", "--format=%N %t"])
+        self.nodes = dict(line.split()[:2] for line in output.splitlines() if len(line.split()) >= 2)
+        self.job = slurm.job_fields(self.job_id)
+        if self.job.get("JobState") == slurm.RUNNING and self.job.get("NodeList"):
+            self.job_nodes = set(slurm.hostnames(self.job.get("NodeList", "")))
+        self.asked_at = time.monotonic()
+        if not self.warned and self.config.slurm.signal_before_end_s and self._limit_near():
+            self.warned = True
+            self._relay_warning()
+
+    def _limit_near(self) -> bool:
+        if self.owned:
+            return endings.warned(_read(self.output), endings.WARNING)
+        left = endings.seconds_left(self.job, time.time())
+        return left is not None and left <= self.config.slurm.signal_before_end_s
+
+    def _relay_warning(self) -> None:
+        lead, seconds = self.config.lead, self.config.slurm.signal_before_end_s
+        steps = [s for s in live_steps(self.job_id) if s.name == slurm.step_name(self.config, lead)]
+        try:
+            for step in steps:
+                slurm.signal_step(step.step_id, "TERM")
+            asked = f"sent SIGTERM to {lead.name} (step {steps[0].step_id}) so it checkpoints and stops" if steps \
+                else f"{lead.name} has no step to warn"
+        except HostError as error:
+            asked = f"could not signal {lead.name}: {error}"
+        say(f"job {self.job_id}: Slurm warns its time limit is {seconds} s away (slurm.signal_before_end_s); {asked}")
+
+    def check(self, node: str, now: bool = False) -> None:
+        """Raises AgentFailed, naming the cause, once the job no longer runs; HostUnreachable when Slurm marks
+        `node` down or has taken it out of the job. `now`: ask slurmctld even if the last answer is fresh."""
         with self.lock:
-            if time.monotonic() - self.asked_at > self.max_age_s:
-                output = slurm.run_client(["sinfo", "--noheader", "--Node", "--format=%N %t"])
-                self.nodes = dict(line.split()[:2] for line in output.splitlines() if len(line.split()) >= 2)
-                self.job_state = slurm.queue_state(self.job_id)
-                self.asked_at = time.monotonic()
-            state, job_state = self.nodes.get(node, "unknown"), self.job_state
-        if job_state != slurm.RUNNING:
-            raise AgentFailed(f"job {self.job_id} is {job_state or 'no longer in the queue'}: the allocation ended "
-                              "(time limit, scancel, preemption?); `scontrol show job` tells why")
+            if now or time.monotonic() - self.asked_at > self.max_age_s:
+                self._ask()
+            state, job, job_nodes = self.nodes.get(node, "unknown"), dict(self.job), set(self.job_nodes)
+        if job.get("JobState") != slurm.RUNNING:
+            raise AgentFailed(endings.cause(self.job_id, job, _read(self.output)))
+        if node not in job_nodes:
+            raise HostUnreachable(f"{node}: Slurm took it out of job {self.job_id} (node state {state}); its "
+                                  "tasks are lost, never relaunched there")
         if slurm.node_is_lost(state):
             raise HostUnreachable(f"{node}: Slurm marks it {state}")
+
+
+def _read(path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 class SlurmNode(Backend):
@@ -83,9 +125,12 @@ class SlurmNode(Backend):
         return agent.status(self.config, task)
 
     def status(self, tasks: list[Task]) -> list[TaskStatus]:
+        """Each step's srun as seen here; when one has ended, Slurm is asked at once whether the node is still
+        in the job, so a step that ended with its node counts as lost, never as an exit to relaunch."""
+        rows = [self._with_lead_step(task, agent.status(self.config, task)) for task in tasks]
         if self.view is not None:
-            self.view.check(self.name)
-        return [self._with_lead_step(task, agent.status(self.config, task)) for task in tasks]
+            self.view.check(self.name, now=not all(row.running for row in rows))
+        return rows
 
     def _with_lead_step(self, task: Task, row: TaskStatus) -> TaskStatus:
         """The lead's optimizer step from its heartbeat, for stall detection. The heartbeat names the trainer's
@@ -128,6 +173,6 @@ class SlurmNode(Backend):
 def slurm_backends(config: ClusterConfig) -> dict[str, Backend]:
     """One backend per node that runs a task, all sharing the recorded allocation and one view of Slurm."""
     allocation = Allocation.read(allocation_path(config))
-    view = SlurmView(allocation.job_id, config.launcher.poll_s) if allocation else None
+    view = SlurmView(config, allocation, config.launcher.poll_s) if allocation else None
     nodes = dict.fromkeys(t.address.host for t in config.tasks())
     return {node: SlurmNode(config, node, allocation, view) for node in nodes}

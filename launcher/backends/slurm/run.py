@@ -5,13 +5,13 @@ from __future__ import annotations
 import signal
 
 from cluster.config import ClusterConfig
-from launcher import slurm_allocation
-from launcher import slurm_commands as slurm
+from launcher.backends.slurm import allocation as slurm_allocation
+from launcher.backends.slurm import commands as slurm
 from launcher.backends.base import HostError
 from launcher.console import say
 from launcher.records import RunFailed
 from launcher.run import run_job, stop_all
-from launcher.slurm_allocation import Allocation, allocation_path, live_steps
+from launcher.backends.slurm.allocation import Allocation, allocation_path, live_steps
 
 
 def _raise_on_sigterm(signum, _frame):
@@ -54,6 +54,11 @@ def stop_in_allocation(config: ClusterConfig) -> list[str]:
     return lines
 
 
+def cluster_file_read(config: ClusterConfig):
+    """The cluster.json the steps read: the placed one (logs/slurm-cluster.json) for job sizes, else the file."""
+    return slurm_allocation.resolved_path(config) if config.job_sizes else config.source
+
+
 def status_lines(config: ClusterConfig) -> list[str]:
     """The job's state and each task's step as Slurm sees it (squeue), beside the launcher's own view."""
     allocation = Allocation.read(allocation_path(config))
@@ -66,6 +71,7 @@ def status_lines(config: ClusterConfig) -> list[str]:
         return [f"slurm: job {allocation.job_id}: {error}"]
     whose = "submitted by the launcher" if allocation.owned else "your allocation"
     lines = [f"slurm job {allocation.job_id} ({whose}): {state} on {', '.join(allocation.nodes)}",
+             "(pids above: each task's srun on this machine; the task itself runs as the step below on its node)",
              f"{'task':<12} {'node':<15} {'step':<12} slurm state"]
     for task in slurm_allocation.current(config).launched_tasks():
         step = steps.get(slurm.step_name(config, task))
