@@ -7,8 +7,8 @@ then for each sharding runs `workers` processes at once, each making one pass ov
 a worker runs under ParameterServerStrategy (`_worker_examples`: read, parse, hash, shuffle), batched by 512,
 without the gRPC around it, for at most `max_seconds` (about 4 minutes in all at the defaults). Each reports
 its examples, seconds and what /proc/self/io says it read (rchar: every read; read_bytes: what came from disk,
-0 when train.txt sits in the page cache). Replaces the section "Criteo reader: byte-range against element sharding" of
-bench/RESULTS-data.md (run bench/data_pipeline.py first: it rewrites that whole file).
+0 when train.txt sits in the page cache). Writes bench/RESULTS-criteo-sharding.md (a file of its own: one machine and
+day per results file).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import criteokit  # noqa: E402
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
 BATCH = 512
 BLOCK_ROWS = 20_000
-SECTION = "## Criteo reader: byte-range against element sharding"
+SECTION = "# Criteo reader: byte-range against element sharding"
 WORKER = """
 import json, os, sys, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
@@ -110,7 +110,7 @@ def report(size: int, workers: int, rows: dict[str, tuple[float, list[dict]]], l
 
 
 def main(gigabytes: float = 1.0, workers: int = 2, max_seconds: float = 90.0) -> None:
-    """Times byte-range then element sharding; prints the table and puts it in bench/RESULTS-data.md."""
+    """Times byte-range then element sharding; prints the table and writes bench/RESULTS-criteo-sharding.md."""
     with tempfile.TemporaryDirectory(prefix="bench-criteo-") as temporary:
         data = Path(temporary)
         size = write_kaggle(data, gigabytes).stat().st_size
@@ -118,9 +118,7 @@ def main(gigabytes: float = 1.0, workers: int = 2, max_seconds: float = 90.0) ->
         rows = {mode: run_workers(data, workers, mode, max_seconds) for mode in ("range", "element")}
         text = report(size, workers, rows, (load_before, os.getloadavg()[0]), busy, max_seconds)
     print(text)
-    results = ROOT / "bench" / "RESULTS-data.md"
-    kept = results.read_text().split(SECTION)[0].rstrip() + "\n\n" if results.exists() else ""
-    results.write_text(kept + text)
+    (ROOT / "bench" / "RESULTS-criteo-sharding.md").write_text(text)
 
 
 if __name__ == "__main__":
