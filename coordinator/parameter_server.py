@@ -7,6 +7,7 @@ from cluster.run_files import RunSummary, read_summary
 from cluster.training_options import TrainingOptions
 from coordinator import setup, strategy
 from coordinator.compiled import ps_report
+from coordinator.pacing import CHUNKS_AHEAD_PER_WORKER, SchedulePacing
 
 BATCH_NOTE = ("batch {global_batch} per step (per_worker_batch {per_worker} x {workers} workers); each step runs "
               "on one worker, which computes all {global_batch} examples, and the workers take steps in turn")
@@ -24,7 +25,8 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     if done is None:
         return read_summary(run.files)
     dataset_fn = run.source.train_dataset_fn(run.global_batch, options.seed, workers=workers)
-    final_metrics, seconds = setup.fit(run, model, dataset_fn, setup.callbacks(run, checkpoints,
-                                                                                device=strategy.CHIEF_CPU), done)
+    pacing = SchedulePacing(CHUNKS_AHEAD_PER_WORKER * workers)  # first: later hooks see steps done, not queued
+    callbacks = [pacing, *setup.callbacks(run, checkpoints, device=strategy.CHIEF_CPU)]
+    final_metrics, seconds = setup.fit(run, model, dataset_fn, callbacks, done)
     return setup.finish(run, model, final_metrics=final_metrics, train_seconds=seconds,
                         checkpoint=checkpoints.latest_path(), device=strategy.CHIEF_CPU, shards=shards)
