@@ -19,6 +19,7 @@ from common.errors import Problem, UserError
 
 FIELD = "training.model"
 ARGUMENTS = ("input_shape", "num_classes")
+CHECK_TIMEOUT_S = 120  # the module may import TensorFlow: seconds on a loaded machine
 
 
 def split(spec: str) -> tuple[str, str]:

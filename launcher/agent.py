@@ -19,7 +19,7 @@ from pathlib import Path
 import fire
 
 from cluster import config as cluster_config
-from cluster import taskspec
+from cluster import taskspec, user_model
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.run_files import Phase, RunFiles, read_progress
 from cluster.training_options import USER_MODEL_PATTERN
@@ -27,8 +27,6 @@ from common.exit_file import EXIT_FILE_VARIABLE
 from common.net import port_in_use
 from launcher import firewall, previous_run, process, run_outputs
 from launcher.backends.base import FirewallReport, PreflightReport, StopOutcome, StopResult, TaskStatus, as_json
-
-MODEL_CHECK_TIMEOUT_S = 300  # importing a user's module may import TensorFlow: seconds on a loaded machine
 
 
 def task_file(config: ClusterConfig, task: Task, suffix: str) -> Path:
@@ -132,11 +130,12 @@ def model_problems(config: ClusterConfig) -> list[str]:
     try:
         result = subprocess.run([python, "-m", "cluster.user_model", spec], cwd=PROJECT_ROOT, capture_output=True,
                                 text=True, env=taskspec.task_environment(config, lead, os.environ),
-                                stdin=subprocess.DEVNULL, timeout=MODEL_CHECK_TIMEOUT_S)
+                                stdin=subprocess.DEVNULL, timeout=user_model.CHECK_TIMEOUT_S)
         lines = json.loads((result.stdout.strip().splitlines() or ["null"])[-1])
     except subprocess.TimeoutExpired:
-        return [f"{config.source.name}: training.model = {spec!r}: importing it took over {MODEL_CHECK_TIMEOUT_S} s "
-                f"on {socket.gethostname()}; make its module import quickly (no work at import time)"]
+        return [f"{config.source.name}: training.model = {spec!r}: importing it took over "
+                f"{user_model.CHECK_TIMEOUT_S} s on {socket.gethostname()}; make its module import quickly (no work "
+                "at import time)"]
     except json.JSONDecodeError:
         lines = None
     if not isinstance(lines, list):
