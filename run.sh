@@ -5,20 +5,21 @@
 #        sh run.sh --detach [cluster.json]   run in the background
 #        sh run.sh --fresh [cluster.json]    start over: move a previous run in output_dir aside first
 #        sh run.sh status [cluster.json]     show each task and the run's progress
+#        sh run.sh reload [cluster.json]     a running job takes the edited file's worker and ps lists
 set -eu
 root=$(cd "$(dirname "$0")" && pwd)
 sh "$root/roles/bootstrap.sh" run
 python="$root/.venv/bin/python"
 cd "$root"
-if [ "${1:-}" = status ]; then
-    exec "$python" -m roles.launch status "${2:-$root/cluster.json}"
+if [ "${1:-}" = status ] || [ "${1:-}" = reload ]; then
+    exec "$python" -m roles.launch "$1" "${2:-$root/cluster.json}"
 fi
 cluster="$root/cluster.json"
 flags=""
 for argument in "$@"; do
     case "$argument" in
         --detach|--fresh) flags="$flags $argument" ;;
-        -*) echo "[launcher] error: unknown option $argument; use --detach, --fresh or status" >&2; exit 2 ;;
+        -*) echo "[launcher] error: unknown option $argument; use --detach, --fresh, status or reload" >&2; exit 2 ;;
         *) cluster="$argument" ;;
     esac
 done

@@ -17,8 +17,6 @@ from pathlib import Path
 
 import fire
 
-from bench import levers, operations, scaling, throughput, transfer
-from bench.report import render, plot
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,9 +32,18 @@ def machine() -> dict:
             "load_before": os.getloadavg()[0]}
 
 
+def write_keeping_notes(results_md: Path, text: str) -> None:
+    """Writes `text` to a results file, keeping whatever follows the `<!-- notes -->` line of the old one."""
+    notes = results_md.read_text().partition("<!-- notes -->")[2] if results_md.exists() else ""
+    results_md.write_text(text + "\n<!-- notes -->" + (notes or "\n"))
+
+
 def main(repeats: int = 3, steps: int = 150, scaling_steps: int = 30, resume: bool = False) -> None:
     """Measures everything and writes the results beside this file; `--resume` keeps the stages that
     bench/results.json already holds (after a failure) and measures the rest."""
+    from bench import levers, operations, scaling, throughput, transfer  # TensorFlow: not for --help
+    from bench.report import plot, render
+
     started = time.monotonic()
     kept = json.loads((HERE / "results.json").read_text()) if resume and (HERE / "results.json").exists() else {}
     results = {"machine": kept.get("machine") or machine(), **kept}
@@ -59,10 +66,8 @@ def main(repeats: int = 3, steps: int = 150, scaling_steps: int = 30, resume: bo
     results["seconds"] = round(time.monotonic() - started) + kept.get("seconds", 0)
     (HERE / "results.json").write_text(json.dumps(results, indent=2))
     plot(results, HERE / "results.png")
-    results_md = HERE / "RESULTS.md"
-    notes = results_md.read_text().partition("<!-- notes -->")[2] if results_md.exists() else ""
-    results_md.write_text(render(results) + "\n<!-- notes -->" + (notes or "\n"))
-    print(f"[bench] done in {results['seconds']} s: {results_md}", file=sys.stderr)
+    write_keeping_notes(HERE / "RESULTS.md", render(results))
+    print(f"[bench] done in {results['seconds']} s: {HERE / 'RESULTS.md'}", file=sys.stderr)
 
 
 if __name__ == "__main__":

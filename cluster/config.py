@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from cluster import crosschecks, job_sizes, jsonfile
+from cluster import kubernetes_settings as k8s
 from cluster import recommender_options as clicks
 from cluster.addresses import Address, Task, ip_of, parse_address
 from cluster.evaluation_options import EvaluationOptions, parse_evaluation_options
@@ -20,7 +21,8 @@ from common.fields import parse_section
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 JOBS = ("chief", "worker", "ps", "evaluator")
-TOP_LEVEL_KEYS = ("$schema", "cluster", "hosts", "training", "evaluation", "launcher", "slurm", "security")
+TOP_LEVEL_KEYS = ("$schema", "cluster", "hosts", "training", "evaluation", "launcher", "slurm", "security",
+                  "kubernetes")
 __all__ = ["Address", "ClusterConfig", "HostSettings", "LauncherSettings", "SlurmSettings", "Task", "load", "parse"]
 
 
@@ -35,13 +37,27 @@ class ClusterConfig:
     evaluation: EvaluationOptions
     launcher: LauncherSettings
     slurm: SlurmSettings = SlurmSettings()
+    kubernetes: k8s.KubernetesSettings = k8s.KubernetesSettings()
     # under slurm, job sizes to place on the allocation's nodes; `jobs` stays empty until they are placed
     job_sizes: Mapping[str, int] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     allow_public_addresses: bool = False
     firewall: bool = False
+    # the workers (indices into `jobs["worker"]`) the chief trains with, when the launcher left lost ones out
+    trainer_workers: tuple[int, ...] | None = None
 
     def tasks(self, jobs: tuple[str, ...] = JOBS) -> list[Task]:
         return [Task(job, i, a) for job in jobs for i, a in enumerate(self.jobs.get(job, ()))]
+
+    def training_jobs(self) -> dict[str, tuple[Address, ...]]:
+        """The jobs as the training cluster holds them: the workers in `trainer_workers` only, numbered from 0."""
+        if self.trainer_workers is None:
+            return dict(self.jobs)
+        return {**self.jobs, "worker": tuple(self.jobs["worker"][i] for i in self.trainer_workers)}
+
+    def training_tasks(self, jobs: tuple[str, ...] = JOBS) -> list[Task]:
+        """The tasks of the training cluster, as its TF_CONFIG numbers them."""
+        held = self.training_jobs()
+        return [Task(job, i, a) for job in jobs for i, a in enumerate(held.get(job, ()))]
 
     def task(self, job: str, index: Any) -> Task:
         """Looks a task up, raising a UserError naming the valid indices when it does not exist."""
@@ -67,7 +83,7 @@ class ClusterConfig:
     def input_pipelines(self) -> int:
         """Processes that read training data: every worker when workers train or serve steps, else one."""
         worker_jobs = (self.strategy.trainer_job, *self.strategy.server_jobs)
-        return len(self.jobs.get("worker", ())) if "worker" in worker_jobs else 1
+        return len(self.training_jobs().get("worker", ())) if "worker" in worker_jobs else 1
 
     def launched_tasks(self) -> list[Task]:
         """The tasks the strategy runs, in start order; other jobs listed in cluster.json stay idle."""
@@ -116,12 +132,12 @@ def parse(raw: Any, source: Path) -> ClusterConfig:
     launcher = parse_section(LauncherSettings, _section(raw, "launcher", problems), LAUNCHER_CHECKS, "launcher.",
                              problems)
     slurm = parse_section(SlurmSettings, _section(raw, "slurm", problems), SLURM_CHECKS, "slurm.", problems)
-    sizes, jobs = {}, {}
-    if job_sizes.is_sized(raw.get("cluster")):
-        sizes = job_sizes.parse_sizes(raw["cluster"], strategy, launcher.backend, problems)
-        problems += job_sizes.port_range_problems(sizes, slurm.port_base)
+    kubernetes = parse_section(k8s.KubernetesSettings, _section(raw, "kubernetes", problems), k8s.KUBERNETES_CHECKS,
+                               "kubernetes.", problems)
+    if job_sizes.is_sized(raw.get("cluster")) or launcher.backend == "kubernetes":
+        sizes, jobs = _placed_by_backend(raw.get("cluster"), strategy, launcher.backend, slurm, kubernetes, problems)
     else:
-        jobs = _parse_cluster(raw.get("cluster"), allow_public is True, strategy, problems)
+        sizes, jobs = {}, _parse_cluster(raw.get("cluster"), allow_public is True, strategy, problems)
         problems += _slurm_address_problems(jobs) if launcher.backend == "slurm" else []
     hosts = parse_hosts(_section(raw, "hosts", problems), problems)
     check_gpus_suffice(jobs, hosts, problems)
@@ -134,12 +150,27 @@ def parse(raw: Any, source: Path) -> ClusterConfig:
         raise UserError(problems, source=str(source))
     return ClusterConfig(source=source.resolve(), jobs=MappingProxyType(jobs), hosts=MappingProxyType(hosts),
                          training=training, evaluation=evaluation, launcher=launcher, slurm=slurm,
-                         job_sizes=MappingProxyType(sizes), allow_public_addresses=allow_public, firewall=firewall)
+                         kubernetes=kubernetes, job_sizes=MappingProxyType(sizes),
+                         allow_public_addresses=allow_public, firewall=firewall)
+
+
+def _placed_by_backend(cluster: Any, strategy: Strategy, backend: str, slurm: SlurmSettings,
+                       kubernetes: k8s.KubernetesSettings, problems: list[Problem]) -> tuple[dict, dict]:
+    """(sizes, jobs): Slurm places sizes once its allocation is known; Kubernetes places them now, each task at its
+    pod's host name."""
+    if backend != "kubernetes":
+        sizes = job_sizes.parse_sizes(cluster, strategy, backend, problems)
+        problems += job_sizes.port_range_problems(sizes, slurm.port_base)
+        return sizes, {}
+    sized = job_sizes.is_sized(cluster)
+    sizes = job_sizes.parse_sizes(cluster, strategy, backend, problems) if sized else {}
+    problems += k8s.kubernetes_problems(kubernetes, sizes, sized, {p.field for p in problems})
+    return {}, k8s.place(sizes, kubernetes)
 
 
 def _cross_section_problems(jobs, hosts, training, evaluation, launcher) -> list[Problem]:
     return [*crosschecks.unknown_host_problems(hosts, jobs), *crosschecks.duplicate_gpu_problems(hosts),
-            *crosschecks.evaluator_placement_problems(jobs, training),
+            *([] if launcher.backend == "kubernetes" else crosschecks.evaluator_placement_problems(jobs, training)),
             *crosschecks.best_metric_problems(training, evaluation),
             *crosschecks.directory_problems(training, launcher.logs_dir, PROJECT_ROOT)]
 

@@ -15,6 +15,7 @@ from common.errors import Problem
 from common.fields import is_int
 
 JOB_ORDER = ("chief", "worker", "ps", "evaluator")  # the order of cluster.json, and of the ports
+SIZED_BACKENDS = ("slurm", "kubernetes")  # the backends that place tasks themselves
 
 
 def is_sized(cluster: Any) -> bool:
@@ -24,9 +25,9 @@ def is_sized(cluster: Any) -> bool:
 
 def parse_sizes(cluster: dict, strategy: Strategy, backend: str, problems: list[Problem]) -> dict[str, int]:
     """The job sizes of a sized cluster section; every mistake goes to `problems`, one line each."""
-    if backend != "slurm":
-        return _refuse("cluster", cluster, "gives job sizes, which only the slurm backend can place",
-                       'list host:port addresses, or set "launcher": {"backend": "slurm"}', problems)
+    if backend not in SIZED_BACKENDS:
+        return _refuse("cluster", cluster, "gives job sizes, which only the slurm backend can place (and kubernetes)",
+                       'list host:port addresses, or set "launcher": {"backend": "slurm"} (or "kubernetes")', problems)
     sizes = {}
     for job, size in cluster.items():
         if job not in JOB_ORDER:

@@ -123,6 +123,7 @@ class RunSummary:
     tensorboard: str | None = None
     variable_placement: dict = dataclasses.field(default_factory=dict)
     ps_report: dict = dataclasses.field(default_factory=dict)  # recommenders: per ps, bytes held and moved per step
+    capacity: dict = dataclasses.field(default_factory=dict)  # predicted and measured steps/s, the bound (PSS)
 
     @property
     def complete(self) -> bool:

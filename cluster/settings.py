@@ -7,12 +7,13 @@ import re
 
 from cluster.addresses import HOSTNAME, ip_of
 from common.errors import Problem
-from common.fields import INT32_MAX, MAX_SECONDS, Check, int_in, is_int, parse_section, seconds, seconds_check
+from common.fields import (INT32_MAX, MAX_SECONDS, Check, int_in, is_int, is_number, parse_section, seconds,
+                           seconds_check)
 
 USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./~+-]+$")
 PACKAGE = re.compile(r"^tensorflow(-cpu)?(\[[a-z-]+\])?==[0-9][0-9A-Za-z.]*$")
-BACKENDS = ("hosts", "slurm")
+BACKENDS = ("hosts", "slurm", "kubernetes")
 SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 SLURM_TIME = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|UNLIMITED|INFINITE)$")
 SBATCH_OPTION = re.compile(r"^--[a-z][a-z-]*(=[A-Za-z0-9_.,:/@%+=\[\]-]+)?$")
@@ -28,6 +29,8 @@ class HostSettings:
     python: str = ".venv/bin/python"
     gpus: tuple[int, ...] = ()
     tf_package: str | None = None
+    link_gbps: float | None = None  # this host's network link, for `plan`; null: measured
+    step_compute_ms: float | None = None  # one training step's compute on this host, for `plan`; null: measured
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -44,6 +47,9 @@ class LauncherSettings:
     restart_backoff_s: float = 2.0
     stall_timeout_s: float = 900.0
     poll_s: float = 1.0
+    worker_lost_after_s: float = 300.0  # a worker lost this long leaves the chief's cluster (parameter_server)
+    min_workers: int = 1  # fewer running workers hold the chief
+    stop_grace_s: float = 60.0  # a stopped chief's time to write its checkpoint before SIGKILL
     backend: str = "hosts"
 
 
@@ -97,6 +103,10 @@ HOST_CHECKS = {
     "tf_package": Check(lambda v: v is None or (isinstance(v, str) and bool(PACKAGE.match(v))),
                         "must be a pinned TensorFlow wheel", "use e.g. tensorflow[and-cuda]==2.21.0, or null for "
                         "the CPU wheel"),
+    "link_gbps": Check(lambda v: v is None or (is_number(v) and 0 < v <= 10_000), "must be a number of Gbit/s "
+                       "above 0, at most 10000", "use e.g. 10 for 10 GbE, or null to let `plan` measure it"),
+    "step_compute_ms": Check(lambda v: v is None or (is_number(v) and 0 < v <= 3_600_000), "must be a number of "
+                             "milliseconds above 0", "use e.g. 250, or null to let `plan` measure it"),
 }
 LAUNCHER_CHECKS = {
     "logs_dir": _safe_path("logs"),
@@ -114,8 +124,13 @@ LAUNCHER_CHECKS = {
     "stall_timeout_s": Check(seconds, f"must be a positive number of seconds, at most {MAX_SECONDS}",
                              "use longer than the longest pause between optimizer steps, e.g. 900"),
     "poll_s": seconds_check("1"),
+    "worker_lost_after_s": seconds_check("300"),
+    "min_workers": Check(int_in(1, INT32_MAX), f"must be an integer from 1 to {INT32_MAX}",
+                         "use e.g. 1 (the chief trains while at least this many workers run)"),
+    "stop_grace_s": seconds_check("60"),
     "backend": Check(lambda v: v in BACKENDS, f"must be one of {', '.join(BACKENDS)}",
-                     'use "hosts" (this machine and ssh hosts) or "slurm" (job steps in a Slurm allocation)'),
+                     'use "hosts" (this machine and ssh hosts), "slurm" (job steps in a Slurm allocation) or '
+                     '"kubernetes" (a JobSet, one pod per task)'),
 }
 
 

@@ -22,7 +22,10 @@ def tf_config(config: ClusterConfig, task: Task) -> dict:
     elif not jobs:
         return {}  # one process: no cluster at all
     else:
-        cluster = {job: [str(a) for a in config.jobs[job]] for job in jobs}  # mwms: no chief, worker 0 leads
+        # the trainer sees the workers it trains with; servers keep their own start-up spec (TensorFlow uses the
+        # coordinator's), so a worker keeps its index when the chief leaves others out
+        held = config.training_jobs() if task.job == config.strategy.trainer_job else dict(config.jobs)
+        cluster = {job: [str(a) for a in held[job]] for job in jobs}  # mwms: no chief, worker 0 leads
     return {"cluster": cluster, "task": {"type": task.job, "index": task.index}}
 
 
@@ -81,6 +84,8 @@ def task_command(config: ClusterConfig, task: Task) -> list[str]:
         command = [python, "-m", "coordinator.train"]
         if task.job == "worker":  # every worker trains (multi_worker_mirrored)
             command += ["--worker", str(task.index)]
+        elif config.trainer_workers is not None:  # the launcher left lost workers out
+            command += ["--workers", ",".join(map(str, config.trainer_workers))]
     elif task.job == "evaluator":
         command = [python, "-m", "evaluator.sidecar"]
     else:

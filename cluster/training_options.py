@@ -9,8 +9,8 @@ from typing import Any, Mapping
 from cluster import recommender_options as clicks
 from cluster.strategies import STRATEGY_NAMES, StrategyName
 from common.errors import Problem, UserError
-from common.fields import (INT32_MAX, Check, int_in, is_number, optional_positive_int, parse_or_raise, positive_int,
-                           positive_number, seconds_check)
+from common.fields import (INT32_MAX, MAX_SECONDS, Check, int_in, is_number, optional_positive_int, parse_or_raise,
+                           positive_int, positive_number, seconds, seconds_check)
 
 FILE_DATASETS = ("image_folder", "cifar10", "mnist", "tfrecord", "criteo")
 IMAGE_SIZE = (224, 224)
@@ -88,6 +88,8 @@ class TrainingOptions:
     output_dir: str = _option("output", "checkpoints, TensorBoard logs, exported model and summary (chief's disk)")
     min_shard_bytes: int = _option(256 * 1024, "MinSizePartitioner: smallest shard of a variable, in bytes")
     max_shards: int | None = _option(None, "MinSizePartitioner: most shards per variable; null means one per ps")
+    checkpoint_every_s: float = _option(600.0, "parameter_server: seconds between checkpoints within an epoch (at "
+                                               "most this much work is lost to a failure); 0 saves at epoch ends only")
     keep_checkpoints: int = _option(3, "newest checkpoints kept (older ones go once the evaluator has read them)")
     probe_timeout_s: float = _option(60.0, "seconds to wait for every ps and worker port before giving up")
     seed: int = _option(0, "random seed for model initialisation and shuffling")
@@ -167,6 +169,9 @@ CHECKS = {
     "min_shard_bytes": Check(int_in(1, 2**63 - 1), "must be a positive integer (int64)", "use e.g. 262144 (256 KiB)"),
     "max_shards": Check(optional_positive_int, f"must be an integer from 1 to {INT32_MAX}, or null",
                         "use null for one shard per ps"),
+    "checkpoint_every_s": Check(lambda v: (is_number(v) and v == 0) or seconds(v),
+                                f"must be 0 or a positive number of seconds, at most {MAX_SECONDS}",
+                                "use e.g. 600, or 0 for epoch ends only"),
     "keep_checkpoints": Check(int_in(2, INT32_MAX), f"must be an integer from 2 to {INT32_MAX}",
                               "keep at least 2 so the evaluator can read one while the next is written"),
     "probe_timeout_s": seconds_check("60"),

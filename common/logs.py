@@ -37,3 +37,19 @@ def quiet_tensorflow() -> None:
         absl_logging.set_verbosity(absl_logging.ERROR)
     except ImportError:
         pass
+
+
+def import_tensorflow_quietly() -> None:
+    """Imports TensorFlow with file descriptor 2 pointed at /dev/null: its C++ start-up lines (oneDNN, CPU
+    features, absl) ignore TF_CPP_MIN_LOG_LEVEL in 2.21 and would land on a person's terminal."""
+    import os
+
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            import tensorflow  # noqa: F401
+            import tf_keras  # noqa: F401
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -1,4 +1,4 @@
-"""Training callbacks: per-epoch checkpoints, step-decay learning rate, and the first step's report."""
+"""Training callbacks: checkpoints (epoch ends, timed, on SIGTERM), step-decay learning rate, first-step report."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import tf_keras
 
-from coordinator.checkpoints import EpochCheckpoints
 from cluster.training_options import TrainingOptions
+from coordinator.checkpoints import EpochCheckpoints, Position
+from coordinator.preemption import Preempted, StopRequest
 
 
 def learning_rate_at(options: TrainingOptions, epoch: int) -> float:
@@ -62,24 +63,59 @@ class EpochEndedEarly(Exception):
     """An epoch ran fewer steps than planned without an error (Keras can end one early after a worker is lost)."""
 
 
-class SaveEachEpoch(tf_keras.callbacks.Callback):
-    """Writes `ckpt-<epoch>` after every epoch that ran its planned steps, for resuming and for the evaluator.
+class Checkpointing(tf_keras.callbacks.Callback):
+    """Writes `ckpt-<E>` after every epoch that ran its planned steps, and under ParameterServerStrategy
+    `ckpt-<E>-<S>` within an epoch every `every_s` seconds and at once when the chief is asked to stop.
 
-    An epoch that ended short is not saved as done: EpochEndedEarly stops the run, to be resumed from the
-    previous checkpoint, instead of a short epoch being counted as whole.
+    A save within an epoch first waits for the steps already scheduled (the coordinator's join), so the
+    checkpoint holds exactly the steps it names and a resume redoes none. An epoch that ended short is not saved
+    as done: EpochEndedEarly stops the run, to be resumed from the previous checkpoint.
     """
 
-    def __init__(self, checkpoints: EpochCheckpoints, steps_per_epoch: int):
+    def __init__(self, checkpoints: EpochCheckpoints, steps_per_epoch: int, log, *, every_s: float = 0.0,
+                 stop: StopRequest | None = None, resume_steps: int = 0):
         super().__init__()
-        self.checkpoints, self.steps_per_epoch = checkpoints, steps_per_epoch
-        self.first_step = 0
+        self._supports_tf_logs = True  # batch hooks under ParameterServerStrategy; logs are never fetched here
+        self.checkpoints, self.steps_per_epoch, self.log = checkpoints, steps_per_epoch, log
+        self.every_s, self.stop, self.resume_steps = every_s, stop, resume_steps
+        self.first_step, self.epoch, self.last_save = 0, 0, time.monotonic()
+
+    def _iterations(self) -> int:
+        return int(self.model.optimizer.iterations.numpy())
 
     def on_epoch_begin(self, epoch, logs=None):
-        """`logs["steps_done"]`: steps of this epoch already run before it began here (a mid-epoch resume)."""
-        self.first_step = int(self.model.optimizer.iterations.numpy()) - (logs or {}).get("steps_done", 0)
+        """`resume_steps` (or `logs["steps_done"]`): steps of this epoch run before it began here."""
+        done = self.resume_steps or (logs or {}).get("steps_done", 0)
+        self.epoch, self.first_step, self.resume_steps = epoch, self._iterations() - done, 0
+        self.last_save = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.stop is not None and self.stop.requested:
+            name = self._save_within_epoch()
+            waited = time.monotonic() - self.stop.requested_at
+            raise Preempted(f"checkpoint {name or 'at the epoch start'} written {waited:.1f} s after SIGTERM")
+        if self.every_s and time.monotonic() - self.last_save >= self.every_s:
+            self._save_within_epoch()
+
+    def _save_within_epoch(self) -> str | None:
+        """Drains the scheduled steps, then saves; None when the epoch's own end (or start) is the checkpoint."""
+        started = time.monotonic()
+        coordinator = getattr(self.model, "_cluster_coordinator", None)
+        if coordinator is not None:
+            coordinator.join()
+        steps, step = self._iterations() - self.first_step, self._iterations()
+        self.last_save = time.monotonic()
+        if not 0 < steps < self.steps_per_epoch:
+            return None
+        position = Position(self.epoch, steps)
+        self.checkpoints.save(position)
+        self.log.info("checkpoint %s (optimizer step %d) written in %.1f s", position.name, step,
+                      time.monotonic() - started)
+        return position.name
 
     def on_epoch_end(self, epoch, logs=None):
-        ran = int(self.model.optimizer.iterations.numpy()) - self.first_step
+        ran = self._iterations() - self.first_step
         if ran < self.steps_per_epoch:  # at-least-once re-runs can add steps, never take any away
             raise EpochEndedEarly(f"epoch {epoch + 1} ended after {ran} of its {self.steps_per_epoch} steps")
-        self.checkpoints.save(epoch + 1)
+        self.checkpoints.save(Position(epoch + 1))
+        self.last_save = time.monotonic()

@@ -1,6 +1,8 @@
-"""Per-epoch checkpoints on the chief's disk: the coordinator resumes from them and the evaluator reads them.
+"""Checkpoints on the chief's disk, at epoch ends and within epochs: the coordinator resumes from them and the
+evaluator reads them.
 
-One series `ckpt-<epoch>` (model and optimizer) serves both needs. The retention rule agreed with the
+One series (model and optimizer) serves both needs: `ckpt-<E>` after epoch E, `ckpt-<E>-<S>` after S steps of
+epoch E + 1 (written every `checkpoint_every_s` and when the chief is asked to stop). The retention rule agreed with the
 evaluator: the newest `keep` checkpoints stay; an older one is deleted only once the evaluator has listed it
 in `evaluated.json` beside them (or when the cluster has no evaluator).
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import tensorflow as tf
 
@@ -17,12 +20,31 @@ from cluster.run_files import EvaluationState, RunFiles
 PREFIX = "ckpt-"
 
 
-def checkpoint_epoch(path: str) -> int:
-    """The epoch a `.../ckpt-<epoch>` prefix holds."""
-    match = re.search(rf"{PREFIX}(\d+)$", path)
+class Position(NamedTuple):
+    """Where training stands: `epochs` complete, then `steps` of the next epoch."""
+
+    epochs: int
+    steps: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{PREFIX}{self.epochs}" + (f"-{self.steps}" if self.steps else "")
+
+    def __str__(self) -> str:
+        return f"within epoch {self.epochs + 1} at step {self.steps}" if self.steps else f"after epoch {self.epochs}"
+
+
+def checkpoint_position(path: str) -> Position:
+    """The position a `.../ckpt-<E>` or `.../ckpt-<E>-<S>` prefix holds."""
+    match = re.search(rf"{PREFIX}(\d+)(?:-(\d+))?$", path)
     if not match:
         raise ValueError(f"not a checkpoint prefix: {path}")
-    return int(match.group(1))
+    return Position(int(match.group(1)), int(match.group(2) or 0))
+
+
+def checkpoint_epoch(path: str) -> int:
+    """The epochs complete in a checkpoint (a checkpoint within an epoch counts the epochs before it)."""
+    return checkpoint_position(path).epochs
 
 
 def checkpoint_step(path: str) -> int:
@@ -40,7 +62,7 @@ def listed_checkpoints(directory: Path) -> list[str]:
 
 
 class EpochCheckpoints:
-    """Writes, lists, restores and prunes `ckpt-<epoch>` through the chief's CPU, so ps never write files."""
+    """Writes, lists, restores and prunes checkpoints through the chief's CPU, so ps never write files."""
 
     def __init__(self, files: RunFiles, *, model, optimizer, keep: int, has_evaluator: bool, io_device: str | None,
                  scratch: Path | None = None):
@@ -59,22 +81,22 @@ class EpochCheckpoints:
         paths = listed_checkpoints(self.directory)
         return paths[-1] if paths else None
 
-    def restore_latest(self) -> int:
-        """Restores the newest checkpoint, if any, and returns the number of epochs it completed."""
+    def restore_latest(self) -> Position:
+        """Restores the newest checkpoint, if any, and returns where training stood when it was written."""
         paths = listed_checkpoints(self.directory)
         if not paths:
-            return 0
+            return Position(0)
         self.checkpoint.read(paths[-1], options=self.options).assert_existing_objects_matched()
-        return checkpoint_epoch(paths[-1])
+        return checkpoint_position(paths[-1])
 
-    def save(self, epoch: int) -> str:
+    def save(self, position: Position) -> str:
         if self.scratch is not None:
-            prefix = self.checkpoint.write(str(self.scratch / f"{PREFIX}{epoch}"), options=self.options)
+            prefix = self.checkpoint.write(str(self.scratch / position.name), options=self.options)
             tf.io.gfile.rmtree(str(self.scratch))
             return prefix
-        prefix = str(self.directory / f"{PREFIX}{epoch}")
+        prefix = str(self.directory / position.name)
         self.checkpoint.write(prefix, options=self.options)
-        paths = [p for p in listed_checkpoints(self.directory) if checkpoint_epoch(p) < epoch] + [prefix]
+        paths = [p for p in listed_checkpoints(self.directory) if checkpoint_position(p) < position] + [prefix]
         self._record(self._prune(paths))
         return prefix
 

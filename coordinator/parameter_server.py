@@ -3,30 +3,52 @@
 from __future__ import annotations
 
 from cluster.config import ClusterConfig
-from cluster.run_files import RunSummary, read_summary
+from cluster.run_files import RunFiles, RunSummary, read_summary
 from cluster.training_options import TrainingOptions
-from coordinator import setup, strategy
+from coordinator import capacity_watch, setup, strategy
 from coordinator.compiled import ps_report
 from coordinator.pacing import CHUNKS_AHEAD_PER_WORKER, SchedulePacing
+from coordinator.preemption import StopRequest
 
 BATCH_NOTE = ("batch {global_batch} per step (per_worker_batch {per_worker} x {workers} workers); each step runs "
               "on one worker, which computes all {global_batch} examples, and the workers take steps in turn")
 
 
 def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSummary | None:
-    """Trains (or resumes) to `options.epochs`, exports the model and returns the run summary it wrote."""
-    workers = config.input_pipelines
-    run = setup.plan(config, options, log, workers=workers, batch_note=BATCH_NOTE)
+    """Trains (or resumes) to `options.epochs`, exports the model and returns the run summary it wrote.
+
+    SIGTERM writes a checkpoint at once and exits with PREEMPTED_EXIT_CODE; checkpoints are also written every
+    `checkpoint_every_s` within epochs, so a failure costs at most that much work.
+    """
+    stop = StopRequest(log).install()
+    workers = config.input_pipelines  # the workers training now: the launcher may have left lost ones out
+    run = setup.plan(config, options, log, workers=_batch_workers(config), batch_note=BATCH_NOTE, pipelines=workers)
+    if config.trainer_workers is not None:
+        log.info("training with %s (launcher: the others are lost)",
+                 ", ".join(f"worker:{i}" for i in config.trainer_workers))
     strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     model = setup.build_model(run, strategy.build(config, options))
     shards = ps_report(model, run.source, run.global_batch, log)  # logged now: `sh run.sh status` shows it
+    watch = capacity_watch.watch(config, model, run.source, run.global_batch, log)
     checkpoints = setup.epoch_checkpoints(run, model, io_device=strategy.CHIEF_CPU)
-    done = setup.resume(run, checkpoints, model)
-    if done is None:
+    start = setup.resume(run, checkpoints, model)
+    if start is None:
         return read_summary(run.files)
-    dataset_fn = run.source.train_dataset_fn(run.global_batch, options.seed, workers=workers)
+
+    def dataset_fn(step: int):  # a resume shuffles afresh from its step: the batches already trained are not replayed
+        return run.source.train_dataset_fn(run.global_batch, options.seed + step, workers=workers)
+
     pacing = SchedulePacing(CHUNKS_AHEAD_PER_WORKER * workers)  # first: later hooks see steps done, not queued
-    callbacks = [pacing, *setup.callbacks(run, checkpoints, device=strategy.CHIEF_CPU)]
-    final_metrics, seconds = setup.fit(run, model, dataset_fn, callbacks, done)
+    callback_list = [pacing, *setup.callbacks(run, checkpoints, device=strategy.CHIEF_CPU, stop=stop,
+                                              resume_steps=start.steps, checkpoint_every_s=options.checkpoint_every_s,
+                                              capacity=watch)]
+    final_metrics, seconds = setup.fit(run, model, dataset_fn, callback_list, start, stop)
     return setup.finish(run, model, final_metrics=final_metrics, train_seconds=seconds,
-                        checkpoint=checkpoints.latest_path(), device=strategy.CHIEF_CPU, shards=shards)
+                        checkpoint=checkpoints.latest_path(), device=strategy.CHIEF_CPU, shards=shards, capacity=watch)
+
+
+def _batch_workers(config: ClusterConfig) -> int:
+    """The workers the global batch is counted for: those the run started with (its summary says), so workers
+    that leave or join change the speed of training, never its batch, steps or learning-rate schedule."""
+    summary = read_summary(RunFiles(config.path(config.training.output_dir)))
+    return summary.workers if summary and summary.workers else len(config.jobs["worker"])

@@ -16,11 +16,12 @@ from cluster.run_files import (Phase, RunFiles, RunStatus, RunSummary, TrainingP
                                write_progress, write_summary)
 from cluster.same_run import differences
 from cluster.training_options import TrainingOptions
-from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, Problem, UserError
+from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, PREEMPTED_EXIT_CODE, Problem, UserError
 from coordinator import export
 from coordinator.compiled import build_compiled
-from coordinator.callbacks import EpochEndedEarly, FirstStepReport, SaveEachEpoch, StepDecay
-from coordinator.checkpoints import EpochCheckpoints
+from coordinator.callbacks import Checkpointing, EpochEndedEarly, FirstStepReport, StepDecay
+from coordinator.checkpoints import EpochCheckpoints, Position
+from coordinator.preemption import Preempted, StopRequest, exit_preempted
 from coordinator.progress import ProgressReport
 from data import source_for
 
@@ -45,15 +46,17 @@ class TrainingRun:
 
 
 def plan(config: ClusterConfig, options: TrainingOptions, log, *, workers: int, batch_note: str,
-         scratch: Path | None = None) -> TrainingRun:
-    """Opens the data set (data mistakes stop here) and fixes the batch and the steps per epoch."""
+         scratch: Path | None = None, pipelines: int | None = None) -> TrainingRun:
+    """Opens the data set (data mistakes stop here) and fixes the batch and the steps per epoch: the global batch
+    is `per_worker_batch x workers`; the data is sharded over `pipelines` (default: `workers`)."""
     source = source_for(options, PROJECT_ROOT)
+    pipelines = pipelines or workers
     global_batch = options.per_worker_batch * workers
     steps_per_epoch = options.steps_per_epoch or source.steps_per_epoch(global_batch)
     log.info("%s: %d training examples; %s; %d steps per epoch", source.name, source.sizes["train"],
              batch_note.format(global_batch=global_batch, per_worker=options.per_worker_batch, workers=workers),
              steps_per_epoch)
-    log.info("%s: %s", source.name, source.sharding(workers))
+    log.info("%s: %s", source.name, source.sharding(pipelines))
     return TrainingRun(config=config, options=options, files=RunFiles(config.path(options.output_dir)),
                        source=source, workers=workers, global_batch=global_batch, steps_per_epoch=steps_per_epoch,
                        log=log, scratch=scratch)
@@ -89,9 +92,9 @@ def epoch_checkpoints(run: TrainingRun, model, *, io_device: str | None) -> Epoc
                             scratch=scratch)
 
 
-def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> int | None:
-    """Restores the newest checkpoint and returns the epochs it completed, or None when the plan is already
-    complete; the lead marks the run as running (the evaluator waits while it is)."""
+def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> Position | None:
+    """Restores the newest checkpoint and returns where it stands, or None when the plan is already complete;
+    the lead marks the run as running (the evaluator waits while it is)."""
     options, summary = run.options, read_summary(run.files)
     found = summary and differences(summary.options, options, previous_workers=summary.workers,
                                     current_workers=run.workers)
@@ -99,45 +102,95 @@ def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> int | None
         raise UserError(Problem("training.output_dir", options.output_dir,
                                 f"holds a different run ({'; '.join(found)})", "use a new output_dir, or `sh run.sh "
                                 "--fresh` to move the old run aside and start over"))
-    done = checkpoints.restore_latest()
-    if done >= options.epochs and summary and summary.complete:
-        run.log.info("already complete: %d of %d epochs are in %s; nothing to train", done, options.epochs,
-                     run.files.output)
+    position = checkpoints.restore_latest()
+    ps = len(run.config.jobs.get("ps", ())) if "ps" in run.config.strategy.server_jobs else 0
+    if summary and summary.ps and ps and summary.ps != ps and position != Position(0):
+        _check_resharded(run, model, checkpoints.latest_path(), summary.ps, ps)
+    if position.epochs >= options.epochs and summary and summary.complete:
+        run.log.info("already complete: %d of %d epochs are in %s; nothing to train", position.epochs,
+                     options.epochs, run.files.output)
         return None
-    if done:
-        run.log.info("resuming after epoch %d (optimizer step %d)", done, int(model.optimizer.iterations.numpy()))
+    if position != Position(0):
+        run.log.info("resuming %s from %s (optimizer step %d)", position, position.name,
+                     int(model.optimizer.iterations.numpy()))
     if run.lead:
         write_summary(run.files, RunSummary(status=RunStatus.RUNNING, epochs=options.epochs,
-                                            options=dataclasses.asdict(options), workers=run.workers))
-    return done
+                                            options=dataclasses.asdict(options), workers=run.workers, ps=ps or None))
+    return position
 
 
-def callbacks(run: TrainingRun, checkpoints: EpochCheckpoints, *, device: str | None) -> list:
-    """Learning-rate decay, a checkpoint per epoch, the first-step report and the progress lines."""
+RESHARD_TOLERANCE = 1e-6
+
+
+def _check_resharded(run: TrainingRun, model, checkpoint: str, before: int, after: int) -> None:
+    """After a change in the number of ps, compares the restored (resharded) model's predictions with those of
+    the checkpoint read whole, on 16 test inputs: the model just before and just after the change."""
+    device = "/job:chief/replica:0/task:0/device:CPU:0"
+    whole = export.restore_whole(run.options, run.source.input_shape, run.source.num_classes, checkpoint,
+                                 device=device, io_device=device)
+    inputs = export.reference_inputs(run.source.split("test"))
+    largest = float(np.abs(model(inputs, training=False).numpy() - whole(inputs, training=False).numpy()).max())
+    run.log.info("ps %d -> %d: %s restored over %d ps, model and optimizer slots; predictions before and after "
+                 "differ by at most %.1e (allowed %.0e)", before, after, Path(checkpoint).name, after, largest,
+                 RESHARD_TOLERANCE)
+    if not largest <= RESHARD_TOLERANCE:
+        raise UserError(Problem("cluster.ps", after, f"restoring {Path(checkpoint).name} over {after} ps changed "
+                                f"the model's predictions by {largest:.1e}", f"go back to {before} ps and report it"))
+
+
+def callbacks(run: TrainingRun, checkpoints: EpochCheckpoints, *, device: str | None,
+              stop: StopRequest | None = None, resume_steps: int = 0, checkpoint_every_s: float = 0.0,
+              capacity=None) -> list:
+    """Learning-rate decay, checkpoints (each epoch; with `checkpoint_every_s` and `stop`, within epochs too),
+    the first-step report and the progress lines (with `capacity`, a CapacityWatch, beside the prediction)."""
     events = (run.scratch or run.files.output) / "tensorboard" / "train"
-    return [StepDecay(run.options), SaveEachEpoch(checkpoints, run.steps_per_epoch), FirstStepReport(run.log),
+    saving = Checkpointing(checkpoints, run.steps_per_epoch, run.log, every_s=checkpoint_every_s, stop=stop,
+                           resume_steps=resume_steps)
+    return [StepDecay(run.options), saving, FirstStepReport(run.log),
             ProgressReport(run.log, events, run.files if run.lead else None, epochs=run.options.epochs,
                            steps_per_epoch=run.steps_per_epoch, global_batch=run.global_batch,
-                           every_s=run.options.progress_every_s, device=device)]
+                           every_s=run.options.progress_every_s, device=device, capacity=capacity)]
 
 
-def fit(run: TrainingRun, model, dataset_fn, callback_list: list, initial_epoch: int) -> tuple[dict, float]:
-    """Keras fit over `dataset_fn` for the epochs left; returns the last epoch's metrics and the seconds taken."""
-    started = time.monotonic()
+def fit(run: TrainingRun, model, dataset_fn, callback_list: list, start: Position,
+        stop: StopRequest | None = None) -> tuple[dict, float]:
+    """Keras fit for the steps left from `start`; returns the last epoch's metrics and the seconds taken.
+
+    Keras runs whole epochs, so a resume within an epoch fits the rest of that epoch first, then the epochs
+    after it. `dataset_fn(step)` gives the input from optimizer step `step` on (a fresh shuffle, not a replay).
+    """
+    started, history = time.monotonic(), {}
+    parts = [(start.epochs, start.epochs + 1, run.steps_per_epoch - start.steps)] if start.steps else []
+    parts.append((start.epochs + int(bool(start.steps)), run.options.epochs, run.steps_per_epoch))
+    if stop is not None:
+        stop.training = True
     try:
-        history = model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn), epochs=run.options.epochs,
-                            initial_epoch=initial_epoch, steps_per_epoch=run.steps_per_epoch, verbose=0,
-                            callbacks=callback_list)
+        for first, last, steps in parts:
+            if first >= last:
+                continue
+            step = int(model.optimizer.iterations.numpy())
+            history = model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn(step)), epochs=last,
+                                initial_epoch=first, steps_per_epoch=steps, verbose=0,
+                                callbacks=callback_list).history or history
     except EpochEndedEarly as short:
         run.log.error("%s (TensorFlow ended it without an error, e.g. after losing a worker); exiting so the "
                       "run resumes from the last checkpoint", short)
         sys.exit(CLUSTER_UNAVAILABLE_EXIT_CODE)
-    final = {k: float(v[-1]) for k, v in history.history.items()} if history.history else {}
+    except Preempted as preempted:
+        run.log.info("stopped as asked: %s; exiting (code %d): the next run resumes there", preempted,
+                     PREEMPTED_EXIT_CODE)
+        exit_preempted()
+    if stop is not None:
+        stop.training = False
+        if stop.requested:  # the last epoch's checkpoint is written: the export is left to the next run
+            run.log.info("stopped as asked after the last epoch's checkpoint; the next run exports the model")
+            exit_preempted()
+    final = {k: float(v[-1]) for k, v in history.items()} if history else {}
     return final, time.monotonic() - started
 
 
 def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float, checkpoint: str,
-           device: str | None, shards: dict | None = None) -> RunSummary:
+           device: str | None, shards: dict | None = None, capacity=None) -> RunSummary:
     """Exports the last checkpoint's whole weights, checks them against `model`, and writes the run summary."""
     options, files = run.options, run.files
     steps = int(model.optimizer.iterations.numpy())
@@ -160,7 +213,7 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
         ps=len(run.config.jobs.get("ps", ())) if "ps" in strategy.server_jobs else 0,
         train_seconds=round(train_seconds, 2), final_metrics=final_metrics, checkpoint=checkpoint, model=paths,
         tensorboard=str(files.tensorboard), variable_placement=variable_placement(model),
-        ps_report=shards or {})
+        ps_report=shards or {}, capacity=capacity.summary() if capacity else {})
     write_summary(files, summary)
     run.log.info("model exported to %s (.h5, SavedModel, .keras); summary %s", files.model_dir, files.summary)
     return summary

@@ -43,7 +43,7 @@ def bytes_held(model) -> dict[str, int]:
     return held
 
 
-def _table_traffic(layer, sample_ids: np.ndarray, report: dict) -> None:
+def _table_traffic(layer, sample_ids: np.ndarray, report: dict, shards_of=_shards) -> None:
     """Adds the rows each shard of the layer's tables serves for one batch of ids [batch, tables]."""
     if isinstance(layer, FusedTables):
         pairs = [(layer.table, (sample_ids + layer.offsets).reshape(-1))]
@@ -52,7 +52,7 @@ def _table_traffic(layer, sample_ids: np.ndarray, report: dict) -> None:
     for table, ids in pairs:
         ids = np.unique(ids) if layer.deduplicate else ids
         first = 0
-        for shard in _shards(table):
+        for shard in shards_of(table):
             rows = int(np.count_nonzero((ids >= first) & (ids < first + shard.shape[0])))
             first += shard.shape[0]
             entry = report.setdefault(ps_of(shard.device), {"lookups_per_step": 0, "bytes_moved_per_step": 0})
@@ -60,15 +60,19 @@ def _table_traffic(layer, sample_ids: np.ndarray, report: dict) -> None:
             entry["bytes_moved_per_step"] += rows * (2 * shard.shape[1] * shard.dtype.size + 2 * ID_BYTES)
 
 
-def shard_report(model, sample_ids: np.ndarray) -> dict[str, dict[str, int]]:
-    """Per ps: bytes held, rows looked up per step and bytes moved per step (for one sample batch of ids)."""
+def shard_report(model, sample_ids: np.ndarray, shards_of=_shards) -> dict[str, dict[str, int]]:
+    """Per ps: bytes held, rows looked up per step and bytes moved per step (for one sample batch of ids).
+
+    `shards_of(variable)` lists a variable's shards (each with shape, dtype and device): by default the ones
+    the strategy made; `plan` passes the shards it works out for a ps count, on a model built without a cluster.
+    """
     report: dict[str, dict[str, int]] = {}
     for layer in table_layers(model):
-        _table_traffic(layer, np.asarray(sample_ids, dtype=np.int64), report)
+        _table_traffic(layer, np.asarray(sample_ids, dtype=np.int64), report, shards_of)
     _, dense = model.split_variables()
-    for variable in dense:
-        entry = report.setdefault(ps_of(variable.device), {"lookups_per_step": 0, "bytes_moved_per_step": 0})
-        entry["bytes_moved_per_step"] += 2 * _nbytes(variable)
+    for shard in (s for variable in dense for s in shards_of(variable)):
+        entry = report.setdefault(ps_of(shard.device), {"lookups_per_step": 0, "bytes_moved_per_step": 0})
+        entry["bytes_moved_per_step"] += 2 * _nbytes(shard)
     for name, held in bytes_held(model).items():
         report.setdefault(name, {"lookups_per_step": 0, "bytes_moved_per_step": 0})["bytes_held"] = held
     return dict(sorted(report.items()))

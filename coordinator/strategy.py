@@ -19,7 +19,7 @@ CHIEF_CPU = "/job:chief/replica:0/task:0/device:CPU:0"
 
 def wait_for_cluster(config: ClusterConfig, timeout_s: float, log) -> None:
     """Exits with code 3 naming each silent task: TensorFlow itself would hang on a missing ps or worker."""
-    tasks = config.tasks(("ps", "worker"))
+    tasks = config.training_tasks(("ps", "worker"))
     log.info("waiting up to %.0f s for %s", timeout_s, ", ".join(f"{t.name}@{t.address}" for t in tasks))
     silent = net.wait_until_listening(tasks, timeout_s)
     if silent:
@@ -32,13 +32,17 @@ def wait_for_cluster(config: ClusterConfig, timeout_s: float, log) -> None:
 def build(config: ClusterConfig, options: TrainingOptions) -> tf.distribute.experimental.ParameterServerStrategy:
     """The strategy, with variables above `min_shard_bytes` split over up to `max_shards` (default: every ps);
     a recommender's tables split evenly over every ps instead (BalancedPartitioner: the same bytes on each)."""
-    shards = options.max_shards or len(config.jobs["ps"])
-    partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
-        min_shard_bytes=options.min_shard_bytes, max_shards=shards)
-    if options.model in RECOMMENDER_MODELS:
-        partitioner = BalancedPartitioner(len(config.jobs["ps"]), min_shard_bytes=options.min_shard_bytes)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    return tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+    return tf.distribute.experimental.ParameterServerStrategy(
+        resolver, variable_partitioner=partitioner_for(options, len(config.jobs["ps"])))
+
+
+def partitioner_for(options: TrainingOptions, num_ps: int):
+    """MinSizePartitioner over up to `max_shards` (default: every ps); a recommender's BalancedPartitioner."""
+    if options.model in RECOMMENDER_MODELS:
+        return BalancedPartitioner(num_ps, min_shard_bytes=options.min_shard_bytes)
+    return tf.distribute.experimental.partitioners.MinSizePartitioner(
+        min_shard_bytes=options.min_shard_bytes, max_shards=options.max_shards or num_ps)
 
 
 def build_synchronous(options: TrainingOptions) -> tf.distribute.Strategy:

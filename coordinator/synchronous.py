@@ -34,18 +34,19 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     log.info("%s over %d replica(s)", options.strategy, distribution.num_replicas_in_sync)
     model = setup.build_model(run, distribution)
     checkpoints = setup.epoch_checkpoints(run, model, io_device=None)
-    done = setup.resume(run, checkpoints, model)
-    if done is None:
+    start = setup.resume(run, checkpoints, model)
+    if start is None:
         return read_summary(run.files)
     callback_list = setup.callbacks(run, checkpoints, device=None)
     with _peer_loss_exits(log):
         if options.loop == "custom":
             started = time.monotonic()
-            final_metrics = custom_loop.train(distribution, model, run, callback_list, done_epochs=done)
+            final_metrics = custom_loop.train(distribution, model, run, callback_list, done_epochs=start.epochs)
             seconds = time.monotonic() - started
         else:
-            dataset_fn = run.source.train_dataset_fn(run.global_batch, options.seed)
-            final_metrics, seconds = setup.fit(run, model, dataset_fn, callback_list, done)
+            final_metrics, seconds = setup.fit(
+                run, model, lambda step: run.source.train_dataset_fn(run.global_batch, options.seed + step),
+                callback_list, start)
     if scratch is not None:
         shutil.rmtree(scratch, ignore_errors=True)  # what this worker wrote for the saves it took part in
         log.info("training done; worker 0 exports the model")

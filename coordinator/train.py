@@ -47,15 +47,32 @@ def _this_task(config: ClusterConfig, worker) -> Task:
         raise UserError([dataclasses.replace(p, field="--worker") for p in error.problems]) from None
 
 
+def _trainer_workers(config: ClusterConfig, workers) -> ClusterConfig:
+    """The config narrowed to `--workers` (indices into cluster.worker, e.g. `0,2`): the launcher leaves lost
+    workers out of the chief's training cluster, since TensorFlow waits at start-up for every worker listed."""
+    if workers is None:
+        return config
+    listed = workers if isinstance(workers, (tuple, list)) else str(workers).split(",")
+    count = len(config.jobs.get("worker", ()))
+    try:
+        indices = tuple(int(i) for i in listed)
+    except (TypeError, ValueError):
+        indices = ()
+    if not indices or len(set(indices)) != len(indices) or not all(0 <= i < count for i in indices):
+        raise UserError(Problem("--workers", workers, f"must be distinct worker indices from 0 to {count - 1}",
+                                "give e.g. --workers 0,2, or leave it out to train with every worker"))
+    return dataclasses.replace(config, trainer_workers=indices)
+
+
 @exit_on_user_error()
-def train(cluster: str = "cluster.json", worker: int | None = None, **overrides) -> None:
+def train(cluster: str = "cluster.json", worker: int | None = None, workers=None, **overrides) -> None:
     overrides = {name: value for name, value in overrides.items() if not isinstance(value, FromFile)}
     unknown = [name for name in overrides if name not in FIELD_NAMES]
     if unknown:
         raise UserError([Problem(f"--{name}", overrides[name], "unknown option", "see --help for the options")
                          for name in unknown])
     config = cluster_config.load(cluster)
-    config = dataclasses.replace(config, training=with_overrides(config.training, overrides))
+    config = dataclasses.replace(_trainer_workers(config, workers), training=with_overrides(config.training, overrides))
     options = config.training
     preflight(options, PROJECT_ROOT)  # data set on disk checked before TensorFlow loads
     task = _this_task(config, worker)
@@ -82,11 +99,14 @@ a finished run says so and stops. The lead (the chief, or worker 0) exports the 
 Args:
   cluster: path of cluster.json.
   worker: under multi_worker_mirrored, the index of the worker this process is (every worker runs it).
+  workers: parameter_server: train with these workers only (indices into cluster.worker, e.g. 0,2); the launcher
+    sets it when it leaves lost workers out.
 {field_help(TrainingOptions)}
 """
 train.__signature__ = inspect.Signature(
     [inspect.Parameter("cluster", inspect.Parameter.KEYWORD_ONLY, default="cluster.json"),
-     inspect.Parameter("worker", inspect.Parameter.KEYWORD_ONLY, default=None)]
+     inspect.Parameter("worker", inspect.Parameter.KEYWORD_ONLY, default=None),
+     inspect.Parameter("workers", inspect.Parameter.KEYWORD_ONLY, default=None)]
     + [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=FromFile(f.default))
        for f in dataclasses.fields(TrainingOptions)]
     + [inspect.Parameter("unknown", inspect.Parameter.VAR_KEYWORD)])  # so Fire hands us misspelt flags

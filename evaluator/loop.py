@@ -15,7 +15,7 @@ from common.errors import Problem, UserError
 from common.proc import has_live_thread
 from coordinator import export
 from coordinator.compiled import build_compiled
-from coordinator.checkpoints import checkpoint_epoch, checkpoint_step, listed_checkpoints
+from coordinator.checkpoints import checkpoint_epoch, checkpoint_position, checkpoint_step, listed_checkpoints
 UNREADABLE = (tf.errors.NotFoundError, tf.errors.DataLossError, tf.errors.FailedPreconditionError, OSError)
 
 
@@ -27,8 +27,9 @@ class SidecarEvaluator:
     """Evaluates every checkpoint the coordinator writes, exactly once, on the validation split.
 
     What the trainer must save (coordinator/checkpoints.py and the run summary of cluster/run_files.py):
-    `ckpt-<epoch>` prefixes named in the `checkpoint` state file of OUTPUT/checkpoints, each holding `model` and
-    `optimizer` (whose step places the TensorBoard point), and OUTPUT/summary.json whose status becomes
+    `ckpt-<epoch>` (and, within epochs, `ckpt-<epoch>-<steps>`) prefixes named in the `checkpoint` state file of
+    OUTPUT/checkpoints, each holding `model` and `optimizer` (whose step places the TensorBoard point), and
+    OUTPUT/summary.json whose status becomes
     "complete" with the planned epochs once training has finished.
     """
 
@@ -70,8 +71,8 @@ class SidecarEvaluator:
     def _pending(self) -> list[str]:
         """Listed checkpoints not yet done, oldest first; epochs that vanished unread are reported as skipped."""
         paths = listed_checkpoints(self.checkpoint_dir)
-        listed = {checkpoint_epoch(p) for p in paths}
-        done = {checkpoint_epoch(name) for name in self.state.evaluated}
+        listed, done = ({p.epochs for p in map(checkpoint_position, names) if not p.steps}  # epoch ends: ckpt-<E>
+                        for names in (paths, self.state.evaluated))
         for epoch in range(1, max(listed, default=0)):
             if epoch not in listed and epoch not in done:
                 self._skip(f"ckpt-{epoch}", "deleted before it could be read")

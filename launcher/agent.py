@@ -7,6 +7,8 @@ code the task writes itself as it ends; none when it was killed).
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import shutil
@@ -82,10 +84,12 @@ def training_step(config: ClusterConfig, task: Task, pid: int) -> int | None:
     return progress.step if progress and progress.pid == pid and progress.phase == Phase.TRAIN else None
 
 
-def stop(config: ClusterConfig, task: Task) -> StopResult:
-    """Stops every process of the task's group (SIGTERM, then SIGKILL) and removes its pid file."""
+def stop(config: ClusterConfig, task: Task, quick: bool = False) -> StopResult:
+    """Stops every process of the task's group (SIGTERM, then SIGKILL) and removes its pid file; the lead gets
+    launcher.stop_grace_s to write its checkpoint first, unless `quick`."""
     record = process.PidRecord.read(task_file(config, task, "pid"))
-    outcome = process.stop(record) if record else StopOutcome.NOT_STARTED
+    grace_s = config.launcher.stop_grace_s if task == config.lead and not quick else 10.0
+    outcome = process.stop(record, grace_s=grace_s) if record else StopOutcome.NOT_STARTED
     task_file(config, task, "pid").unlink(missing_ok=True)
     return StopResult(task=task.name, pid=record.pid if record else None, outcome=outcome)
 
@@ -221,13 +225,17 @@ class HostControl:
         names = tasks.split(",") if isinstance(tasks, str) else list(tasks)
         return config, [config.task(*_split(name)) for name in names]
 
-    def start(self, cluster: str, tasks: str):
+    def start(self, cluster: str, tasks: str, workers: str = ""):
+        """`workers`: the indices the chief trains with (`0,2`), when the launcher left lost workers out."""
         config, selected = self._tasks(cluster, tasks)
+        if workers != "":
+            listed = workers if isinstance(workers, (tuple, list)) else str(workers).split(",")
+            config = dataclasses.replace(config, trainer_workers=tuple(int(i) for i in listed))
         _print([as_json(start(config, t)) for t in selected])
 
-    def stop(self, cluster: str, tasks: str):
+    def stop(self, cluster: str, tasks: str, quick: bool = False):
         config, selected = self._tasks(cluster, tasks)
-        _print([as_json(stop(config, t)) for t in selected])
+        _print([as_json(stop(config, t, quick=quick)) for t in selected])
 
     def status(self, cluster: str, tasks: str):
         config, selected = self._tasks(cluster, tasks)

@@ -10,7 +10,7 @@ import enum
 
 from cluster.config import LauncherSettings
 from cluster.strategies import Strategy
-from common.errors import USER_ERROR_EXIT_CODE
+from common.errors import PREEMPTED_EXIT_CODE, USER_ERROR_EXIT_CODE
 from launcher.records import TaskRecord
 
 
@@ -28,6 +28,7 @@ class Decision:
     delay_s: float = 0.0
     hold_chief: bool = False  # a ps died: its variables are gone, the chief waits until every ps is back
     restart_group: bool = False  # collectives cannot lose a member: the other trainers restart too
+    counts: bool = True  # counted against max_restarts (a stop asked from outside, with a checkpoint, is not)
 
 
 class HealingPolicy:
@@ -47,8 +48,15 @@ class HealingPolicy:
         what = f"{name} exited with code {code}" if code is not None else f"{name} died"
         if code == USER_ERROR_EXIT_CODE:
             return Decision(Action.FAIL_RUN, f"{what} (a user error; not restarted): {record.last_line}")
+        if code == PREEMPTED_EXIT_CODE and job == self.strategy.trainer_job:
+            return Decision(Action.RESTART, f"{name} was stopped from outside the launcher (SIGTERM) and wrote a "
+                                            "checkpoint; starting it again, it resumes there", counts=False)
         if record.restarts >= self.settings.max_restarts:
-            used_up = f"{what} after {record.restarts} restarts (launcher.max_restarts)"
+            used_up = f"{what} after {record.restarts} restart{'s' if record.restarts != 1 else ''} " \
+                      "(launcher.max_restarts)"
+            if job == "worker" and "worker" in self.strategy.server_jobs:
+                return Decision(Action.DROP, f"{used_up}; training goes on with the other workers, and the chief "
+                                             "leaves it out after launcher.worker_lost_after_s")
             if job == "evaluator":
                 return Decision(Action.DROP, f"{used_up}; training goes on without it; last log line: "
                                              f"{record.last_line}")

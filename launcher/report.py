@@ -72,6 +72,7 @@ def final_report(config: ClusterConfig, supervisor, wall_s: float) -> Report:
         lines.append(f"could not read this run's files on {lead_host.name}: {error}")
         events = None
     lines += [f"host {line}" for line in supervisor.outages.lines]
+    lines += [f"workers: {line}" for line in supervisor.membership.lines()]
     curves = f"; curves: tensorboard --logdir {events}" if events else ""
     lines.append(f"wall time {wall_s:.0f} s{curves}")
     return Report(lines, trained)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cluster.config import PROJECT_ROOT, ClusterConfig
 from common.errors import USER_ERROR_EXIT_CODE
-from launcher import process, run_outputs
+from launcher import process, reload, run_outputs
 from launcher.console import LogFollower, say
 from launcher.preflight import PreflightFailed, check_cluster
 from launcher.report import final_report
@@ -45,6 +45,7 @@ def run_job(config: ClusterConfig, *, fresh: bool = False) -> int:
             last_fetch = time.monotonic()
         follower.echo_new_lines()
         write_status(config, supervisor, started)
+        reload.apply_request(supervisor, config.path(config.launcher.logs_dir), say)
 
     try:
         check_cluster(config, supervisor.hosts, say, fresh=fresh)

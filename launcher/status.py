@@ -13,7 +13,7 @@ from launcher import process
 STATUS_NAME = "status.json"
 EPOCH = re.compile(r"train \| epoch (\d+/\d+) \| step (\d+/\d+) \| ([\d.]+) steps/s")
 PER_PS = "per ps: "
-VALIDATION = re.compile(r"eval \| (ckpt-\d+) \| step \d+ \| (.*?) \| best")
+VALIDATION = re.compile(r"eval \| (ckpt-[\d-]+) \| step \d+ \| (.*?) \| best")
 
 
 def _last_match(path: Path, pattern: re.Pattern) -> re.Match | None:
@@ -71,6 +71,8 @@ def write_status(config: ClusterConfig, supervisor, started: float, finished: bo
     run = {} if nothing_started else run_progress(config)
     if supervisor.lead.step is not None:
         run["optimizer_step"] = supervisor.lead.step
+    if supervisor.membership.enabled and not nothing_started:
+        run["training_with"] = supervisor.membership.describe()
     document = {"updated": time.time(), "wall_s": round(time.monotonic() - started, 1), "finished": finished,
                 "nothing_started": nothing_started, "tasks": rows, "run": run}
     path = config.path(config.launcher.logs_dir) / STATUS_NAME

@@ -10,6 +10,7 @@ from launcher.backends import backends_for
 from launcher.backends.base import AgentFailed, HostError, HostUnreachable, TaskStatus
 from launcher.firewall import FirewallError
 from launcher.healing import Action, HealingPolicy
+from launcher.membership import Membership
 from launcher.outages import HOST_SILENT_S, HostOutages
 from launcher.records import DONE_STATES, BackgroundCalls, RunFailed, TaskRecord, TaskState
 
@@ -34,6 +35,7 @@ class Supervisor:
         self.chief_done_at: float | None = None
         self.outages = HostOutages(self)
         self.held_for: list[TaskRecord] = []  # what the held lead waits for, besides every ps
+        self.membership = Membership(self)
 
     def _jobs(self, *jobs: str) -> list[TaskRecord]:
         """The records of these jobs, in the order the jobs are named (ps before workers: the start order)."""
@@ -48,8 +50,7 @@ class Supervisor:
                 self.say(f"firewall on {name}: table {rules.table} guards ports {rules.ports}")
         servers = self._jobs(*self.strategy.server_jobs)
         if servers:
-            self._start(servers)
-            self._wait_for_servers([r.task for r in servers])
+            self.start_records(servers)
 
     def start_cluster(self) -> None:
         """ps and workers until their ports answer, then the trainers (the chief), then the evaluator."""
@@ -58,6 +59,8 @@ class Supervisor:
         self._start(self._jobs("evaluator"))
 
     def _start(self, records: list[TaskRecord]) -> None:
+        if self.lead in records:
+            self.membership.set_trainer_workers(self.membership.for_start())
         by_host: dict[str, list[TaskRecord]] = {}
         for record in records:
             by_host.setdefault(record.host, []).append(record)
@@ -67,6 +70,11 @@ class Supervisor:
                 record.state, record.pid, record.exit_code, record.step = TaskState.STARTING, row.pid, None, None
                 record.started_at = record.step_changed_at = time.monotonic()
                 self.say(f"{record.name} started on {name} (pid {row.pid})")
+
+    def start_records(self, records: list[TaskRecord]) -> None:
+        """Starts these servers (ps before workers) and waits until their ports answer."""
+        self._start(records)
+        self._wait_for_servers([r.task for r in records])
 
     def _wait_for_servers(self, tasks: list[Task]) -> None:
         silent = net.wait_until_listening(tasks, self.settings.ready_timeout_s)
@@ -160,7 +168,7 @@ class Supervisor:
             raise RunFailed(decision.message)
         else:
             record.state, record.restart_at = TaskState.RESTARTING, time.monotonic() + decision.delay_s
-            record.counts_as_restart = True
+            record.counts_as_restart = decision.counts
             if decision.hold_chief:
                 self.hold_lead("until every ps is back")
             if decision.restart_group:
@@ -186,7 +194,7 @@ class Supervisor:
             return False
         self.held_for = [r for r in self.records.values() if r.state == TaskState.LOST]
         if chief.state != TaskState.RESTARTING:
-            self.hosts[chief.host].stop([chief.task])
+            self.hosts[chief.host].stop([chief.task], quick=True)  # its variables may be gone: nothing to save
             self.say(f"{chief.name} stopped {until}; it will resume from its last checkpoint")
         chief.state, chief.restart_at, chief.counts_as_restart = TaskState.RESTARTING, float("inf"), False
         return True
@@ -199,8 +207,15 @@ class Supervisor:
             others = "".join(f" and {r.name}" for r in self.held_for if r.task.job != "ps")
             self.say(f"every ps{others} answer again: starting {self.lead.name} again")
             self.lead.restart_at, self.held_for = now, []
+        self.membership.follow(now)
         for record in self.records.values():
             if record.state == TaskState.RESTARTING and now >= record.restart_at:
+                if record is self.lead and not self.membership.enough():
+                    if not self.membership.holding:
+                        self.say(f"{record.name} held: {self.membership.hold_reason()}")
+                    self.membership.holding = True
+                    continue
+                self.membership.holding = False
                 record.restarts += int(record.counts_as_restart)
                 self._start([record])
         self._watch_for_stall(now)
@@ -215,7 +230,7 @@ class Supervisor:
         reason = self.policy.stall(lead, servers_up, now) if lead.state == TaskState.RUNNING else None
         if reason:
             self.say(f"stall: {reason}; restarting it")
-            self.hosts[lead.host].stop([lead.task])
+            self.hosts[lead.host].stop([lead.task], quick=True)  # a frozen chief cannot checkpoint
             self._exited(lead, None)
 
     def _finished(self) -> bool:

@@ -1,4 +1,4 @@
-"""`python -m roles.launch run|up|status|down|print_config|sbatch CLUSTER`: the commands behind run.sh and kill.sh."""
+"""`python -m roles.launch run|status|reload|down|...`: the commands behind run.sh and kill.sh (`--help` lists all)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import fire
 from cluster import config as cluster_config
 from cluster import taskspec
 from common.errors import USER_ERROR_EXIT_CODE, Problem, UserError, exit_on_user_error
-from launcher import process, sbatch_script, slurm_run
+from common.fields import is_int, is_number
+from common.logs import import_tensorflow_quietly, quiet_tensorflow
+from launcher import process, reload, sbatch_script, slurm_run
 from launcher.backends import backends_for
 from launcher.backends.ssh import command_as_run
 from launcher.console import say
@@ -48,8 +50,7 @@ class Launcher:
         mine = process.PidRecord(os.getpid(), process.start_ticks(os.getpid()) or 0, tuple(sys.argv))
         mine.write(pid_path)
         try:
-            sys.exit(slurm_run.run_in_allocation(config, fresh=fresh) if _under_slurm(config)
-                     else run_job(config, fresh=fresh))
+            sys.exit(_run_by_backend(config, fresh))
         finally:
             if process.PidRecord.read(pid_path) == mine:
                 pid_path.unlink()
@@ -78,16 +79,35 @@ class Launcher:
     def status(self, cluster: str = "cluster.json") -> None:
         """Prints one row per task (host, pid, state, restarts, uptime, last log line) and the run's progress."""
         config = cluster_config.load(cluster)
+        if _on_kubernetes(config):
+            print("\n".join(_kubernetes().status_lines(config)))
+            return
         print(render_status(config))
         if _under_slurm(config):
             print("\n".join(slurm_run.status_lines(config)))
+
+    @exit_on_user_error("[launcher] ")
+    def reload(self, cluster: str = "cluster.json") -> None:
+        """Hands an edited CLUSTER (workers or ps added or removed) to the launcher that runs it: the chief stops
+        with a checkpoint, servers that left stop, new ones start, and the chief resumes on the new spec."""
+        config = cluster_config.load(cluster)
+        unsupported = reload.refusals(config, config)  # what no reload can change: the backend, the firewall
+        if unsupported:
+            raise UserError(unsupported, source=str(config.source))
+        running = process.PidRecord.read(launcher_pid_path(config))
+        if not (running and process.is_running(running)):
+            raise UserError(Problem("launcher", str(launcher_pid_path(config)), "no launcher runs this cluster",
+                                    "start it with `sh run.sh`; reload changes a running job"))
+        for line in reload.request(config, running_pid=running.pid):
+            say(f"reload: {line}")
 
     @exit_on_user_error("[launcher] ")
     def down(self, cluster: str = "cluster.json") -> None:
         """Stops every task of CLUSTER by pid file and process group, here and over ssh (under Slurm: every step,
         then the job is cancelled); safe to repeat."""
         config = cluster_config.load(cluster)
-        lines = slurm_run.stop_in_allocation(config) if _under_slurm(config) else stop_all(config)
+        lines = (_kubernetes().down(config) if _on_kubernetes(config) else
+                 slurm_run.stop_in_allocation(config) if _under_slurm(config) else stop_all(config))
         for line in lines or ["nothing to stop"]:
             say(line)
 
@@ -122,6 +142,97 @@ class Launcher:
         """
         path = sbatch_script.write(cluster_config.load(cluster), Path(output))
         say(f"wrote {path}: submit it with `sbatch {shlex.quote(str(path))}`; logs go to the logs directory")
+
+    @exit_on_user_error("[launcher] ")
+    def plan(self, cluster: str = "cluster.json") -> None:
+        """Predicts steps/s for 1 to 2x CLUSTER's ps, names what bounds each and how many ps are enough.
+
+        Builds the model here on the CPU (no cluster), reads the bytes each ps moves per step, measures each
+        worker host <-> ps host link with a short transfer (or takes hosts.<name>.link_gbps) and a step's compute
+        (or takes hosts.<name>.step_compute_ms); the chief later logs its measured steps/s beside the prediction.
+        """
+        config = cluster_config.load(cluster)
+        if config.job_sizes:
+            raise UserError(Problem("cluster", dict(config.job_sizes), "plan needs the hosts of the ps and workers, "
+                                    "and job sizes are placed only when the Slurm job starts",
+                                    "list the nodes' host:port in cluster, or use `plan_on_paper` with your figures"))
+        if config.training.strategy != "parameter_server" or not config.jobs.get("ps"):
+            raise UserError(Problem("training.strategy", config.training.strategy, "plan predicts ps clusters",
+                                    "use parameter_server with at least one ps"))
+        os.environ.update({"TF_CPP_MIN_LOG_LEVEL": "2", "TF_USE_LEGACY_KERAS": "1", "CUDA_VISIBLE_DEVICES": "-1"})
+        import_tensorflow_quietly()
+        quiet_tensorflow()
+        from launcher import capacity_plan
+        from launcher.link_probe import ProbeFailed
+
+        try:
+            lines = capacity_plan.plan(config, say)
+        except ProbeFailed as failure:
+            print(f"[launcher] error: {failure}; or give hosts.<name>.link_gbps for both hosts", file=sys.stderr)
+            sys.exit(1)
+        print("\n".join(lines), flush=True)
+        say(f"plan written to {capacity_plan.plan_path(config)} (the chief compares its steps/s with it)")
+
+    @exit_on_user_error("[launcher] ")
+    def plan_on_paper(self, workers: int = 1, ps: int = 1, variable_mb: float = 102.0, link_gbps: float = 10.0,
+                      step_compute_ms: float = 245.0) -> None:
+        """The plan's table from given figures alone (dense variables, one host per task), e.g. ResNet-50's.
+
+        Args:
+          workers: worker count.
+          ps: ps count.
+          variable_mb: MB (10^6 bytes) of trainable variables.
+          link_gbps: every host's link, in Gbit/s.
+          step_compute_ms: one step's compute on a worker, in ms.
+        """
+        figures = {"--workers": workers, "--ps": ps, "--variable_mb": variable_mb, "--link_gbps": link_gbps,
+                   "--step_compute_ms": step_compute_ms}
+        bad = [Problem(name, value, "must be a number above 0", f"give {name} a positive number")
+               for name, value in figures.items() if not is_number(value) or value <= 0]
+        bad += [Problem(name, value, "must be a whole number", f"give {name} e.g. 2")
+                for name, value in figures.items() if name in ("--workers", "--ps") and not is_int(value)]
+        if bad:
+            raise UserError(bad)
+        from launcher.capacity_plan import on_paper
+
+        print("\n".join(on_paper(workers=workers, ps=ps, variable_mb=variable_mb, link_gbps=link_gbps,
+                                 step_compute_ms=step_compute_ms)))
+
+    @exit_on_user_error("[launcher] ")
+    def jobset(self, cluster: str = "cluster.json", output: str = "jobset.yaml") -> None:
+        """Writes the JobSet (and its ConfigMap and NetworkPolicy) that runs CLUSTER on Kubernetes, for
+        `kubectl apply -f jobset.yaml`; needs "launcher": {"backend": "kubernetes"} and job sizes.
+
+        Args:
+          cluster: path of cluster.json.
+          output: where to write the manifests.
+        """
+        from launcher.backends.kubernetes import jobset
+
+        config = cluster_config.load(cluster)
+        if config.launcher.backend != "kubernetes":
+            raise UserError(Problem("launcher.backend", config.launcher.backend, "is not kubernetes, so there are "
+                                    "no pods to describe", 'set "launcher": {"backend": "kubernetes"} and give '
+                                    "job sizes and a kubernetes section"))
+        path = jobset.write(config, Path(output))
+        say(f"wrote {path}: apply it with `kubectl apply -f {shlex.quote(str(path))}` (JobSet controller v0.12)")
+
+
+def _run_by_backend(config, fresh: bool) -> int:
+    if _on_kubernetes(config):
+        return _kubernetes().run(config)
+    return slurm_run.run_in_allocation(config, fresh=fresh) if _under_slurm(config) else run_job(config, fresh=fresh)
+
+
+def _on_kubernetes(config) -> bool:
+    return config.launcher.backend == "kubernetes"
+
+
+def _kubernetes():
+    """The kubernetes backend's run, status and down (through kubectl)."""
+    from launcher.backends.kubernetes import run
+
+    return run
 
 
 def _under_slurm(config) -> bool:

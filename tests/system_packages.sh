@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages the multi-host tests need (sshd, ssh, rsync, nftables, iproute2, unshare, Slurm,
-# munge) when one is missing and we are root; never leaves a system sshd, munged, slurmd or slurmctld running.
+# munge, and kubectl when none is installed: Debian's is old, 1.20; the tests were run with 1.32) when one is missing
+# and we are root; never leaves a system sshd, munged, slurmd or slurmctld running.
 # A failure here only skips those tests.
 set -eu
 PATH="$PATH:/usr/sbin:/sbin"
@@ -22,7 +23,8 @@ setpriv util-linux
 /usr/sbin/slurmctld slurmctld
 /usr/sbin/slurmd slurmd
 sbatch slurm-client
-srun slurm-client"
+srun slurm-client
+kubectl kubernetes-client"
 
 missing=$(echo "$needs" | while read -r command package; do
     command -v "$command" >/dev/null 2>&1 || echo "$package"

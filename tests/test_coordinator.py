@@ -114,7 +114,7 @@ def test_killed_chief_resumes_at_the_next_epoch(shared_servers, tmp_path):
 
     resumed = run_chief(shared_servers, output, *options)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming after epoch 1 (optimizer step 150)" in resumed.stderr
+    assert "resuming after epoch 1 from ckpt-1 (optimizer step 150)" in resumed.stderr
     epochs_run = [line.split("train | epoch ")[1].split()[0] for line in resumed.stderr.splitlines()
                   if "train | epoch" in line]
     assert epochs_run == ["2/3", "3/3"]

@@ -75,7 +75,7 @@ def test_killed_ps_restarts_ps_and_chief_losing_at_most_an_epoch(detached_run, t
     log = wait_for_launcher(logs)
     assert "chief:0 stopped until every ps is back" in log, log
     chief_log = (logs / "chief-0.log").read_text()
-    assert "resuming after epoch 1 (optimizer step 100)" in chief_log  # ckpt-1: epoch 2's work was redone
+    assert "resuming after epoch 1 from ckpt-1 (optimizer step 100)" in chief_log  # ckpt-1: epoch 2's work was redone
     summary = completed_summary(tmp_path)
     assert summary["optimizer_steps"] == 300
     assert processes_mentioning(str(path)) == []

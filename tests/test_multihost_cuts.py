@@ -8,10 +8,12 @@ again before it ends, so the next starts from a healthy cluster.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +61,34 @@ class Run:
         raise AssertionError(f"{task} not lost after {timeout_s} s:\n{self.status()}\n{self.new_log()}")
 
 
+def reached_over_ssh(hosts, logs: Path, **launcher) -> dict:
+    """The `hosts` and `launcher` sections for namespace hosts reached over ssh, with quick healing."""
+    return {"hosts": {a: {"ssh_user": hosts.ssh_user, "workdir": str(hosts.workdir), "python": PYTHON}
+                      for a in hosts.addresses},
+            "launcher": {"logs_dir": str(logs), "ssh_identity": str(hosts.identity_file),
+                         "ssh_known_hosts": str(hosts.known_hosts_file), "ssh_host_keys": "strict",
+                         "ssh_connect_timeout_s": 3, "restart_backoff_s": 0.5, "poll_s": 0.5, **launcher}}
+
+
+@contextlib.contextmanager
+def detached_run(hosts, directory, document: dict):
+    """`sh run.sh --detach` of `document`, once the chief trains its second epoch; cables restored and `sh kill.sh`
+    at the end, with nothing left running."""
+    path = write_cluster(directory, document)
+    started = subprocess.run(["sh", str(ROOT / "run.sh"), "--detach", str(path)], capture_output=True, text=True,
+                             timeout=300, cwd=ROOT)
+    assert started.returncode == 0, started.stderr
+    running = Run(hosts, path, Path(document["launcher"]["logs_dir"]))
+    try:
+        running.wait_for(r"train \| epoch 2/", 300)
+        yield running
+    finally:
+        for index in range(len(hosts.addresses)):
+            hosts.restore(index)
+        subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=300, cwd=ROOT)
+        assert processes_mentioning(str(path)) == []
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     directory = tmp_path_factory.mktemp("cuts")
@@ -68,27 +98,13 @@ def run(tmp_path_factory):
         document = {
             "cluster": {"chief": [f"{hosts.launcher_address}:{next(ports)}"],
                         "worker": [f"{h[1]}:{next(ports)}", f"{h[2]}:{next(ports)}"], "ps": [f"{h[0]}:{next(ports)}"]},
-            "hosts": {a: {"ssh_user": hosts.ssh_user, "workdir": str(hosts.workdir), "python": PYTHON} for a in h},
-            "launcher": {"logs_dir": str(logs), "ssh_identity": str(hosts.identity_file),
-                         "ssh_known_hosts": str(hosts.known_hosts_file), "ssh_host_keys": "strict",
-                         "ssh_connect_timeout_s": 3, "restart_backoff_s": 0.5, "poll_s": 0.5},
+            **reached_over_ssh(hosts, logs),
             "training": {"output_dir": str(hosts.workdir / directory.name / "output"), "epochs": 10000,
                          "steps_per_epoch": 40, "steps_per_execution": 1, "lr_decay_epochs": [],
                          "progress_every_s": 2},
         }
-        path = write_cluster(directory, document)
-        started = subprocess.run(["sh", str(ROOT / "run.sh"), "--detach", str(path)], capture_output=True, text=True,
-                                 timeout=300, cwd=ROOT)
-        assert started.returncode == 0, started.stderr
-        running = Run(hosts, path, logs)
-        try:
-            running.wait_for(r"train \| epoch 2/", 300)
+        with detached_run(hosts, directory, document) as running:
             yield running
-        finally:
-            for index in range(len(h)):
-                hosts.restore(index)
-            subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=300, cwd=ROOT)
-            assert processes_mentioning(str(path)) == []
 
 
 def cut_for(run: Run, host: int, task: str, seconds: float) -> float:

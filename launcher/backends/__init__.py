@@ -22,7 +22,15 @@ def slurm_backends(config: ClusterConfig) -> dict[str, Backend]:
     return per_node(config)
 
 
-BACKENDS = {"hosts": hosts_backends, "slurm": slurm_backends}  # keyed by launcher.backend
+def kubernetes_backends(config: ClusterConfig) -> dict[str, Backend]:
+    """None here: every task is a pod that the JobSet's controllers start and heal (launcher/backends/kubernetes)."""
+    from common.errors import Problem, UserError
+
+    raise UserError(Problem("launcher.backend", "kubernetes", "runs every task as a pod of a JobSet, never from this "
+                            "machine", "see the pods with `python -m roles.launch jobset`, run them with `sh run.sh`"))
+
+
+BACKENDS = {"hosts": hosts_backends, "slurm": slurm_backends, "kubernetes": kubernetes_backends}  # launcher.backend
 
 
 def backends_for(config: ClusterConfig) -> dict[str, Backend]:

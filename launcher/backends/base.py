@@ -137,13 +137,18 @@ class Backend(abc.ABC):
         """Makes the place ready before anything starts (copy code, install packages); nothing by default."""
         return None
 
+    def take_new_config(self, config: ClusterConfig) -> None:
+        """Uses an edited cluster (`sh run.sh reload`) from now on; a remote place gets its new cluster file."""
+        self.config = config
+
     @abc.abstractmethod
     def start(self, tasks: list[Task]) -> list[TaskStatus]:
         """Starts each task unless it already runs."""
 
     @abc.abstractmethod
-    def stop(self, tasks: list[Task]) -> list[StopResult]:
-        """Stops each task and everything it started; safe for tasks that are not running."""
+    def stop(self, tasks: list[Task], quick: bool = False) -> list[StopResult]:
+        """Stops each task and everything it started; safe for tasks that are not running. The lead is given
+        launcher.stop_grace_s to write its checkpoint, unless `quick` (it is frozen, or its ps are gone)."""
 
     @abc.abstractmethod
     def status(self, tasks: list[Task]) -> list[TaskStatus]:

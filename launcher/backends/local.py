@@ -20,8 +20,8 @@ class LocalHost(Backend):
     def start(self, tasks: list[Task]) -> list[TaskStatus]:
         return [agent.start(self.config, t) for t in tasks]
 
-    def stop(self, tasks: list[Task]) -> list[StopResult]:
-        return [agent.stop(self.config, t) for t in tasks]
+    def stop(self, tasks: list[Task], quick: bool = False) -> list[StopResult]:
+        return [agent.stop(self.config, t, quick=quick) for t in tasks]
 
     def status(self, tasks: list[Task]) -> list[TaskStatus]:
         return [agent.status(self.config, t) for t in tasks]

@@ -101,9 +101,9 @@ class SlurmNode(Backend):
             return dataclasses.replace(row, step=progress.step)
         return row
 
-    def stop(self, tasks: list[Task]) -> list[StopResult]:
+    def stop(self, tasks: list[Task], quick: bool = False) -> list[StopResult]:
         """Stops each step's srun (which cancels its step), then cancels any step of the task still listed."""
-        results = [agent.stop(self.config, task) for task in tasks]
+        results = [agent.stop(self.config, task, quick=quick) for task in tasks]
         if self.allocation is not None:
             names = {slurm.step_name(self.config, task) for task in tasks}
             for step in live_steps(self.allocation.job_id, self.config.slurm.job_name):

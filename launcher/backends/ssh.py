@@ -73,6 +73,11 @@ class SshHost(Backend):
             self._bootstrap()
         self._agent("new_run", [t for t in self.config.tasks() if t.address.host == self.name])
 
+    def take_new_config(self, config: ClusterConfig) -> None:
+        self.config = config
+        self._run_local(ssh_commands.rsync_file(str(config.source), self.name, self.settings, config.launcher,
+                                                f"{self.workdir}/{REMOTE_CLUSTER_FILE}"), "copy of cluster.json")
+
     def _bootstrap(self) -> None:
         wheel = [f"PSCLUSTER_TF_PACKAGE={self.settings.tf_package}"] if self.settings.tf_package else []
         result = self._call(ssh_commands.in_workdir(self.workdir, ["env", *wheel, "sh", "roles/bootstrap.sh", "run"]),
@@ -94,10 +99,12 @@ class SshHost(Backend):
             raise AgentFailed(f"{self.name}: {what} failed: {result.stderr.strip()[-300:]}")
 
     def start(self, tasks: list[Task]) -> list[TaskStatus]:
-        return [TaskStatus.from_json(row) for row in self._agent("start", tasks)]
+        members = self.config.trainer_workers
+        extra = ("--workers", ",".join(map(str, members))) if members is not None else ()
+        return [TaskStatus.from_json(row) for row in self._agent("start", tasks, *extra)]
 
-    def stop(self, tasks: list[Task]) -> list[StopResult]:
-        return [StopResult.from_json(row) for row in self._agent("stop", tasks)]
+    def stop(self, tasks: list[Task], quick: bool = False) -> list[StopResult]:
+        return [StopResult.from_json(row) for row in self._agent("stop", tasks, *(["--quick"] if quick else []))]
 
     def status(self, tasks: list[Task]) -> list[TaskStatus]:
         return [TaskStatus.from_json(row) for row in self._agent("status", tasks)]

@@ -1,0 +1,182 @@
+"""`python -m bench.shaped_links`: predicted (by `plan`) against measured steps/s on tc-shaped links of netns hosts.
+
+Each ps and each worker runs on a namespace host of its own (tests/netns.py: own network, sshd, private
+workdir), every host's link limited each way by a tc token bucket (tests/shaping.py); the chief runs here on the
+bridge. Per configuration: `python -m roles.launch plan` (links measured, compute measured), then `sh run.sh`,
+whose chief logs `capacity: measured ..., predicted ...` and keeps both in summary.json. Before each run the
+load average is recorded and every process outside the benchmark that used CPU in the last second is listed:
+figures taken beside others are marked so. Needs root. The hosts share this machine's cores, so the links are
+chosen slow enough to be the bound; results go to bench/RESULTS-capacity.md (what follows its `<!-- notes -->`
+line is kept) and bench/results-capacity.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import fire
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+PYTHON = str(ROOT / ".venv" / "bin" / "python")  # the venv's own path: the hosts run it too
+CNN = {"model": "cnn", "dataset": "digits", "per_worker_batch": 64}
+CNN_28 = {"model": "cnn", "dataset": "synthetic", "per_worker_batch": 64}  # 28x28: 11 MB of variables
+DLRM = {"model": "dlrm", "dataset": "synthetic_criteo", "table_rows": 20_000, "per_worker_batch": 256,
+        "embedding_optimizer": "adagrad", "optimizer": "adam"}
+# (training, link Mbit/s, ps, workers): ps-bound and worker-bound cases, 1-3 ps and workers; about 60 s each
+CONFIGURATIONS = {
+    "default": [(CNN, 100, 1, 1), (CNN, 100, 1, 3), (CNN, 300, 2, 3), (CNN_28, 1000, 1, 3), (DLRM, 100, 1, 2),
+                (DLRM, 300, 3, 3)],
+    "smoke": [(CNN, 300, 1, 1)],
+}
+RUN_SECONDS = 5.0  # measured training per epoch (two epochs; the first traces)
+BUSY_CPU_SHARE = 0.05
+
+
+def cpu_ticks() -> dict[int, tuple[str, int]]:
+    """{pid: (command, user + system clock ticks)} of every process now."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            found[int(entry.name)] = (name, int(fields[11]) + int(fields[12]))
+    return found
+
+
+def others_using_cpu(window_s: float = 1.0) -> list[str]:
+    """Processes other than this one that used more than BUSY_CPU_SHARE of a core over `window_s`."""
+    before = cpu_ticks()
+    time.sleep(window_s)
+    after, hz = cpu_ticks(), os.sysconf("SC_CLK_TCK")
+    busy = []
+    for pid, (name, ticks) in after.items():
+        share = (ticks - before.get(pid, (name, ticks))[1]) / hz / window_s
+        if pid != os.getpid() and share > BUSY_CPU_SHARE:
+            busy.append(f"{pid} {name} {share:.0%}")
+    return busy
+
+
+def quiet_check() -> dict:
+    return {"load_before": os.getloadavg()[0], "others_using_cpu": others_using_cpu()}
+
+
+def cluster_document(hosts, run_dir: str, training: dict, ps: int, workers: int, ports: list[int]) -> dict:
+    """ps k on host k, worker k on host 3 + k, the chief here on the bridge; logs and outputs under run_dir."""
+    used = [hosts.addresses[k] for k in (*range(ps), *range(3, 3 + workers))]
+    return {
+        "cluster": {"chief": [f"{hosts.launcher_address}:{ports[0]}"],
+                    "ps": [f"{used[k]}:{ports[1 + k]}" for k in range(ps)],
+                    "worker": [f"{used[ps + k]}:{ports[4 + k]}" for k in range(workers)]},
+        "hosts": {a: {"ssh_user": hosts.ssh_user, "workdir": str(hosts.workdir), "python": PYTHON} for a in used},
+        "launcher": {"logs_dir": f"{run_dir}/logs", "ssh_identity": str(hosts.identity_file),
+                     "ssh_known_hosts": str(hosts.known_hosts_file), "ssh_host_keys": "strict"},
+        "training": {**training, "output_dir": f"{run_dir}/output", "epochs": 2, "progress_every_s": 2,
+                     "lr_decay_epochs": []},
+    }
+
+
+def _launch(*arguments: str, timeout_s: float) -> subprocess.CompletedProcess:
+    return subprocess.run(list(arguments), cwd=ROOT, capture_output=True, text=True, timeout=timeout_s,
+                          stdin=subprocess.DEVNULL)
+
+
+def measure_one(hosts, directory: Path, training: dict, mbit: int, ps: int, workers: int) -> dict:
+    """Shapes every host's link, plans, runs; returns predicted and measured steps/s with the load seen."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import shaping
+    from clusterkit import free_ports
+
+    for index in range(len(hosts.addresses)):
+        shaping.shape_host(hosts, index, mbit)
+    run_dir = f"{hosts.workdir}/{directory.name}"
+    document = cluster_document(hosts, run_dir, training, ps, workers, free_ports(7))
+    path = directory / "cluster.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2))
+    planned = _launch(PYTHON, "-m", "roles.launch", "plan", str(path), timeout_s=300)
+    if planned.returncode != 0:
+        return {"failed": f"plan: {planned.stderr.strip()[-500:]}"}
+    plan = json.loads((Path(run_dir) / "logs" / "capacity-plan.json").read_text())
+    predicted = plan["predictions"][ps - 1]
+    document["training"]["steps_per_epoch"] = max(10, min(600, round(predicted["steps_per_s"] * RUN_SECONDS)))
+    path.write_text(json.dumps(document, indent=2))
+    quiet = quiet_check()
+    started = time.monotonic()
+    ran = _launch("sh", str(ROOT / "run.sh"), str(path), timeout_s=600)
+    _launch("sh", str(ROOT / "kill.sh"), str(path), timeout_s=120)
+    if ran.returncode != 0:
+        return {"failed": f"run.sh exit {ran.returncode}: {ran.stderr.strip()[-500:]}", **quiet}
+    summary = json.loads((Path(run_dir) / "output" / "summary.json").read_text())
+    measured = summary["capacity"].get("measured_steps_per_s")
+    return {"predicted_steps_per_s": round(predicted["steps_per_s"], 3), "bound": predicted["bound"],
+            "chief_predicted_steps_per_s": summary["capacity"].get("predicted_steps_per_s"),
+            "measured_steps_per_s": measured, "error": round(predicted["steps_per_s"] / measured - 1, 3)
+            if measured else None, "links_mbit": [round(link["bytes_per_s"] * 8 / 1e6) for link in plan["links"]],
+            "compute_ms": round(plan["compute_s"] * 1e3, 1), "steps": summary["optimizer_steps"],
+            "run_s": round(time.monotonic() - started, 1), **quiet, "load_after": os.getloadavg()[0]}
+
+
+def render(results: dict) -> str:
+    rows = ["| model | link Mbit/s (measured) | ps | workers | predicted steps/s | bound | measured steps/s | "
+            "prediction error | load before | others using CPU |", "|" + " --- |" * 10]
+    for row in results["runs"]:
+        if "failed" in row:
+            rows.append(f"| {row['model']} | {row['mbit']} | {row['ps']} | {row['workers']} | failed: "
+                        f"{row['failed'][:200]} | | | | | |")
+            continue
+        error = f"{row['error']:+.0%}" if row["error"] is not None else "n/a"
+        rows.append(f"| {row['model']} | {row['mbit']} ({', '.join(map(str, row['links_mbit']))}) | {row['ps']} | "
+                    f"{row['workers']} | {row['predicted_steps_per_s']:.2f} | {row['bound']} | "
+                    f"{row['measured_steps_per_s']} | {error} | {row['load_before']:.2f} | "
+                    f"{'; '.join(row['others_using_cpu']) or 'none'} |")
+    machine = results["machine"]
+    return "\n".join([
+        "# Capacity: predicted against measured steps/s on shaped links", "",
+        f"Measured by `python -m bench.shaped_links` on {machine['date']}: {machine['cores']} cores, {machine['cpu']}, "
+        f"{machine['memory_gib']} GiB; tensorflow-cpu {machine['tensorflow-cpu']}; {results['seconds']} s in all.",
+        "Prediction: `python -m roles.launch plan` (links and compute measured); error = predicted / measured - 1.",
+        "", *rows, ""])
+
+
+def main(configurations: str = "default", results_dir: str = str(HERE)) -> None:
+    """Runs CONFIGURATIONS (default: 6 runs, about 6 minutes; smoke: one tiny run) and writes the results.
+
+    Args:
+      configurations: default or smoke.
+      results_dir: where RESULTS-capacity.md and results-capacity.json go (bench/ for real figures).
+    """
+    if os.geteuid() != 0:
+        sys.exit("[bench] shaped links need root (network namespaces, tc)")
+    sys.path.insert(0, str(ROOT / "tests"))
+    import netns
+
+    from bench.__main__ import machine, write_keeping_notes
+
+    started, runs = time.monotonic(), []
+    with netns.create_hosts(6) as hosts:
+        for index, (training, mbit, ps, workers) in enumerate(CONFIGURATIONS[configurations]):
+            print(f"[bench] {training['model']} {training['dataset']} {mbit} Mbit/s {ps} ps {workers} workers",
+                  file=sys.stderr, flush=True)
+            directory = Path(f"/tmp/pscluster-shaped-{os.getpid()}/run-{index}")
+            result = measure_one(hosts, directory, training, mbit, ps, workers)
+            runs.append({"model": f"{training['model']} ({training['dataset']})", "mbit": mbit, "ps": ps,
+                         "workers": workers, **result})
+            print(f"[bench] {json.dumps(runs[-1])}", file=sys.stderr, flush=True)
+    results = {"machine": machine(), "runs": runs, "seconds": round(time.monotonic() - started)}
+    out = Path(results_dir)
+    (out / "results-capacity.json").write_text(json.dumps(results, indent=2))
+    write_keeping_notes(out / "RESULTS-capacity.md", render(results))
+    print(f"[bench] done in {results['seconds']} s: {out / 'RESULTS-capacity.md'}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    fire.Fire(main)

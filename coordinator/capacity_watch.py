@@ -1,0 +1,71 @@
+"""The chief's capacity check: measured steps/s beside the predicted, in its first progress lines and its summary.
+
+The prediction is made here, on the variables as the strategy really placed them, with the links and compute
+that `plan` measured (LOGS_DIR/capacity-plan.json) or that cluster.json gives; the lines read
+`capacity: measured 8.10 steps/s, predicted 9.00 (90%), bound by ps links`.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from cluster import capacity
+from cluster.capacity_inputs import hosts_of, links_and_compute, plan_mismatch, plan_path, read_plan
+from cluster.config import ClusterConfig
+from coordinator import step_traffic
+
+FIRST_LINES = 3
+
+
+class CapacityWatch:
+    """Logs the verdict for the first `first_lines` progress lines; `summary()` is the run's in summary.json."""
+
+    def __init__(self, prediction: capacity.Prediction, layout: capacity.Layout, log, *,
+                 first_lines: int = FIRST_LINES):
+        self.prediction, self.layout, self.log, self.first_lines = prediction, layout, log, first_lines
+        self.seen: list[float] = []
+
+    def observe(self, steps_per_s: float) -> None:
+        self.seen.append(steps_per_s)
+        if len(self.seen) <= self.first_lines:
+            self.log.info("%s", capacity.verdict(steps_per_s, self.prediction, warming_up=len(self.seen) == 1))
+
+    def measured(self) -> float | None:
+        """The median steps/s of the progress lines after the first (it includes tracing), if any."""
+        later = self.seen[1:] or self.seen
+        return statistics.median(later) if later else None
+
+    def summary(self) -> dict:
+        measured = self.measured()
+        if measured is not None:
+            self.log.info("%s (median of the run)", capacity.verdict(measured, self.prediction))
+        p = self.prediction
+        return {"predicted_steps_per_s": round(p.steps_per_s, 3), "bound": p.bound,
+                "ceilings": {k: round(v, 3) for k, v in p.ceilings.items()},
+                "ps_bytes_per_step": list(self.layout.ps_bytes_per_step), "compute_s": self.layout.compute_s,
+                "measured_steps_per_s": None if measured is None else round(measured, 3),
+                "measured_over_predicted": None if measured is None else round(measured / p.steps_per_s, 3)}
+
+
+def watch(config: ClusterConfig, model, source, global_batch: int, log) -> CapacityWatch | None:
+    """A watch with this run's prediction, or None (logged once, with how to get one) when figures are missing."""
+    plan = read_plan(config)
+    mismatch = plan and plan_mismatch(config, plan)
+    if mismatch:
+        log.info("capacity: the plan in %s is for another cluster (%s): run `python -m roles.launch plan` again",
+                 plan_path(config), mismatch)
+        plan = None
+    links, compute_s = links_and_compute(config, plan)
+    workers, ps = hosts_of(config, "worker"), hosts_of(config, "ps")
+    if compute_s is None or len(links) < len(set(workers)) * len(set(ps)):
+        log.info("capacity: no prediction: run `python -m roles.launch plan %s` first, or give every host "
+                 "link_gbps and step_compute_ms", config.source)
+        return None
+    ids = step_traffic.sample_ids(source, global_batch) if hasattr(model, "split_variables") else []
+    layout = capacity.Layout(ps_hosts=ps, worker_hosts=workers, compute_s=compute_s,
+                             ps_bytes_per_step=step_traffic.bytes_per_ps(model, len(ps), ids))
+    prediction = capacity.predict(layout, lambda w, p: links[(w, p)])
+    log.info("capacity: predicted %.2f steps/s, bound by %s (%.2f MB per step over %d ps, compute %.1f ms)",
+             prediction.steps_per_s, prediction.bound, sum(layout.ps_bytes_per_step) / 1e6, len(ps),
+             compute_s * 1e3)
+    return CapacityWatch(prediction, layout, log)

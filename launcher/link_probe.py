@@ -1,0 +1,96 @@
+"""Link bandwidth between a ps host and a worker host, measured by one short transfer bounded in bytes and time.
+
+A tiny sender listens on the ps host (at the ps's own port when it is free, as the ps will) and streams zeros
+to a tiny receiver started on the worker host, which connects as a worker would. Both run through the
+launcher's ssh (or here, for this machine) with the system's python3, stop after `seconds` or `max_bytes`,
+whichever comes first, and the receiver reports the rate after the first fifth of the time (TCP's slow start).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+from cluster.config import ClusterConfig
+from launcher import ssh_commands
+from launcher.backends.local import is_this_machine
+
+SECONDS = 1.0
+MAX_BYTES = 512 * 2 ** 20
+SENDER = r"""
+import json, socket, sys, time
+host, port, seconds, max_bytes = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+server = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    server.bind((host, port))
+except OSError:
+    server.bind((host, 0))
+server.listen(1)
+server.settimeout(seconds + 30)
+print(json.dumps({"port": server.getsockname()[1]}), flush=True)
+connection, _ = server.accept()
+block, sent, deadline = bytes(1 << 20), 0, time.monotonic() + seconds
+while sent < max_bytes and time.monotonic() < deadline:
+    sent += connection.send(block)
+connection.close()
+"""
+RECEIVER = r"""
+import json, socket, sys, time
+host, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+connection = socket.create_connection((host, port), timeout=seconds + 30)
+marks, received, started = [], 0, time.monotonic()
+while chunk := connection.recv(1 << 20):
+    received += len(chunk)
+    marks.append((time.monotonic() - started, received))
+end = marks[-1] if marks else (0.0, 0)
+skip = next((m for m in marks if m[0] >= end[0] / 5), (0.0, 0))
+rate = (end[1] - skip[1]) / (end[0] - skip[0]) if end[0] > skip[0] else 0.0
+print(json.dumps({"bytes": received, "seconds": end[0], "bytes_per_s": rate}), flush=True)
+"""
+
+
+class ProbeFailed(Exception):
+    """The transfer could not run; the message names the hosts and what went wrong."""
+
+
+def _argv(config: ClusterConfig, host: str, script: str, *arguments) -> list[str]:
+    """python3 -c SCRIPT ARGS, here or over the launcher's ssh to `host`."""
+    argv = ["python3", "-c", script, *map(str, arguments)]
+    if is_this_machine(host):
+        return argv
+    Path("~/.ssh").expanduser().mkdir(mode=0o700, exist_ok=True)  # for ssh's shared connection's socket
+    return ssh_commands.ssh_command(host, config.host(host), config.launcher, shlex.join(argv))
+
+
+def measure(config: ClusterConfig, worker_host: str, ps_host: str, port: int, *, seconds: float = SECONDS,
+            max_bytes: int = MAX_BYTES) -> float:
+    """Bytes per second from `ps_host` to `worker_host` over one bounded transfer."""
+    timeout_s = 2 * config.launcher.ssh_connect_timeout_s + seconds + 30
+    sender = subprocess.Popen(_argv(config, ps_host, SENDER, ps_host, port, seconds, max_bytes),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = sender.stdout.readline()  # the listening port; the sender exits by itself after `seconds`
+        if not first:
+            raise ProbeFailed(f"link {ps_host} -> {worker_host}: the sender on {ps_host} did not start: "
+                              f"{sender.communicate(timeout=timeout_s)[1].strip()[-300:]}")
+        listening = json.loads(first)["port"]
+        receiver = subprocess.run(_argv(config, worker_host, RECEIVER, ps_host, listening, seconds),
+                                  capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        if receiver.returncode != 0:
+            raise ProbeFailed(f"link {ps_host} -> {worker_host}: the receiver on {worker_host} failed: "
+                              f"{receiver.stderr.strip()[-300:]}")
+        sender.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ProbeFailed(f"link {ps_host} -> {worker_host}: no result within {timeout_s:.0f} s") from None
+    finally:
+        if sender.poll() is None:
+            sender.kill()
+            sender.wait()
+    rate = json.loads(receiver.stdout.strip().splitlines()[-1])["bytes_per_s"]
+    if rate <= 0:
+        raise ProbeFailed(f"link {ps_host} -> {worker_host}: nothing arrived")
+    return rate
+

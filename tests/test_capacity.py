@@ -1,0 +1,148 @@
+"""The capacity arithmetic (pure), the link fields of cluster.json, and the simulated placement against the real one."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cluster import capacity
+from cluster.capacity import COMPUTE, PS_LINKS, WORKER_LINKS, WORKERS, Layout
+
+GBE10 = 10e9 / 8  # bytes/s
+RESNET50 = 102e6  # bytes of variables
+
+
+def same_links(rate):
+    return lambda worker_host, ps_host: rate
+
+
+def dense(variable_bytes, ps, workers, compute_s):
+    """One host per task, variables spread evenly: each step moves them out and their gradient back."""
+    return Layout(ps_hosts=tuple(f"p{k}" for k in range(ps)), worker_hosts=tuple(f"w{k}" for k in range(workers)),
+                  ps_bytes_per_step=(2 * variable_bytes / ps,) * ps, compute_s=compute_s)
+
+
+def test_one_worker_runs_at_most_one_over_compute_plus_twice_the_variables_over_the_link():
+    p = capacity.predict(dense(100e6, ps=4, workers=1, compute_s=0.1), same_links(1e9))
+    assert p.steps_per_s == pytest.approx(1 / (0.1 + 2 * 100e6 / 1e9))
+    assert p.bound == WORKER_LINKS  # 0.2 s of transfer against 0.1 s of compute
+    assert p.transfer_s == pytest.approx(0.2)
+
+
+def test_s_ps_serve_at_most_s_times_the_link_over_the_variables():
+    for ps in (1, 2, 3):
+        p = capacity.predict(dense(100e6, ps=ps, workers=50, compute_s=0.01), same_links(1e9))
+        assert p.ceilings[PS_LINKS] == pytest.approx(ps * 1e9 / 100e6)
+        assert p.steps_per_s == pytest.approx(ps * 1e9 / 100e6) and p.bound == PS_LINKS
+
+
+def test_compute_bound_when_the_link_is_fast():
+    p = capacity.predict(dense(1e6, ps=2, workers=2, compute_s=0.05), same_links(1e10))
+    assert p.bound == COMPUTE
+    assert p.ceilings[COMPUTE] == pytest.approx(2 / 0.05)
+
+
+def test_resnet50_on_10gbe_one_ps_caps_fifteen_workers_at_about_twelve_steps():
+    compute_s = 15 / (3 * GBE10 / RESNET50) - 2 * RESNET50 / GBE10  # workers able to do three times one ps
+    p = capacity.predict(dense(RESNET50, ps=1, workers=15, compute_s=compute_s), same_links(GBE10))
+    assert p.steps_per_s == pytest.approx(12.25, abs=0.01) and p.bound == PS_LINKS
+    assert p.ceilings[WORKERS] == pytest.approx(3 * 12.25, abs=0.05)
+    layout = dense(RESNET50, ps=1, workers=15, compute_s=compute_s)
+    found = capacity.sweep(layout, same_links(GBE10), capacity.even_split(2 * RESNET50), range(1, 9))
+    assert [round(p.steps_per_s, 1) for p in found[:3]] == [12.3, 24.5, 36.8]
+    assert capacity.enough_ps(found) == 3 and found[3].bound == COMPUTE
+
+
+def test_workers_on_one_host_share_its_link():
+    layout = Layout(ps_hosts=("p",), worker_hosts=("w", "w", "w"), ps_bytes_per_step=(200e6,), compute_s=0.0)
+    p = capacity.predict(layout, same_links(1e9))
+    assert p.ceilings[WORKERS] == pytest.approx(1e9 / 100e6)  # one link, half the bytes each way
+
+
+def test_workers_on_one_host_share_its_cores():
+    layout = Layout(ps_hosts=("p",), worker_hosts=("w", "w"), ps_bytes_per_step=(1e3,), compute_s=0.1)
+    p = capacity.predict(layout, same_links(1e9))
+    assert p.ceilings[COMPUTE] == pytest.approx(10) and p.steps_per_s == pytest.approx(10, rel=1e-3)
+
+
+def test_ps_on_one_host_share_its_link_and_a_hot_ps_sets_the_ceiling():
+    shared = Layout(ps_hosts=("p", "p"), worker_hosts=("a", "b"), ps_bytes_per_step=(100e6, 100e6), compute_s=0)
+    assert capacity.predict(shared, same_links(1e9)).ceilings[PS_LINKS] == pytest.approx(10)
+    hot = Layout(ps_hosts=("p", "q"), worker_hosts=("a", "b"), ps_bytes_per_step=(150e6, 50e6), compute_s=0)
+    assert capacity.predict(hot, same_links(1e9)).ceilings[PS_LINKS] == pytest.approx(1e9 / 75e6)
+
+
+def test_a_slow_link_to_one_worker_host_counts_for_that_host_only():
+    layout = Layout(ps_hosts=("p",), worker_hosts=("fast", "slow"), ps_bytes_per_step=(100e6,), compute_s=0.0)
+    rates = {("fast", "p"): 1e9, ("slow", "p"): 1e8}
+    p = capacity.predict(layout, lambda w, h: rates[(w, h)])
+    assert p.ceilings[WORKERS] == pytest.approx(1 / 0.1 + 1 / 1.0)
+    assert p.transfer_s == pytest.approx(1.0)
+
+
+def test_more_ps_than_configured_go_to_new_hosts_with_the_slowest_ps_link():
+    assert capacity.ps_hosts_for(("a", "b"), ("w",), 1) == ("a",)
+    assert capacity.ps_hosts_for(("a", "b"), ("w",), 3) == ("a", "b", "new host 1")
+    assert capacity.ps_hosts_for(("a",), ("w",), 2) == ("a", "new host 1")
+    assert capacity.ps_hosts_for(("a", "a"), ("a",), 3) == ("a", "a", "a")  # one host for every task: it stays so
+    rates = {("w", "a"): 1e9, ("w", "b"): 5e8}
+    links = capacity.with_new_hosts(lambda w, h: rates[(w, h)], ("a", "b"))
+    assert links("w", "new host 2") == 5e8 and links("w", "a") == 1e9
+
+
+def test_enough_ps_is_the_smallest_count_within_five_percent_of_the_best():
+    found = capacity.sweep(dense(100e6, ps=2, workers=4, compute_s=0.5), same_links(1e9),
+                           capacity.even_split(200e6), range(1, 5))
+    rates = [p.steps_per_s for p in found]
+    assert rates == sorted(rates) and capacity.enough_ps(found) == next(
+        p.ps for p in found if p.steps_per_s >= 0.95 * rates[-1])
+
+
+def test_verdict_names_the_bound_and_flags_a_run_far_below_its_prediction():
+    p = capacity.predict(dense(100e6, ps=1, workers=50, compute_s=0.01), same_links(1e9))
+    assert capacity.verdict(9.0, p) == "capacity: measured 9.00 steps/s, predicted 10.00 (90%), bound by ps links"
+    assert "far below the prediction" in capacity.verdict(2.0, p)
+    assert capacity.verdict(2.0, p, warming_up=True).endswith("(the first figure: it includes start-up)")
+
+
+def test_layouts_that_cannot_be_predicted_are_refused():
+    with pytest.raises(ValueError, match="one byte count per ps"):
+        Layout(ps_hosts=("a",), worker_hosts=("w",), ps_bytes_per_step=(1.0, 2.0), compute_s=0.1)
+    with pytest.raises(ValueError, match="compute_s"):
+        Layout(ps_hosts=("a",), worker_hosts=("w",), ps_bytes_per_step=(1.0,), compute_s=-1)
+    nothing = capacity.predict(Layout(ps_hosts=("a",), worker_hosts=("w",), ps_bytes_per_step=(0.0,),
+                                      compute_s=0.0), same_links(1e9))
+    assert math.isinf(nothing.steps_per_s)
+
+
+def two_host_config(tmp_path, **hosts):
+    from cluster import config as cluster_config
+
+    document = {"cluster": {"chief": ["localhost:25500"], "worker": ["10.9.0.2:25501", "10.9.0.2:25502"],
+                            "ps": ["10.9.0.1:25503"]},
+                "hosts": {name: settings for name, settings in hosts.items()}, "training": {"model": "mlp"}}
+    return cluster_config.parse(document, tmp_path / "c.json")
+
+
+def test_given_links_take_the_slower_end_and_need_both_ends(tmp_path):
+    from cluster.capacity_inputs import given_compute_s, given_link
+
+    config = two_host_config(tmp_path, **{"10.9.0.1": {"link_gbps": 10}, "10.9.0.2": {"link_gbps": 1,
+                                                                                      "step_compute_ms": 80}})
+    assert given_link(config, "10.9.0.2", "10.9.0.1") == 1e9 / 8 and given_compute_s(config) == 0.08
+    config = two_host_config(tmp_path, **{"10.9.0.1": {"link_gbps": 10}})
+    assert given_link(config, "10.9.0.2", "10.9.0.1") is None and given_compute_s(config) is None
+
+
+def test_a_plan_for_another_cluster_is_named_and_given_figures_come_before_planned_ones(tmp_path):
+    from cluster.capacity_inputs import links_and_compute, plan_mismatch
+
+    config = two_host_config(tmp_path, **{"10.9.0.1": {"link_gbps": 8}, "10.9.0.2": {"link_gbps": 8}})
+    plan = {"model": "mlp", "global_batch": 64, "worker_hosts": ["10.9.0.2", "10.9.0.2"], "ps_hosts": ["10.9.0.1"],
+            "compute_s": 0.01, "links": [{"worker_host": "10.9.0.2", "ps_host": "10.9.0.1", "bytes_per_s": 5.0}]}
+    assert plan_mismatch(config, plan) is None
+    assert plan_mismatch(config, {**plan, "model": "cnn", "ps_hosts": []}) == "model cnn -> mlp; ps_hosts [] -> " \
+                                                                             "['10.9.0.1']"
+    assert links_and_compute(config, plan) == ({("10.9.0.2", "10.9.0.1"): 1e9}, 0.01)
+    assert links_and_compute(two_host_config(tmp_path), None) == ({}, None)

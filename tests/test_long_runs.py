@@ -1,0 +1,196 @@
+"""Long runs on a real loopback cluster (2 workers, 2 ps): checkpoints within epochs, SIGTERM, mid-epoch resume."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from clusterkit import ROOT, assert_no_traceback, wait_for_line
+from test_coordinator import chief_command, run_chief
+
+pytestmark = pytest.mark.cluster
+
+STEPS_PER_EPOCH = 400
+OPTIONS = ("--epochs", "2", "--steps_per_epoch", str(STEPS_PER_EPOCH), "--steps_per_execution", "2",
+           "--lr_decay_epochs", "[]", "--progress_every_s", "1")
+
+
+def start_chief(cluster: Path, output: Path, log_path: Path, *options: str) -> subprocess.Popen:
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(chief_command(cluster, output, *OPTIONS, *options), cwd=ROOT, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def stop(chief: subprocess.Popen) -> int:
+    try:
+        return chief.wait(timeout=120)
+    finally:
+        chief.kill()
+        chief.wait()
+
+
+def checkpoint_names(output: Path) -> list[str]:
+    return sorted(p.name.removesuffix(".index") for p in (output / "checkpoints").glob("ckpt-*.index"))
+
+
+def resumed_from(log: str) -> tuple[str, int]:
+    """The checkpoint a resumed chief named and its optimizer step."""
+    match = re.search(r"resuming within epoch \d+ at step \d+ from (ckpt-[\d-]+) \(optimizer step (\d+)\)", log)
+    assert match, log[-3000:]
+    return match.group(1), int(match.group(2))
+
+
+def test_sigterm_writes_a_checkpoint_and_the_resume_redoes_no_step(shared_servers, tmp_path):
+    output, log_path = tmp_path / "output", tmp_path / "chief.log"
+    chief = start_chief(shared_servers, output, log_path, "--checkpoint_every_s", "0")
+    try:
+        assert wait_for_line(log_path, "train | epoch 1/2", timeout_s=300, process=chief), log_path.read_text()
+        chief.send_signal(signal.SIGTERM)
+        code = chief.wait(timeout=60)
+    finally:
+        stop(chief)
+    log = log_path.read_text()
+    assert code == 4, log[-3000:]
+    assert_no_traceback(log)
+    assert "stopped as asked: checkpoint ckpt-0-" in log
+    names = checkpoint_names(output)
+    assert len(names) == 1 and names[0].startswith("ckpt-0-"), names  # within epoch 1: only the SIGTERM's save
+
+    resumed = run_chief(shared_servers, output, *OPTIONS, "--checkpoint_every_s", "0")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    name, step = resumed_from(resumed.stderr)
+    assert name == names[0] and step == int(name.split("-")[2])  # the checkpoint holds exactly the steps it names
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["optimizer_steps"] == 2 * STEPS_PER_EPOCH  # no step redone, none skipped
+
+
+def test_killed_chief_resumes_within_the_epoch(shared_servers, tmp_path):
+    output, log_path = tmp_path / "output", tmp_path / "chief.log"
+    chief = start_chief(shared_servers, output, log_path, "--checkpoint_every_s", "2")
+    try:
+        assert wait_for_line(log_path, "checkpoint ckpt-0-", timeout_s=300, process=chief), log_path.read_text()
+        time.sleep(1.0)  # mid-interval: some steps after the checkpoint are lost with the chief
+        chief.send_signal(signal.SIGKILL)
+    finally:
+        stop(chief)
+    first_log = log_path.read_text()
+    rates = [float(m) for m in re.findall(r"\| ([\d.]+) steps/s \|", first_log)]
+
+    resumed = run_chief(shared_servers, output, *OPTIONS, "--checkpoint_every_s", "2")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    name, step = resumed_from(resumed.stderr)
+    assert name.startswith("ckpt-0-") and 0 < step < STEPS_PER_EPOCH  # within epoch 1, not at its start
+    redone = json.loads((output / "summary.json").read_text())["optimizer_steps"] - 2 * STEPS_PER_EPOCH
+    interval_steps = 2.0 * max(rates, default=STEPS_PER_EPOCH)
+    assert 0 <= redone <= 1.5 * interval_steps + 4, (redone, rates)  # at most about one checkpoint interval
+    assert checkpoint_names(output)[-1] == "ckpt-2"
+
+
+def launch_detached(tmp_path: Path, *, training: dict, launcher: dict, workers: int = 2, ps: int = 1) -> tuple:
+    from clusterkit import cluster_document, write_cluster
+
+    logs = tmp_path / "logs"
+    document = {**cluster_document(workers=workers, ps=ps, logs_dir=str(logs),
+                                   training={**training, "output_dir": str(tmp_path / "output")}),
+                "evaluation": {"poll_s": 0.5, "idle_timeout_s": 120}}
+    document["launcher"].update(restart_backoff_s=0.5, poll_s=0.5, **launcher)
+    path = write_cluster(tmp_path, document)
+    started = subprocess.run(["sh", str(ROOT / "run.sh"), "--detach", str(path)], capture_output=True, text=True,
+                             timeout=120, stdin=subprocess.DEVNULL)
+    assert started.returncode == 0, started.stderr
+    return path, logs
+
+
+def test_a_worker_out_of_restarts_is_dropped_and_training_goes_on(tmp_path):
+    from clusterkit import processes_mentioning, wait_for_launcher
+    from test_healing import kill_task
+
+    training = {"epochs": 2, "steps_per_epoch": 300, "steps_per_execution": 2, "lr_decay_epochs": [],
+                "checkpoint_every_s": 3, "progress_every_s": 2}
+    path, logs = launch_detached(tmp_path, training=training,
+                                 launcher={"max_restarts": 0, "worker_lost_after_s": 4})
+    try:
+        assert wait_for_line(logs / "chief-0.log", "train | epoch 1/2", 240), (logs / "chief-0.log").read_text()
+        kill_task(logs, "worker-1")
+        log = wait_for_launcher(logs, timeout_s=420)
+    finally:
+        subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=180)
+    assert "worker:1 died after 0 restarts (launcher.max_restarts); training goes on" in log, log[-4000:]
+    assert "worker:1 lost for 4 s (launcher.worker_lost_after_s): stopping chief:0" in log, log[-4000:]
+    assert "chief:0 trains with worker:0" in log
+    assert "dropped worker:1: training again" in log  # the summary's membership line, with its cost
+    chief_log = (logs / "chief-0.log").read_text()
+    assert "training with worker:0 (launcher: the others are lost)" in chief_log
+    assert "stopped as asked: checkpoint ckpt-" in chief_log  # the restart for the new membership lost no work
+    summary = json.loads((tmp_path / "output" / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["global_batch"] == 64  # the batch of the 2 it started with
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def reload_with(path: Path, **jobs) -> subprocess.CompletedProcess:
+    """Rewrites the cluster file's job lists in place and runs `sh run.sh reload` on it."""
+    document = json.loads(path.read_text())
+    for job, addresses in jobs.items():
+        document["cluster"][job] = addresses
+    path.write_text(json.dumps(document, indent=2))
+    return subprocess.run(["sh", str(ROOT / "run.sh"), "reload", str(path)], capture_output=True, text=True,
+                          timeout=600, stdin=subprocess.DEVNULL)
+
+
+def wait_for_count(path: Path, text: str, count: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text(errors="replace").count(text) >= count:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_reload_resizes_workers_and_ps_in_a_running_job(tmp_path):
+    from clusterkit import free_ports, processes_mentioning, wait_for_launcher
+
+    training = {"epochs": 2, "steps_per_epoch": 1500, "steps_per_execution": 2, "lr_decay_epochs": [],
+                "progress_every_s": 2}
+    path, logs = launch_detached(tmp_path, training=training, launcher={}, workers=2, ps=2)
+    chief_log = logs / "chief-0.log"
+    try:
+        assert wait_for_line(chief_log, "train | epoch 1/2", 240), chief_log.read_text()
+        original = json.loads(path.read_text())
+        changed = json.loads(path.read_text())
+        changed["training"]["model"] = "mlp"  # a change that cannot be applied live: refused, nothing changes
+        path.write_text(json.dumps(changed))
+        refused = subprocess.run(["sh", str(ROOT / "run.sh"), "reload", str(path)], capture_output=True, text=True,
+                                 timeout=600, stdin=subprocess.DEVNULL)
+        assert refused.returncode == 2, refused.stderr
+        assert "training.model = 'mlp': cannot change in a running job (it is 'cnn')" in refused.stderr
+        path.write_text(json.dumps(original))
+
+        new_worker, new_ps = (f"localhost:{port}" for port in free_ports(2))
+        grown = reload_with(path, worker=[*original["cluster"]["worker"], new_worker],
+                            ps=[*original["cluster"]["ps"], new_ps])
+        assert grown.returncode == 0, grown.stderr
+        assert "chief:0 starts again with 3 worker(s) and 3 ps" in grown.stderr
+        assert wait_for_line(chief_log, "ps 2 -> 3:", 300), chief_log.read_text()[-3000:]
+        assert wait_for_count(chief_log, "train | epoch", 2 + chief_log.read_text().count("train | epoch"), 300)
+
+        shrunk = reload_with(path, worker=original["cluster"]["worker"][:1], ps=original["cluster"]["ps"][:1])
+        assert shrunk.returncode == 0, shrunk.stderr
+        assert "worker:1 at " in shrunk.stderr and "ps:2 at " in shrunk.stderr  # stopped after the chief let go
+        assert wait_for_line(chief_log, "ps 3 -> 1:", 300), chief_log.read_text()[-3000:]
+        launcher_log = wait_for_launcher(logs, timeout_s=600)
+    finally:
+        subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=180)
+    log = chief_log.read_text()
+    differences = [float(x) for x in re.findall(r"predictions before and after differ by at most ([\d.e+-]+)", log)]
+    assert len(differences) == 2 and all(d <= 1e-6 for d in differences), differences
+    assert "optimizer slots" in log
+    assert log.count("stopped as asked: checkpoint") == 2  # each change began with a checkpoint, losing no step
+    summary = json.loads((tmp_path / "output" / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["ps"] == 1, launcher_log[-3000:]
+    assert processes_mentioning(str(tmp_path)) == []
