@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
-import inspect
-
 import tf_keras
 from tf_keras import layers
 
+from cluster import user_model
 from cluster.training_options import TrainingOptions
 from common.errors import Problem, UserError
 
@@ -79,25 +77,12 @@ def mobilenet_v2(input_shape, num_classes):
 ZOO = {"cnn": cnn, "mlp": mlp, "resnet": resnet, "mobilenet_v2": mobilenet_v2}
 
 
-def _user_function(spec: str):
-    module_name, function_name = spec.split(":")
-    try:
-        return getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as error:
-        raise UserError(Problem("training.model", spec, f"cannot be loaded ({error})",
-                                "make the module importable from the project directory and name a function "
-                                "that returns a tf_keras model")) from None
-
-
 def build(name: str, input_shape, num_classes: int) -> tf_keras.Model:
     """Builds the named model; a user function gets input_shape and num_classes if it takes them."""
     if name in ZOO:
         return ZOO[name](tuple(input_shape), num_classes)
-    function = _user_function(name)
-    accepted = inspect.signature(function).parameters
-    kwargs = {k: v for k, v in (("input_shape", tuple(input_shape)), ("num_classes", num_classes))
-              if k in accepted}
-    model = function(**kwargs)
+    function = user_model.load(name)
+    model = function(**user_model.keyword_arguments(function, input_shape, num_classes))
     if not isinstance(model, tf_keras.Model):
         raise UserError(Problem("training.model", name, f"returned {type(model).__name__}, not a tf_keras model",
                                 "build the model with `import tf_keras` (Keras 3 cannot train under "

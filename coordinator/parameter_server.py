@@ -7,6 +7,7 @@ from cluster.run_files import RunFiles, RunSummary, read_summary
 from cluster.training_options import TrainingOptions
 from coordinator import capacity_watch, setup, strategy
 from coordinator.compiled import ps_report
+from coordinator.pacing import CHUNKS_AHEAD_PER_WORKER, SchedulePacing
 from coordinator.preemption import StopRequest
 
 BATCH_NOTE = ("batch {global_batch} per step (per_worker_batch {per_worker} x {workers} workers); each step runs "
@@ -37,9 +38,10 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     def dataset_fn(step: int):  # a resume shuffles afresh from its step: the batches already trained are not replayed
         return run.source.train_dataset_fn(run.global_batch, options.seed + step, workers=workers)
 
-    callback_list = setup.callbacks(run, checkpoints, device=strategy.CHIEF_CPU, stop=stop,
-                                    resume_steps=start.steps, checkpoint_every_s=options.checkpoint_every_s,
-                                    capacity=watch)
+    pacing = SchedulePacing(CHUNKS_AHEAD_PER_WORKER * workers)  # first: later hooks see steps done, not queued
+    callback_list = [pacing, *setup.callbacks(run, checkpoints, device=strategy.CHIEF_CPU, stop=stop,
+                                              resume_steps=start.steps, checkpoint_every_s=options.checkpoint_every_s,
+                                              capacity=watch)]
     final_metrics, seconds = setup.fit(run, model, dataset_fn, callback_list, start, stop)
     return setup.finish(run, model, final_metrics=final_metrics, train_seconds=seconds,
                         checkpoint=checkpoints.latest_path(), device=strategy.CHIEF_CPU, shards=shards, capacity=watch)

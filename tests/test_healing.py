@@ -93,14 +93,16 @@ def test_killed_chief_is_restarted_and_resumes(detached_run, tmp_path):
 
 
 def test_user_error_is_not_restarted(tmp_path):
-    training = {"model": "no_such_module:build", "output_dir": str(tmp_path / "output")}
+    """A model function that returns no model: only the chief can find out (preflight checks it exists)."""
+    (tmp_path / "not_models.py").write_text("def build():\n    return 3\n")
+    training = {"model": "not_models:build", "output_dir": str(tmp_path / "output")}
     path = write_cluster(tmp_path, cluster_document(evaluator=False, logs_dir=str(tmp_path / "logs"),
                                                     training=training))
     result = subprocess.run(["sh", str(ROOT / "run.sh"), str(path)], capture_output=True, text=True, timeout=300,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert result.returncode == 1
     assert "run failed: chief:0 exited with code 2 (a user error; not restarted)" in result.stderr
-    assert "training.model = 'no_such_module:build': cannot be loaded" in result.stderr
+    assert "training.model = 'not_models:build': returned int, not a tf_keras model" in result.stderr
     assert processes_mentioning(str(path)) == []
 
 

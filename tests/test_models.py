@@ -62,5 +62,6 @@ def test_user_model_mistakes_are_one_clear_line(tmp_path, monkeypatch):
     assert "returned int, not a tf_keras model" in raised.value.lines()[0]
     with pytest.raises(UserError) as raised:
         models.build("no_such_module:build", (8, 8), 3)
-    assert "training.model = 'no_such_module:build': cannot be loaded" in raised.value.lines()[0]
+    assert "training.model = 'no_such_module:build': module no_such_module is not importable" in \
+        raised.value.lines()[0]
     sys.modules.pop("my_models", None)

@@ -117,3 +117,44 @@ def test_run_sh_with_a_malformed_file(tmp_path):
     assert [line for line in result.stderr.splitlines() if not line.startswith("[bootstrap]")] == [
         f"[launcher] error: {path}: training.seed = -1: must be an integer from 0 to 4294967295; use e.g. 0 (numpy "
         "takes seeds in [0, 2**32))"]
+
+
+TASK_JOBS = ("chief", "worker", "ps", "evaluator")
+USER_MODELS = '''
+def build(input_shape, num_classes):
+    raise AssertionError("the check must not build the model")
+
+
+def needs_depth(input_shape, depth):
+    raise AssertionError("the check must not build the model")
+'''
+
+
+@pytest.mark.parametrize("spec, problem", [
+    ("some_pkg.models:build", "module some_pkg.models is not importable from the project directory "
+                              "(ModuleNotFoundError: No module named 'some_pkg'); put it"),
+    ("my_models:biuld", "has no function biuld; name a function of that module")])
+def test_a_user_model_the_chief_could_not_build_stops_the_run_before_any_task_starts(tmp_path, spec, problem):
+    (tmp_path / "my_models.py").write_text(USER_MODELS)
+    document = cluster_document(logs_dir=str(tmp_path / "logs"),
+                                training={"model": spec, "output_dir": str(tmp_path / "output")})
+    path = write_cluster(tmp_path, document)
+    result = run_module("roles.launch", "run", str(path), timeout_s=300, env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 2, result.stderr
+    assert_no_traceback(result.stderr)
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert line.startswith(f"[launcher] error: {path.name}: training.model = {spec!r}: ") and problem in line, line
+    task_files = [p.name for p in (tmp_path / "logs").glob("*-*.*") if p.name.split("-")[0] in TASK_JOBS]
+    assert task_files == []
+    assert not processes_mentioning(str(tmp_path))
+
+
+def test_user_model_parameters_are_checked_with_the_chiefs_python(tmp_path, monkeypatch):
+    (tmp_path / "my_models.py").write_text(USER_MODELS)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    for spec, expected in (("my_models:build", []), ("cnn", []), ("my_models:needs_depth", [
+            "cluster.json: training.model = 'my_models:needs_depth': requires depth, but the chief passes only "
+            "input_shape and num_classes (each if the function takes it); give the other parameters defaults, or "
+            "take input_shape and num_classes"])):
+        config = parsed(tmp_path, {**cluster_document(), "training": {"model": spec}})
+        assert agent.model_problems(config) == expected

@@ -8,6 +8,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
+from cluster import user_model
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.taskspec import task_command
 from common import net
@@ -51,11 +52,11 @@ class SshHost(Backend):
             raise AgentFailed(f"{self.name}: `{remote_shell}` failed with exit code {result.returncode}: {last}")
         return result.stdout
 
-    def _agent(self, command: str, tasks: list[Task], *extra: str):
+    def _agent(self, command: str, tasks: list[Task], *extra: str, timeout_s: float | None = None):
         argv = [self.settings.python, "-m", "launcher.agent", command, "--cluster", REMOTE_CLUSTER_FILE, *extra]
         if tasks:
             argv += ["--tasks", ",".join(t.name for t in tasks)]
-        return json.loads(self._ssh(ssh_commands.in_workdir(self.workdir, argv)).strip().splitlines()[-1])
+        return json.loads(self._ssh(ssh_commands.in_workdir(self.workdir, argv), timeout_s).strip().splitlines()[-1])
 
     def prepare(self, say) -> None:
         """Syncs the code and the cluster file to the workdir (nothing else there is touched), bootstraps its
@@ -109,7 +110,8 @@ class SshHost(Backend):
         return [TaskStatus.from_json(row) for row in self._agent("status", tasks)]
 
     def preflight(self, tasks: list[Task]) -> PreflightReport:
-        return PreflightReport.from_json(self._agent("preflight", tasks))
+        slow = user_model.CHECK_TIMEOUT_S + 2 * self.config.launcher.ssh_connect_timeout_s + 20  # a user model
+        return PreflightReport.from_json(self._agent("preflight", tasks, timeout_s=slow))
 
     def set_aside_previous_run(self) -> str | None:
         return self._agent("set_aside_previous_run", [])
