@@ -9,7 +9,9 @@ else on the machine: it checks that no other process uses CPU first and records 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -29,7 +31,8 @@ DLRM_ROWS_PER_TABLE = 615_385  # x 26 tables = 16.0 M rows
 MODELS = {
     "cnn (seed CNN, 28x28 synthetic)": {"model": "cnn", "dataset": "synthetic", "per_worker_batch": 64},
     "dlrm, 16.0 M rows x 16, Adagrad": {"model": "dlrm", "dataset": "synthetic_criteo", "per_worker_batch": 512,
-                                        "table_rows": DLRM_ROWS_PER_TABLE},
+                                        "table_rows": DLRM_ROWS_PER_TABLE, "loss": "binary_crossentropy",
+                                        "metrics": ["auc"]},
 }
 
 
@@ -74,6 +77,7 @@ def _launch(work: Path, workers: int, launcher: dict) -> tuple[Path, Path]:
     from clusterkit import cluster_document, write_cluster
 
     logs = work / "logs"
+    work.mkdir(parents=True, exist_ok=True)
     training = {"epochs": 1, "steps_per_epoch": 100000, "steps_per_execution": 10, "lr_decay_epochs": [],
                 "checkpoint_every_s": 30, "output_dir": str(work / "output"), "dataset": "synthetic"}
     document = cluster_document(workers=workers, ps=1, evaluator=False, logs_dir=str(logs), training=training)
@@ -111,7 +115,7 @@ def worker_loss_and_reload(work: Path, lost_after_s: float = 10.0) -> dict:
     try:
         _wait_for(logs / "chief-0.log", r"train \| epoch", 300)
         record = process.PidRecord.read(logs / "worker-1.pid")
-        subprocess.run(["kill", "-KILL", f"-{record.pid}"], check=True)
+        os.killpg(record.pid, signal.SIGKILL)  # the worker's whole process group
         lost = _wait_for(logs / "launcher.log", r"dropped worker:1: training again (\d+) s after the loss, "
                                                 r"(\d+) step\(s\) redone", 300)
         document = json.loads(path.read_text())
@@ -166,23 +170,29 @@ def render(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main(work: str = "/tmp/pscluster-bench-long-runs") -> None:
-    """Measures and writes bench/RESULTS-long-runs.md (and long_runs.json)."""
-    busy = busy_processes()
-    if busy:
-        sys.exit(f"other processes use CPU; run the benchmark alone: {busy}")
-    results = {"machine": machine(), "quiet": "checked with /proc before each part", "checkpoints": []}
+def main(work: str = "/tmp/pscluster-bench-long-runs", resume: bool = False) -> None:
+    """Measures and writes bench/RESULTS-long-runs.md (and long_runs.json); `--resume` keeps the parts that
+    long_runs.json already holds."""
+    kept = json.loads((HERE / "long_runs.json").read_text()) if resume and (HERE / "long_runs.json").exists() else {}
+    results = {"machine": machine(), "quiet": "checked with /proc before each part", **kept}
     root = Path(work)
-    for index, (label, options) in enumerate(MODELS.items()):
-        results["checkpoints"].append(checkpoint_and_sigterm(root / f"checkpoints-{index}", label, options))
-        print(json.dumps(results["checkpoints"][-1]), flush=True)
-    busy = busy_processes()
-    if busy:
-        sys.exit(f"other processes use CPU; run the benchmark alone: {busy}")
+    shutil.rmtree(root, ignore_errors=True)  # a previous run's checkpoints would be resumed
+    if "checkpoints" not in results:
+        _require_quiet()
+        results["checkpoints"] = [checkpoint_and_sigterm(root / f"checkpoints-{index}", label, options)
+                                  for index, (label, options) in enumerate(MODELS.items())]
+        (HERE / "long_runs.json").write_text(json.dumps(results, indent=2))
+    _require_quiet()
     results["elastic"] = worker_loss_and_reload(root / "elastic")
-    print(json.dumps(results["elastic"]), flush=True)
     (HERE / "long_runs.json").write_text(json.dumps(results, indent=2))
     (HERE / "RESULTS-long-runs.md").write_text(render(results))
+    print(render(results))
+
+
+def _require_quiet() -> None:
+    busy = busy_processes()
+    if busy:
+        sys.exit(f"other processes use CPU; run the benchmark alone: {busy}")
 
 
 if __name__ == "__main__":
