@@ -40,8 +40,10 @@ class SchedulePacing(tf_keras.callbacks.Callback):
         while len(self.pending) > self.ahead:
             try:
                 self.pending.popleft().fetch()
-            except tf.errors.CancelledError:
-                self.pending.clear()  # cancelled after another step failed: the next schedule raises that error
+            except tf.errors.OpError:
+                # a step cancelled, or lost with its worker (TensorFlow runs it again elsewhere): pacing only
+                # waits, so it lets go; a failure that matters surfaces at the next schedule or join
+                self.pending.clear()
                 return
 
     def on_epoch_end(self, epoch, logs=None):

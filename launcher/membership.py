@@ -3,7 +3,7 @@
 TensorFlow waits at start-up, with no deadline, for every worker its spec lists, so a worker host gone for good
 would hold every later chief start. The rule:
 
-- a chief always starts with the workers that run at that moment (a lost one is never waited for);
+- a chief always starts without the workers lost at that moment (a lost one is never waited for);
 - a worker that stays lost (host silent, node gone, restarts used up) for `launcher.worker_lost_after_s` while the
   chief trains is dropped: the chief is stopped (SIGTERM: it checkpoints at once) and restarted without it;
 - a dropped worker that runs again is added back the same way;
@@ -66,10 +66,10 @@ class Membership:
         return ", ".join(r.name for r in self.workers if r.name in self.members) or "no worker"
 
     def for_start(self) -> tuple[int, ...] | None:
-        """The workers a chief starting now trains with: those running now (None: every worker, as listed)."""
+        """The workers a chief starting now trains with: all but the lost ones (None: every worker, as listed)."""
         if not self.enabled:
             return None
-        running = {r.name for r in self.live()}
+        running = {r.name for r in self.workers if r.state not in GONE_STATES}  # restarting: back in seconds
         for record in self.workers:
             if record.name in self.members and record.name not in running:
                 self._change(f"dropped {record.name}", self.gone_since.get(record.name, time.monotonic()))
