@@ -28,6 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import fire  # noqa: E402
 
 import criteokit  # noqa: E402
+from bench.quiet import busy_processes  # noqa: E402
 
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
 BATCH = 512
@@ -78,20 +79,13 @@ def run_workers(data: Path, workers: int, mode: str, max_seconds: float) -> tupl
     return time.perf_counter() - started, [json.loads(o.strip().splitlines()[-1]) for o in outputs]
 
 
-def busy_processes() -> list[str]:
-    """Other processes using more than 5% of a core (the `ps` check: figures are only good on a quiet machine)."""
-    listing = subprocess.run(["ps", "-eo", "pcpu=,pid=,comm="], capture_output=True, text=True).stdout
-    return [line.strip() for line in listing.splitlines()
-            if float(line.split()[0]) > 5 and int(line.split()[1]) != os.getpid()]
-
-
 def report(size: int, workers: int, rows: dict[str, tuple[float, list[dict]]], load: tuple[float, float],
            busy: list[str], max_seconds: float) -> str:
     lines = [SECTION, "",
              f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} cores "
              f"by `bench/criteo_sharding.py`: one train.txt of {size / 1e9:.2f} GB (Kaggle layout), {workers} "
              "worker processes reading their shards at once (one pass, batch 512). Load average "
-             f"{load[0]:.1f} before, {load[1]:.1f} after; other busy processes (ps, >5% CPU): "
+             f"{load[0]:.1f} before, {load[1]:.1f} after; other processes using over 5% of a core (from /proc): "
              f"{', '.join(busy) or 'none'}.", "",
              "| sharding | examples/s (all workers) | bytes read per example kept | per worker: examples, "
              "seconds, rchar MB, read_bytes MB |", "| --- | ---: | ---: | --- |"]

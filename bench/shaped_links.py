@@ -21,6 +21,8 @@ from pathlib import Path
 
 import fire
 
+from bench.quiet import busy_processes
+
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 PYTHON = str(ROOT / ".venv" / "bin" / "python")  # the venv's own path: the hosts run it too
@@ -35,38 +37,10 @@ CONFIGURATIONS = {
     "smoke": [(CNN, 300, 1, 1)],
 }
 RUN_SECONDS = 5.0  # measured training per epoch (two epochs; the first traces)
-BUSY_CPU_SHARE = 0.05
-
-
-def cpu_ticks() -> dict[int, tuple[str, int]]:
-    """{pid: (command, user + system clock ticks)} of every process now."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-            found[int(entry.name)] = (name, int(fields[11]) + int(fields[12]))
-    return found
-
-
-def others_using_cpu(window_s: float = 1.0) -> list[str]:
-    """Processes other than this one that used more than BUSY_CPU_SHARE of a core over `window_s`."""
-    before = cpu_ticks()
-    time.sleep(window_s)
-    after, hz = cpu_ticks(), os.sysconf("SC_CLK_TCK")
-    busy = []
-    for pid, (name, ticks) in after.items():
-        share = (ticks - before.get(pid, (name, ticks))[1]) / hz / window_s
-        if pid != os.getpid() and share > BUSY_CPU_SHARE:
-            busy.append(f"{pid} {name} {share:.0%}")
-    return busy
 
 
 def quiet_check() -> dict:
-    return {"load_before": os.getloadavg()[0], "others_using_cpu": others_using_cpu()}
+    return {"load_before": os.getloadavg()[0], "others_using_cpu": busy_processes(1.0)}
 
 
 def cluster_document(hosts, run_dir: str, training: dict, ps: int, workers: int, ports: list[int]) -> dict:
