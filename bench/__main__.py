@@ -42,11 +42,13 @@ def main(repeats: int = 3, steps: int = 150, scaling_steps: int = 30, resume: bo
     """Measures everything and writes the results beside this file; `--resume` keeps the stages that
     bench/results.json already holds (after a failure) and measures the rest."""
     from bench import levers, operations, scaling, throughput, transfer  # TensorFlow: not for --help
+    from bench.quiet import require_quiet, wait_for_quiet
     from bench.report import plot, render
 
     started = time.monotonic()
     kept = json.loads((HERE / "results.json").read_text()) if resume and (HERE / "results.json").exists() else {}
-    results = {"machine": kept.get("machine") or machine(), **kept}
+    require_quiet()
+    results = {"machine": kept.get("machine") or machine(), "others_using_cpu": {}, **kept}
     stages = [("reference", lambda: throughput.reference(repeats=repeats, steps=steps, epochs=3)),
               ("transfer", transfer.measure),
               ("threads", lambda: levers.threads(steps)),
@@ -60,6 +62,7 @@ def main(repeats: int = 3, steps: int = 150, scaling_steps: int = 30, resume: bo
     for name, stage in stages:
         if name in results:
             continue
+        results["others_using_cpu"][name] = wait_for_quiet()
         print(f"[bench] {name} ...", file=sys.stderr, flush=True)
         results[name] = stage()
         (HERE / "results.json").write_text(json.dumps(results, indent=2))  # partial results survive a failure

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from bench.memory_cgroup import MemoryCap
+from bench.quiet import wait_for_quiet
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -99,6 +100,7 @@ def run_measured(mode: str, config: dict, directory: Path, *, ps: int = 1, worke
     """One run of bench.embedding_run in `mode` (single, ps or mwms), with the servers it needs; adds load and RSS."""
     caps = caps or {}
     directory.mkdir(parents=True, exist_ok=True)
+    others = wait_for_quiet()
     load_before, started = load_average(), time.monotonic()
     servers, tasks = [], []
     try:
@@ -114,7 +116,7 @@ def run_measured(mode: str, config: dict, directory: Path, *, ps: int = 1, worke
     finally:
         for process in servers + tasks:
             stop(process)
-    return {**result, "load_before": load_before, "load_after": load_average(),
+    return {**result, "others_using_cpu": others, "load_before": load_before, "load_after": load_average(),
             "run_s": round(time.monotonic() - started, 1)}
 
 

@@ -35,6 +35,17 @@ def _figure(runs: list[dict]) -> tuple[str, float | None]:
     return ", ".join(f"{v:,.0f}" for v in good), statistics.median(good)
 
 
+def _alone(runs: list[dict]) -> str:
+    """Whether anything outside the benchmark used CPU before each run (checked with /proc)."""
+    unchecked = [r["label"] for r in runs if "others_using_cpu" not in r]
+    busy = [f"{r['label']} ({', '.join(r['others_using_cpu'])})" for r in runs if r.get("others_using_cpu")]
+    if unchecked:
+        return f"Not checked for other processes: {', '.join(unchecked)}."
+    if busy:
+        return f"Other processes used CPU before: {'; '.join(busy)}."
+    return f"Before each of the {len(runs)} runs no process outside the benchmark used CPU (checked with /proc)."
+
+
 def levers_table(runs: list[dict]) -> list[str]:
     lines = ["| configuration | examples/s per run | median | MB per step (ps + worker ports) "
              "| load 1-min (before→after) |",
@@ -80,6 +91,7 @@ def main(*paths: str) -> None:
         print("\n".join(["", *levers_table(sections["levers"])]))
     if sections["scaling"]:
         print("\n".join(["", *scaling_table(sections["scaling"] + sections["mwms"])]))
+    print("\n" + _alone([run for runs in sections.values() for run in runs]))
     for run in sections["scale"]:
         print(f"- {run['label']}: " + json.dumps({k: run.get(k) for k in (
             "examples_per_s", "failed", "server_rss_mib", "peak_rss_mib", "cgroup_peak_mib", "oom_kills",

@@ -8,7 +8,7 @@
 Every process runs inside a cgroup of ours (memory capped at GROUP_CAP in all, so an overrun kills only the
 benchmark). Bytes per step are counted per connection on the ps and worker ports (`ss`), so other processes'
 loopback traffic is not counted. Configurations are interleaved over repeats; the 1-minute load average is
-recorded before and after each run (the machine is shared: figures are noisy).
+recorded before and after each run, and each run waits (bounded) until no other process uses CPU.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import fire
 
 from bench.embedding_cluster import load_average, run_measured
 from bench.memory_cgroup import MemoryCap
+from bench.quiet import require_quiet
 
 GROUP_CAP = 10 * 2 ** 30
 PROCESS_CAP = int(1.5 * 2 ** 30)
@@ -129,6 +130,7 @@ def main(sections: str = "levers,scaling,scale", repeats: int = 2, steps: int = 
          output: str = "bench/results-embeddings.json") -> None:
     """Runs the chosen sections and writes every run's figures to `output` (JSON)."""
     wanted = sections.split(",") if isinstance(sections, str) else list(sections)
+    require_quiet()
     record = {"machine": f"{platform.node()} {platform.processor() or platform.machine()}",
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": load_average()}
     group = MemoryCap("emb-bench", GROUP_CAP)

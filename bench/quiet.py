@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -58,3 +59,20 @@ def busy_processes(sample_s: float = SAMPLE_S) -> list[str]:
         if pid not in mine and used > BUSY_SHARE:
             busy.append(f"{pid} ({used:.0%}): {command[:80]}")
     return busy
+
+
+def wait_for_quiet(limit_s: float = 60.0) -> list[str]:
+    """Samples until no other process uses CPU, for at most `limit_s`; returns what was still busy (empty: quiet)."""
+    deadline = time.monotonic() + limit_s
+    busy = busy_processes()
+    while busy and time.monotonic() < deadline:
+        print(f"[bench] waiting for other processes to stop using CPU: {busy}", file=sys.stderr, flush=True)
+        busy = busy_processes(5.0)
+    return busy
+
+
+def require_quiet() -> None:
+    """Exits with the busy processes named when the machine is not quiet: a benchmark runs alone."""
+    busy = wait_for_quiet()
+    if busy:
+        sys.exit(f"other processes use CPU; run the benchmark alone: {busy}")

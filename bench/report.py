@@ -100,10 +100,21 @@ def render(results: dict) -> str:
     lines = ["# Benchmark results", "", "Written by `python -m bench` (do not edit above the notes marker).", "",
              f"Machine: {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, no GPU; Python {m['python']}, "
              f"tensorflow-cpu {m['tensorflow-cpu']}, tf-keras {m['tf-keras']}. Date: {m['date']}; load average "
-             f"before the run {m['load_before']:.2f}; the whole run took {results.get('seconds', 0)} s. "
-             "Plot: `bench/results.png`.", ""]
+             f"before the run {m['load_before']:.2f} (it counts this benchmark's own tasks too); the whole run "
+             f"took {results.get('seconds', 0)} s. {_alone(results)} Plot: `bench/results.png`.", ""]
     return "\n".join(lines + _reference(results) + _bound(results) + _levers(results) + _scaling(results)
                      + _operations(results))
+
+
+def _alone(results: dict) -> str:
+    """Whether anything outside the benchmark used CPU before each stage (checked with /proc)."""
+    found = results.get("others_using_cpu")
+    if found is None:
+        return "Other processes were not checked for."
+    busy = {stage: others for stage, others in found.items() if others}
+    if not busy:
+        return "Before each stage no process outside the benchmark used CPU (checked with /proc)."
+    return "Other processes used CPU before: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in busy.items()) + "."
 
 
 def plot(results: dict, path: Path) -> None:
