@@ -59,11 +59,9 @@ class SlurmView:
 
     def _relay_warning(self) -> None:
         lead, seconds = self.config.lead, self.config.slurm.signal_before_end_s
-        steps = [s for s in live_steps(self.job_id) if s.name == slurm.step_name(self.config, lead)]
         try:
-            for step in steps:
-                slurm.signal_step(step.step_id, "TERM")
-            asked = f"sent SIGTERM to {lead.name} (step {steps[0].step_id}) so it checkpoints and stops" if steps \
+            steps = signal_task_step(self.config, self.job_id, lead, "TERM")
+            asked = f"sent SIGTERM to {lead.name} (step {steps[0]}) so it checkpoints and stops" if steps \
                 else f"{lead.name} has no step to warn"
         except HostError as error:
             asked = f"could not signal {lead.name}: {error}"
@@ -83,6 +81,14 @@ class SlurmView:
                                   "tasks are lost, never relaunched there")
         if slurm.node_is_lost(state):
             raise HostUnreachable(f"{node}: Slurm marks it {state}")
+
+
+def signal_task_step(config: ClusterConfig, job_id: str, task: Task, signal_name: str) -> list[str]:
+    """Sends a signal to the task's running step itself (never through its srun); returns the steps signalled."""
+    steps = [s.step_id for s in live_steps(job_id) if s.name == slurm.step_name(config, task)]
+    for step_id in steps:
+        slurm.signal_step(step_id, signal_name)
+    return steps
 
 
 def _read(path) -> str:
@@ -147,7 +153,10 @@ class SlurmNode(Backend):
         return row
 
     def stop(self, tasks: list[Task], quick: bool = False) -> list[StopResult]:
-        """Stops each step's srun (which cancels its step), then cancels any step of the task still listed."""
+        """Stops each step's srun (which cancels its step), then cancels any step of the task still listed; the
+        lead first gets its checkpoint, unless `quick`."""
+        if self.config.lead in tasks and not quick:
+            self._let_lead_checkpoint()
         results = [agent.stop(self.config, task, quick=quick) for task in tasks]
         if self.allocation is not None:
             names = {slurm.step_name(self.config, task) for task in tasks}
@@ -155,6 +164,21 @@ class SlurmNode(Backend):
                 if step.name in names:
                     slurm.cancel(step.step_id)
         return results
+
+    def _let_lead_checkpoint(self) -> None:
+        """srun answers SIGTERM by killing its step at once, so the lead's step itself is sent SIGTERM (as Slurm's
+        time-limit warning is) and given launcher.stop_grace_s to write its checkpoint and exit."""
+        record = process.PidRecord.read(agent.task_file(self.config, self.config.lead, "pid"))
+        if self.allocation is None or not (record and process.group_alive(record)):
+            return
+        try:
+            signal_task_step(self.config, self.allocation.job_id, self.config.lead, "TERM")
+        except HostError as error:
+            say(f"{self.config.lead.name}: could not ask its step to checkpoint ({error}); stopping it")
+            return
+        deadline = time.monotonic() + self.config.launcher.stop_grace_s
+        while process.group_alive(record) and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def set_aside_previous_run(self) -> str | None:
         """Done here: output_dir is on the filesystem the nodes share, the same here as on the lead's node."""
