@@ -84,6 +84,30 @@ def place(sizes: Mapping[str, int], nodes: Sequence[str], port_base: int, strate
     return placed
 
 
+def resize(placed: Mapping[str, Sequence[str]], sizes: Mapping[str, int], nodes: Sequence[str],
+           strategy: Strategy) -> dict[str, list[str]]:
+    """New job sizes on the nodes of a running placement: a task that stays keeps its `node:port`, a job that
+    shrinks loses its last tasks, and a new task goes to the least busy node (the lead's node only for the lead
+    and the evaluator) on a port above every port the placement used."""
+    kept = {job: list(placed.get(job, ()))[:sizes.get(job, 0)] for job in JOB_ORDER}
+    load = {node: 0 for node in nodes}
+    for address in (a for addresses in kept.values() for a in addresses):
+        load[address.rsplit(":", 1)[0]] = load.get(address.rsplit(":", 1)[0], 0) + 1
+    others = list(nodes[1:]) or list(nodes)
+    next_port = 1 + max(int(a.rsplit(":", 1)[1]) for addresses in placed.values() for a in addresses)
+    resized: dict[str, list[str]] = {}
+    for job in JOB_ORDER:
+        addresses = kept[job]
+        while len(addresses) < sizes.get(job, 0):
+            lead = job == "evaluator" or (job == strategy.lead_job and not addresses)
+            node = nodes[0] if lead else min(others, key=lambda n: (load[n], others.index(n)))
+            addresses.append(f"{node}:{next_port}")
+            load[node], next_port = load[node] + 1, next_port + 1
+        if addresses:
+            resized[job] = addresses
+    return resized
+
+
 def port_range_problems(sizes: Mapping[str, int], port_base: int) -> list[Problem]:
     """Consecutive ports from `port_base` must stay below 65536."""
     last = port_base + sum(sizes.values()) - 1

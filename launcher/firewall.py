@@ -15,8 +15,9 @@ class FirewallError(Exception):
 
 
 def table_name(config: ClusterConfig) -> str:
-    """One table per cluster (named from its addresses), so two clusters on a host never touch each other's."""
-    digest = hashlib.sha256(",".join(str(t.address) for t in config.tasks()).encode()).hexdigest()[:10]
+    """One table per cluster, named from its lead's address (no two running clusters share one): two clusters on a
+    host never touch each other's table, and a reload that changes the other tasks replaces it in place."""
+    digest = hashlib.sha256(str(config.lead.address).encode()).hexdigest()[:10]
     return f"pscluster_{digest}"
 
 
@@ -52,11 +53,11 @@ def _nft(arguments: list[str], script: str | None = None) -> subprocess.Complete
 
 
 def apply(config: ClusterConfig, tasks: list[Task], extra_allowed: list[str] = ()) -> str:
-    """Replaces this cluster's table on this host with an allowlist for the given tasks' ports."""
+    """Replaces this cluster's table on this host with an allowlist for the given tasks' ports, in one nft
+    transaction (create if missing, delete, define), so the ports are never unguarded in between."""
     table = table_name(config)
-    remove(config)
     script = ruleset(table, [t.address.port for t in tasks], *member_addresses(config, list(extra_allowed)))
-    result = _nft(["-f", "-"], script)
+    result = _nft(["-f", "-"], f"table inet {table}\ndelete table inet {table}\n{script}")
     if result.returncode != 0:
         raise FirewallError(f"nft refused the allowlist (root is needed): {result.stderr.strip()[:300]}")
     return table

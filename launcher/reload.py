@@ -6,6 +6,8 @@ line per change, or refused with one line). Only the `worker` and `ps` lists (an
 hosts) may change live; anything else (strategy, model, training options, chief, evaluator, launcher settings)
 is refused and nothing changes. The launcher then stops the chief (it writes a checkpoint), stops the servers
 that left, starts the new ones, and starts the chief on the new spec; a different ps count reshards on restore.
+Under Slurm, new job sizes are placed on the nodes the allocation holds (`launcher/backends/slurm/resize.py`);
+with the firewall on, each host's table is replaced to guard the new ports.
 """
 
 from __future__ import annotations
@@ -21,18 +23,16 @@ from common.errors import Problem, UserError
 
 REQUEST_NAME, ANSWER_NAME = "reload.json", "reload.answer.json"
 LIVE_JOBS = ("worker", "ps")
+LIVE_BACKENDS = ("hosts", "slurm")
 ANSWER_TIMEOUT_S = 900.0
 
 
 def refusals(old: ClusterConfig, new: ClusterConfig) -> list[Problem]:
     """One problem per setting that differs and cannot change in a running job; [] when the reload may go on."""
-    if old.launcher.backend != "hosts":
-        return [Problem("launcher.backend", old.launcher.backend, "a running job takes a new worker and ps list only "
-                        "with the hosts backend for now", "stop the run (`sh kill.sh`, which checkpoints) and start "
-                        "it again with the new sizes")]
-    if old.firewall:
-        return [Problem("security.firewall", True, "the firewall's tables are built from the addresses at the start",
-                        "stop the run (`sh kill.sh`, which checkpoints) and start it again with the new file")]
+    if old.launcher.backend not in LIVE_BACKENDS:
+        return [Problem("launcher.backend", old.launcher.backend, "a running job takes new worker and ps counts only "
+                        "with the hosts and slurm backends (on Kubernetes, the JobSet's sizes are the cluster's)",
+                        "stop the run (`sh kill.sh`, which checkpoints) and start it again with the new sizes")]
     problems = []
     for job in ("chief", "evaluator"):
         if old.jobs.get(job, ()) != new.jobs.get(job, ()):
@@ -115,22 +115,31 @@ def _read_json(path: Path) -> dict | None:
 def apply_request(supervisor, logs: Path, say) -> None:
     """Carries out a pending reload request, if any, and answers it."""
     from cluster import config as cluster_config
+    from launcher.backends.slurm import resize as slurm_resize
 
     pending = take_request(logs)
     if pending is None:
         return
+    under_slurm = supervisor.config.launcher.backend == "slurm"
     try:
         new = cluster_config.load(pending["cluster"])
+        if under_slurm and new.launcher.backend == "slurm":
+            new = slurm_resize.on_allocation(supervisor.config, new)
         problems = refusals(supervisor.config, new)
     except UserError as error:
         problems = error.problems
     if problems:
+        slurm_resize.discard(supervisor.config)
         for problem in problems:
             say(f"reload refused: {problem.text()}")
         answer(logs, pending["id"], refused=problems)
         return
+    if new.tasks() == supervisor.config.tasks():
+        slurm_resize.discard(supervisor.config)
+        answer(logs, pending["id"], lines=["nothing to change: the job runs these workers and ps already"])
+        return
     say(f"reload: taking {pending['cluster']}")
-    lines = apply(supervisor, new)
+    lines = apply(supervisor, slurm_resize.adopt(new) if under_slurm else new)
     for line in lines:
         say(f"reload: {line}")
     answer(logs, pending["id"], lines=lines)
@@ -139,7 +148,6 @@ def apply_request(supervisor, logs: Path, say) -> None:
 def apply(supervisor, new: ClusterConfig) -> list[str]:
     """Takes an edited worker and ps list: the lead stops (writing a checkpoint), servers that left stop, new ones
     start, and the lead starts again on the new spec; returns one line per change."""
-    from launcher.backends import backends_for
     from launcher.membership import Membership
     from launcher.records import DONE_STATES, TaskRecord, TaskState
 
@@ -152,14 +160,7 @@ def apply(supervisor, new: ClusterConfig) -> list[str]:
     for record in [r for r in supervisor.records.values() if r.task.job in LIVE_JOBS and r.name not in kept]:
         supervisor.hosts[record.host].stop([record.task])
         lines.append(f"{record.name} at {record.task.address} stopped")
-    hosts = backends_for(new)
-    for name, host in hosts.items():
-        if name in supervisor.hosts:
-            hosts[name] = supervisor.hosts[name]
-            hosts[name].take_new_config(new)
-        else:
-            host.prepare(supervisor.say)
-    supervisor.config, supervisor.hosts = new, hosts
+    lines += _take_hosts(supervisor, new)
     supervisor.records = {t.name: supervisor.records[t.name] if t.name in kept or t.job not in LIVE_JOBS
                           else TaskRecord(t) for t in new.tasks() if t.job in supervisor.strategy.launched_jobs}
     supervisor.lead, supervisor.held_for = supervisor.records[new.lead.name], []
@@ -173,4 +174,27 @@ def apply(supervisor, new: ClusterConfig) -> list[str]:
         supervisor.lead.counts_as_restart = False
         lines.append(f"{supervisor.lead.name} starts again with {len(new.jobs['worker'])} worker(s) and "
                      f"{len(new.jobs['ps'])} ps, from the checkpoint it wrote")
+    return lines
+
+
+def _take_hosts(supervisor, new: ClusterConfig) -> list[str]:
+    """The supervisor's hosts for the new file: kept ones take it, new ones are prepared, and with the firewall on
+    every host's table is replaced (a host that left loses its table)."""
+    from launcher.backends import backends_for
+
+    hosts, lines = backends_for(new), []
+    for name, host in hosts.items():
+        if name in supervisor.hosts:
+            hosts[name] = supervisor.hosts[name]
+            hosts[name].take_new_config(new)
+        else:
+            host.prepare(supervisor.say)
+    if new.firewall:
+        for name in supervisor.hosts.keys() - hosts.keys():
+            if supervisor.hosts[name].firewall_off():
+                lines.append(f"firewall on {name} removed")
+        for name, host in hosts.items():
+            rules = host.firewall_on([t for t in new.tasks() if t.address.host == name])
+            lines.append(f"firewall on {name}: table {rules.table} guards ports {rules.ports}")
+    supervisor.config, supervisor.hosts = new, hosts
     return lines

@@ -93,10 +93,11 @@ class Launcher:
 
     @exit_on_user_error("[launcher] ")
     def reload(self, cluster: str = "cluster.json") -> None:
-        """Hands an edited CLUSTER (workers or ps added or removed) to the launcher that runs it: the chief stops
-        with a checkpoint, servers that left stop, new ones start, and the chief resumes on the new spec."""
+        """Hands an edited CLUSTER (workers or ps added or removed; under Slurm, new job sizes placed on the nodes
+        the job holds) to the launcher that runs it: the chief stops with a checkpoint, servers that left stop, new
+        ones start, and the chief resumes on the new spec."""
         config = cluster_config.load(cluster)
-        unsupported = reload.refusals(config, config)  # what no reload can change: the backend, the firewall
+        unsupported = reload.refusals(config, config)  # what no reload can change: the backend
         if unsupported:
             raise UserError(unsupported, source=str(config.source))
         running = process.PidRecord.read(launcher_pid_path(config))

@@ -207,3 +207,54 @@ def test_the_exported_sbatch_script_runs_as_written_and_again_with_and_without_f
     assert len(list(tmp_path.glob("output.replaced-*"))) == 1
     assert_trained_and_evaluated(tmp_path / "output")
     assert_nothing_left(slurm, tmp_path)
+
+
+def reload_sizes(slurm, path: str, **changes) -> subprocess.CompletedProcess:
+    """Edits the cluster file in place (job sizes, or a section's setting) and runs `sh run.sh reload` on it."""
+    document = json.loads(open(path).read())
+    for key, value in changes.items():
+        section = "slurm" if key == "cpus_per_task" else "cluster"
+        document[section][key] = value
+    open(path, "w").write(json.dumps(document, indent=2))
+    return sh(slurm, str(ROOT / "run.sh"), "reload", path)
+
+
+def test_reload_resizes_workers_and_ps_on_the_nodes_the_allocation_holds(slurm, tmp_path):
+    path = cluster_file(tmp_path, {"chief": 1, "worker": 1, "ps": 1}, {"epochs": 2, "steps_per_epoch": 2000,
+                        "steps_per_execution": 2, "progress_every_s": 2}, slurm={"nodes": 3})
+    logs, chief_log = tmp_path / "logs", tmp_path / "logs" / "chief-0.log"
+    started = sh(slurm, str(ROOT / "run.sh"), "--detach", path)
+    assert started.returncode == 0, started.stderr
+    try:
+        assert wait_for_line(chief_log, "train | epoch 1/2", 300), (logs / "launcher.log").read_text()[-3000:]
+        original = open(path).read()
+        refused = reload_sizes(slurm, path, cpus_per_task=2)
+        assert refused.returncode == 2 and "slurm.cpus_per_task = 2: cannot change in a running job" in refused.stderr
+        open(path, "w").write(original)
+        unchanged = sh(slurm, str(ROOT / "run.sh"), "reload", path)
+        assert unchanged.returncode == 0 and "nothing to change" in unchanged.stderr, unchanged.stderr
+
+        grown = reload_sizes(slurm, path, worker=2, ps=2)
+        assert grown.returncode == 0, grown.stderr
+        assert "started worker:1 at n02:22223, ps:1 at n03:22224" in grown.stderr, grown.stderr
+        assert "chief:0 starts again with 2 worker(s) and 2 ps" in grown.stderr
+        assert wait_for_line(chief_log, "ps 1 -> 2:", 300), chief_log.read_text()[-3000:]
+        status = sh(slurm, str(ROOT / "run.sh"), "status", path).stdout
+        assert re.search(r"^worker:1 +n02 +\d+\.\d+ +RUNNING", status, re.MULTILINE), status
+        assert re.search(r"^ps:0 +n03 +\d+\.\d+ +RUNNING", status, re.MULTILINE), status  # kept: never restarted
+
+        shrunk = reload_sizes(slurm, path, worker=1, ps=1)
+        assert shrunk.returncode == 0, shrunk.stderr
+        assert "worker:1 at n02:22223 stopped" in shrunk.stderr and "ps:1 at n03:22224 stopped" in shrunk.stderr
+        assert wait_for_line(chief_log, "ps 2 -> 1:", 300), chief_log.read_text()[-3000:]
+        assert wait_for_line(logs / "launcher.log", "nothing of it remains", 600), (logs / "launcher.log").read_text()
+    finally:
+        sh(slurm, str(ROOT / "kill.sh"), path)
+    log = chief_log.read_text()
+    differences = [float(x) for x in re.findall(r"predictions before and after differ by at most ([\d.e+-]+)", log)]
+    assert len(differences) == 2 and all(d <= 1e-6 for d in differences), differences
+    assert log.count("stopped as asked: checkpoint") == 2  # each change began with a checkpoint, losing no step
+    assert "ps:0 stopped after" not in (logs / "launcher.log").read_text()
+    summary = json.loads((tmp_path / "output" / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["ps"] == 1
+    assert_nothing_left(slurm, tmp_path)

@@ -32,11 +32,13 @@ class AllocationFailed(RunFailed):
 
 @dataclasses.dataclass(frozen=True)
 class Allocation:
-    """A running job whose nodes hold the cluster; `owned` when the launcher submitted it (and cancels it)."""
+    """A running job whose nodes hold the cluster; `owned` when the launcher submitted it (and cancels it);
+    `workers_per_node`: the most workers it placed on one node (each node's GPUs are held for that many)."""
 
     job_id: str
     nodes: tuple[str, ...]
     owned: bool
+    workers_per_node: int = 1
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -46,7 +48,7 @@ class Allocation:
     def read(cls, path: Path) -> "Allocation | None":
         try:
             raw = json.loads(path.read_text())
-            return cls(str(raw["job_id"]), tuple(raw["nodes"]), bool(raw["owned"]))
+            return cls(str(raw["job_id"]), tuple(raw["nodes"]), bool(raw["owned"]), int(raw.get("workers_per_node", 1)))
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -74,7 +76,7 @@ def acquire(config: ClusterConfig, say) -> Allocation:
         if owned:
             slurm.cancel(job_id)
         raise
-    allocation = Allocation(job_id, tuple(nodes), owned)
+    allocation = Allocation(job_id, tuple(nodes), owned, slurm.most_per_node(config, ("worker",)))
     allocation.write(allocation_path(config))
     return allocation
 
@@ -158,10 +160,15 @@ def placed(config: ClusterConfig, allocation: Allocation) -> ClusterConfig:
     the config itself when cluster.json names nodes already."""
     if not config.job_sizes:
         return config
+    cluster = job_sizes.place(config.job_sizes, allocation.nodes, config.slurm.port_base, config.strategy)
+    return write_placed(config, cluster, resolved_path(config))
+
+
+def write_placed(config: ClusterConfig, cluster: dict[str, list[str]], path: Path) -> ClusterConfig:
+    """cluster.json with its `cluster` section replaced by placed addresses, written to `path` and loaded."""
     document = jsonfile.read_document(config.source)
     document.pop("$schema", None)
-    document["cluster"] = job_sizes.place(config.job_sizes, allocation.nodes, config.slurm.port_base, config.strategy)
-    path = resolved_path(config)
+    document["cluster"] = cluster
     path.write_text(json.dumps(document, indent=2) + "\n")
     return cluster_config.load(path)
 
