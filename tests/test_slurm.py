@@ -117,7 +117,9 @@ def test_killed_worker_and_ps_steps_are_relaunched_on_their_nodes_and_the_chief_
     log = (logs / "launcher.log").read_text()
     assert "worker:1 stopped after 1 restart" in log and "ps:0 stopped after 1 restart" in log
     assert "1 restarts" not in log, log
-    assert "chief:0 stopped until every ps is back" in log
+    # the chief is held until the ps is back, whether the launcher saw the ps die first (it stops the chief) or
+    # the chief's own exit first (seen in CI: the chief noticed the lost ps within the launcher's poll)
+    assert "every ps answer again: starting chief:0 again" in log, log
     assert_trained_and_evaluated(tmp_path / "output")
     assert_nothing_left(slurm, tmp_path)
 
