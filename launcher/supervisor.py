@@ -124,9 +124,12 @@ class Supervisor:
             self._apply(rows, asked_at)
 
     def _apply(self, rows: list[TaskStatus], asked_at: float) -> None:
-        """Takes rows into the records, except rows asked before a task's latest start (they describe the past)."""
+        """Takes rows into the records, except rows asked before a task's latest start (they describe the past) and
+        rows of tasks a reload took out while the question was in flight."""
         for row in rows:
-            record = self.records[row.task]
+            record = self.records.get(row.task)
+            if record is None:
+                continue
             if record.started_at <= asked_at and record.state not in (*DONE_STATES, TaskState.RESTARTING):
                 self._update(record, row)
 

@@ -152,6 +152,23 @@ def wait_for_count(path: Path, text: str, count: int, timeout_s: float) -> bool:
     return False
 
 
+def test_a_status_answer_naming_a_task_a_reload_took_out_is_ignored(tmp_path):
+    """Remote hosts answer status in the background: an answer asked before a shrink names tasks that left."""
+    from clusterkit import cluster_document, write_cluster
+
+    from cluster import config as cluster_config
+    from launcher.backends.base import TaskStatus
+    from launcher.supervisor import Supervisor
+
+    supervisor = Supervisor(cluster_config.load(write_cluster(tmp_path, cluster_document(evaluator=False))), print)
+    asked_at = time.monotonic()
+    del supervisor.records["worker:1"]  # what `reload.apply` does for a worker the edited file leaves out
+    rows = [TaskStatus(task=name, pid=1, running=False, exit_code=4, uptime_s=1.0, last_line="")
+            for name in ("worker:0", "worker:1")]
+    supervisor._apply(rows, asked_at)
+    assert supervisor.records["worker:0"].exit_code == 4 and "worker:1" not in supervisor.records
+
+
 def test_reload_resizes_workers_and_ps_in_a_running_job(tmp_path):
     from clusterkit import free_ports, processes_mentioning, wait_for_launcher
 

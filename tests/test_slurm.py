@@ -240,7 +240,7 @@ def test_reload_resizes_workers_and_ps_on_the_nodes_the_allocation_holds(slurm, 
         assert grown.returncode == 0, grown.stderr
         assert "started worker:1 at n02:22223, ps:1 at n03:22224" in grown.stderr, grown.stderr
         assert "chief:0 starts again with 2 worker(s) and 2 ps" in grown.stderr
-        assert wait_for_line(chief_log, "ps 1 -> 2:", 300), chief_log.read_text()[-3000:]
+        assert wait_for_line(chief_log, "ps 1 -> 2:", 300), (logs / "launcher.log").read_text()[-4000:]
         status = sh(slurm, str(ROOT / "run.sh"), "status", path).stdout
         assert re.search(r"^worker:1 +n02 +\d+\.\d+ +RUNNING", status, re.MULTILINE), status
         assert re.search(r"^ps:0 +n03 +\d+\.\d+ +RUNNING", status, re.MULTILINE), status  # kept: never restarted
@@ -248,7 +248,7 @@ def test_reload_resizes_workers_and_ps_on_the_nodes_the_allocation_holds(slurm, 
         shrunk = reload_sizes(slurm, path, worker=1, ps=1)
         assert shrunk.returncode == 0, shrunk.stderr
         assert "worker:1 at n02:22223 stopped" in shrunk.stderr and "ps:1 at n03:22224 stopped" in shrunk.stderr
-        assert wait_for_line(chief_log, "ps 2 -> 1:", 300), chief_log.read_text()[-3000:]
+        assert wait_for_line(chief_log, "ps 2 -> 1:", 300), (logs / "launcher.log").read_text()[-4000:]
         assert wait_for_line(logs / "launcher.log", "nothing of it remains", 600), (logs / "launcher.log").read_text()
     finally:
         sh(slurm, str(ROOT / "kill.sh"), path)
