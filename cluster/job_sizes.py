@@ -8,6 +8,7 @@ over the remaining nodes, and ports counted up from `port_base` in the order of 
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Mapping, Sequence
 
 from cluster.strategies import Strategy
@@ -90,9 +91,8 @@ def resize(placed: Mapping[str, Sequence[str]], sizes: Mapping[str, int], nodes:
     shrinks loses its last tasks, and a new task goes to the least busy node (the lead's node only for the lead
     and the evaluator) on a port above every port the placement used."""
     kept = {job: list(placed.get(job, ()))[:sizes.get(job, 0)] for job in JOB_ORDER}
-    load = {node: 0 for node in nodes}
-    for address in (a for addresses in kept.values() for a in addresses):
-        load[address.rsplit(":", 1)[0]] = load.get(address.rsplit(":", 1)[0], 0) + 1
+    load = Counter(dict.fromkeys(nodes, 0))
+    load.update(address.rsplit(":", 1)[0] for addresses in kept.values() for address in addresses)
     others = list(nodes[1:]) or list(nodes)
     next_port = 1 + max(int(a.rsplit(":", 1)[1]) for addresses in placed.values() for a in addresses)
     resized: dict[str, list[str]] = {}
