@@ -6,7 +6,8 @@ would hold every later chief start. The rule:
 - a chief always starts without the workers lost at that moment (a lost one is never waited for);
 - a worker that stays lost (host silent, node gone, restarts used up) for `launcher.worker_lost_after_s` while the
   chief trains is dropped: the chief is stopped (SIGTERM: it checkpoints at once) and restarted without it;
-- a dropped worker that runs again is added back the same way;
+- a dropped worker that runs again is added back the same way, its process started afresh (one that lived
+  through its host's silence held the chief's first step with it for 8 s to minutes);
 - with fewer than `launcher.min_workers` workers the chief is held, and the launcher says why.
 
 Each change is kept with its cost: seconds from the loss (or return) to training again, and steps redone.
@@ -93,7 +94,11 @@ class Membership:
         if reason is None or lead.state in (TaskState.EXITED, TaskState.FAILED, TaskState.LOST):
             return
         supervisor.held_for = [r for r in supervisor.held_for if r.task.job != "worker"]  # no waiting for workers
-        self.record_added(lead.step)
+        added = self.record_added(lead.step)
+        if added:  # it lived through its host's silence: its connections may still wait on packets the cut dropped
+            supervisor.say(f"{', '.join(r.name for r in added)} started afresh to join (a process that lived "
+                           "through the cut can hold the chief's first step for minutes)")
+            supervisor.start_afresh(added)
         if lead.state in (TaskState.RUNNING, TaskState.STARTING):
             supervisor.say(f"{reason}: stopping {lead.name} (it writes a checkpoint) to start it with the workers "
                            "running")
@@ -132,12 +137,13 @@ class Membership:
         return (f"{running} of {len(self.workers)} workers running, fewer than launcher.min_workers "
                 f"({self.supervisor.settings.min_workers}); training holds until enough workers answer")
 
-    def record_added(self, step_before: int | None) -> None:
-        """Called as the lead restarts: workers running again become members (timed from now)."""
-        for record in self.live():
-            if record.name not in self.members:
-                self.members.add(record.name)
-                self._change(f"added {record.name} back", time.monotonic(), step_before)
+    def record_added(self, step_before: int | None) -> list[TaskRecord]:
+        """Called as the lead restarts: workers running again become members (timed from now); returns them."""
+        added = [r for r in self.live() if r.name not in self.members]
+        for record in added:
+            self.members.add(record.name)
+            self._change(f"added {record.name} back", time.monotonic(), step_before)
+        return added
 
     def _change(self, what: str, since: float, step_before: int | None = None) -> None:
         change = Change(what, since, step_before if step_before is not None else self.supervisor.lead.step)

@@ -66,6 +66,7 @@ def test_a_worker_host_gone_for_good_is_dropped_then_added_back(run):
     finally:
         run.hosts.restore(WORKER_HOST)
     run.wait_for(r"worker:1 running again: stopping chief:0", 90)
+    assert "worker:1 started afresh to join" in run.new_log()  # no connection it kept through the cut holds a step
     run.wait_for(r"chief:0 trains with worker:0, worker:1", 60)
     run.wait_for(r"added worker:1 back: training again \d+ s after the return", 180)
     print(run.new_log())
