@@ -98,7 +98,9 @@ class Membership:
         if added:  # it lived through its host's silence: its connections may still wait on packets the cut dropped
             supervisor.say(f"{', '.join(r.name for r in added)} started afresh to join (a process that lived "
                            "through the cut can hold the chief's first step for minutes)")
-            supervisor.start_afresh(added)
+            for record in added:
+                supervisor.hosts[record.host].stop([record.task])
+            supervisor.start_now(added)
         if lead.state in (TaskState.RUNNING, TaskState.STARTING):
             supervisor.say(f"{reason}: stopping {lead.name} (it writes a checkpoint) to start it with the workers "
                            "running")

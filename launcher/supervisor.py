@@ -55,10 +55,11 @@ class Supervisor:
     def start_cluster(self) -> None:
         """ps and workers until their ports answer, then the trainers (the chief), then the evaluator."""
         self.start_servers()
-        self._start(self._jobs(self.strategy.trainer_job))
-        self._start(self._jobs("evaluator"))
+        self.start_now(self._jobs(self.strategy.trainer_job))
+        self.start_now(self._jobs("evaluator"))
 
-    def _start(self, records: list[TaskRecord]) -> None:
+    def start_now(self, records: list[TaskRecord]) -> None:
+        """Starts these tasks (a lead on the workers that run) without waiting for their ports."""
         if self.lead in records:
             self.membership.set_trainer_workers(self.membership.for_start())
         by_host: dict[str, list[TaskRecord]] = {}
@@ -73,14 +74,8 @@ class Supervisor:
 
     def start_records(self, records: list[TaskRecord]) -> None:
         """Starts these servers (ps before workers) and waits until their ports answer."""
-        self._start(records)
+        self.start_now(records)
         self._wait_for_servers([r.task for r in records])
-
-    def start_afresh(self, records: list[TaskRecord]) -> None:
-        """Stops these tasks and starts them again at once, not counted as restarts."""
-        for record in records:
-            self.hosts[record.host].stop([record.task])
-        self._start(records)
 
     def _wait_for_servers(self, tasks: list[Task]) -> None:
         silent = net.wait_until_listening(tasks, self.settings.ready_timeout_s)
@@ -159,7 +154,7 @@ class Supervisor:
                 self._exited(record, row.exit_code)
             return
         if record.state in (TaskState.LOST, TaskState.STARTING) and (
-                record.task.job not in self.strategy.server_jobs or net.answers(*_host_port(record.task))):
+                record.task.job not in self.strategy.server_jobs or net.answers(record.host, record.task.address.port)):
             record.state = TaskState.RUNNING
 
     def _exited(self, record: TaskRecord, code: int | None) -> None:
@@ -226,7 +221,7 @@ class Supervisor:
                     continue
                 self.membership.holding = False
                 record.restarts += int(record.counts_as_restart)
-                self._start([record])
+                self.start_now([record])
         self._watch_for_stall(now)
         self.outages.tick(now)
 
@@ -298,7 +293,3 @@ class Supervisor:
                 host.fetch_logs()
             else:
                 self.background.take(f"logs {name}", host.fetch_logs)
-
-
-def _host_port(task: Task) -> tuple[str, int]:
-    return task.address.host, task.address.port
