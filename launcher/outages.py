@@ -11,8 +11,8 @@ does not even accept a connection (a loaded host is slow, not gone), or once ssh
   launcher says so and holds the lead as for a ps, until the lost workers answer again;
 - the lead's own host: training waits for it; the run stops after `stall_timeout_s` without an answer.
 
-When the host answers again the launcher reports how long it was gone and, once the lead's step moves again,
-the time from its return to training again.
+When the host answers again the launcher reports how long it was gone and, if the lead's step has not moved since
+the loss (held, or a short outage TensorFlow had not yet worked around), the time from its return to training again.
 """
 
 from __future__ import annotations
@@ -93,6 +93,9 @@ class HostOutages:
         elif lead.state == TaskState.EXITED:
             self.supervisor.say(f"{gone}; {lead.name} ended meanwhile")
             self.lines.append(f"{host} gone {now - outage.silent_since:.0f} s; {lead.name} ended meanwhile")
+        elif outage.step_at_loss is not None and outage.step_at_return == outage.step_at_loss:
+            self.supervisor.say(f"{gone}; {lead.name}'s step has not moved since the loss ({lead.step})")
+            self.recovering.append(outage)  # timed until the step moves, as after a hold
         elif outage.step_at_loss is not None and outage.step_at_return is not None:
             went_on = f"step {outage.step_at_loss} at the loss, {outage.step_at_return} now"
             self.supervisor.say(f"{gone}; training went on meanwhile ({went_on})")

@@ -169,6 +169,27 @@ def test_a_status_answer_naming_a_task_a_reload_took_out_is_ignored(tmp_path):
     assert supervisor.records["worker:0"].exit_code == 4 and "worker:1" not in supervisor.records
 
 
+def test_a_worker_host_back_before_the_step_moved_is_timed_until_training_again(tmp_path):
+    """A short cut can end before TensorFlow has worked around the lost worker: no claim that training went on."""
+    from clusterkit import cluster_document, write_cluster
+
+    from cluster import config as cluster_config
+    from launcher.records import TaskState
+    from launcher.supervisor import Supervisor
+
+    said: list[str] = []
+    supervisor = Supervisor(cluster_config.load(write_cluster(tmp_path, cluster_document(evaluator=False))),
+                            said.append)
+    lead, worker = supervisor.lead, supervisor.records["worker:1"]
+    lead.state, lead.step, worker.state = TaskState.RUNNING, 160, TaskState.RUNNING
+    supervisor.outages.lost("10.0.0.2", [worker], "")
+    supervisor.outages.answered("10.0.0.2")
+    assert said[-1].endswith("chief:0's step has not moved since the loss (160)"), said
+    lead.step, lead.step_changed_at = 161, time.monotonic()
+    supervisor.outages.tick(time.monotonic())
+    assert re.match(r"training again \d+ s after 10\.0\.0\.2 answered again \(chief:0 at step 161\)", said[-1]), said
+
+
 def test_reload_resizes_workers_and_ps_in_a_running_job(tmp_path):
     from clusterkit import free_ports, processes_mentioning, wait_for_launcher
 

@@ -133,9 +133,10 @@ def worker_cut(run: Run, seconds: float) -> None:
     assert "ended meanwhile" not in back[0], f"the chief stopped training during the cut:\n{run.new_log()}"
     if "training went on meanwhile" in back[0]:
         before, after = map(int, re.search(r"step (\d+) at the loss, (\d+) now", back[0]).groups())
-        assert after > before, back[0]
-    else:  # TensorFlow stalled without the worker: the launcher must have said so, held the chief and resumed
-        assert "TensorFlow has not advanced" in run.new_log(), run.new_log()
+        assert after > before, f"{back[0]}\n{run.new_log()}"
+    else:  # the step had not moved yet (a short cut), or TensorFlow stalled and the launcher held the chief
+        assert "step has not moved since the loss" in back[0] or "TensorFlow has not advanced" in run.new_log(), \
+            run.new_log()
         run.wait_for(rf"training again \d+ s after {re.escape(host)} answered again", 180)
     print(run.new_log())
 
