@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from launcher.backends.base import HostError
 from launcher.records import TaskRecord, TaskState
 
 HOST_SILENT_S = 6.0
@@ -103,6 +104,22 @@ class HostOutages:
         else:
             self.supervisor.say(gone)
             self.lines.append(f"{host} gone {now - outage.silent_since:.0f} s")
+
+    def reconnect(self, returned: list[TaskRecord]) -> None:
+        """Closes the connections running tasks kept to tasks whose host was cut: one with data in flight waits
+        out TCP's retransmission backoff (after a 60 s cut, some 40 s more) before it carries anything again,
+        and a fresh lead's first step would wait with it."""
+        peers = [str(r.task.address) for r in returned]
+        holders = {r.host for r in self.supervisor.records.values()
+                   if r.state == TaskState.RUNNING and r not in returned}
+        for host in sorted(holders):
+            try:
+                closed = self.supervisor.hosts[host].drop_connections(peers)
+            except HostError as error:
+                self.supervisor.say(f"could not close {host}'s connections to {', '.join(peers)}: {error}")
+                continue
+            if closed:
+                self.supervisor.say(f"closed {closed} connection(s) on {host} that lived through the cut")
 
     def tick(self, now: float) -> None:
         """Checks that training really goes on without lost workers, and times each return to training."""

@@ -210,6 +210,7 @@ class Supervisor:
         if self.lead.restart_at == float("inf") and all(r.state == TaskState.RUNNING for r in waited):
             others = "".join(f" and {r.name}" for r in self.held_for if r.task.job != "ps")
             self.say(f"every ps{others} answer again: starting {self.lead.name} again")
+            self.outages.reconnect(self.held_for)
             self.lead.restart_at, self.held_for = now, []
         self.membership.follow(now)
         for record in self.records.values():

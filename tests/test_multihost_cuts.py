@@ -146,6 +146,7 @@ def ps_cut(run: Run, seconds: float) -> None:
     cut_for(run, PS_HOST, "ps:0", seconds)
     run.wait_for(r"chief:0 stopped until every ps answers again", 10)
     run.wait_for(rf"{re.escape(host)} answers again after \d+ s", 60)
+    run.wait_for(r"closed \d+ connection\(s\) on [\d.]+ that lived through the cut", 30)  # the workers' to ps:0
     run.wait_for(rf"training again \d+ s after {re.escape(host)} answered again", 180)
     print(run.new_log())
 
