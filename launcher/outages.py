@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from cluster.config import Task
 from launcher.backends.base import HostError
 from launcher.records import TaskRecord, TaskState
 
@@ -76,9 +77,21 @@ class HostOutages:
             others = [r.name for r in self.supervisor.records.values()
                       if r.task.job == "worker" and r.state == TaskState.RUNNING]
             say(f"{host} lost ({reason}): {names}; training goes on with {', '.join(others) or 'no worker'}")
-            self.supervisor.cut_lead_from([r.task for r in newly])
+            self._cut_lead_from([r.task for r in newly])
         else:
             say(f"{host} lost ({reason}): {names}")
+
+    def _cut_lead_from(self, tasks: list[Task]) -> None:
+        """A host cut off the network drops packets without closing connections, and TensorFlow would wait on
+        it forever: close the lead's connections to its tasks, so their calls fail and training moves on."""
+        lead = self.lead
+        if not tasks or lead.state not in (TaskState.RUNNING, TaskState.STARTING):
+            return
+        try:
+            self.supervisor.hosts[lead.host].drop_connections([str(t.address) for t in tasks])
+            self.supervisor.say(f"closed {lead.name}'s connections to {', '.join(t.name for t in tasks)}")
+        except HostError as error:
+            self.supervisor.say(f"could not close {lead.name}'s connections to the lost tasks: {error}")
 
     def answered(self, host: str) -> None:
         self.last_answer[host] = time.monotonic()

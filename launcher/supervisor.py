@@ -36,6 +36,7 @@ class Supervisor:
         self.outages = HostOutages(self)
         self.held_for: list[TaskRecord] = []  # what the held lead waits for, besides every ps
         self.membership = Membership(self)
+        self.healing_blocked_by = ""  # the error that stopped the last healing pass
 
     def _jobs(self, *jobs: str) -> list[TaskRecord]:
         """The records of these jobs, in the order the jobs are named (ps before workers: the start order)."""
@@ -93,10 +94,24 @@ class Supervisor:
         while True:
             self._observe()
             on_tick()  # the status file shows what was observed before healing acts on it (a stop may take a while)
-            self._heal()
+            self._heal_unless_a_host_fails()
             if self._finished():
                 return self.lead.exit_code or 0
             time.sleep(self.settings.poll_s)
+
+    def _heal_unless_a_host_fails(self) -> None:
+        """A host that stops answering mid-action delays healing (its next status call marks it lost) and is said
+        once; one whose agent fails ends the run with its error."""
+        try:
+            self._heal()
+        except HostUnreachable as error:
+            if str(error) != self.healing_blocked_by:
+                self.say(f"healing waits for a host: {error}")
+            self.healing_blocked_by = str(error)
+        except AgentFailed as error:
+            raise RunFailed(str(error)) from None
+        else:
+            self.healing_blocked_by = ""
 
     def _observe(self) -> None:
         for name, host in self.hosts.items():
@@ -133,17 +148,6 @@ class Supervisor:
                 continue
             if record.started_at <= asked_at and record.state not in (*DONE_STATES, TaskState.RESTARTING):
                 self._update(record, row)
-
-    def cut_lead_from(self, tasks: list[Task]) -> None:
-        """A host cut off the network drops packets without closing connections, and TensorFlow would wait on
-        it forever: close the lead's connections to its tasks, so their calls fail and training moves on."""
-        if not tasks or self.lead.state not in (TaskState.RUNNING, TaskState.STARTING):
-            return
-        try:
-            self.hosts[self.lead.host].drop_connections([str(t.address) for t in tasks])
-            self.say(f"closed {self.lead.name}'s connections to {', '.join(t.name for t in tasks)}")
-        except HostError as error:
-            self.say(f"could not close {self.lead.name}'s connections to the lost tasks: {error}")
 
     def _update(self, record: TaskRecord, row: TaskStatus) -> None:
         record.last_line, record.pid, record.uptime_s = row.last_line, row.pid, row.uptime_s

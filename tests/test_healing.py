@@ -13,6 +13,7 @@ import pytest
 
 from clusterkit import (ROOT, cluster_document, processes_mentioning, wait_for_launcher, wait_for_line,
                         write_cluster)
+from cluster.config import load as load_config
 from common import net
 from launcher import process
 
@@ -181,3 +182,34 @@ def test_kill_sh_cleans_up_after_a_launcher_killed_with_sigkill(detached_run, tm
     assert down.returncode == 0 and ": stopped" in down.stderr, down.stderr
     ports = [int(a.split(":")[1]) for job in ("worker", "ps") for a in json.loads(path.read_text())["cluster"][job]]
     assert processes_mentioning(str(path)) == [] and _listening(ports) == []
+
+
+class HostThatFails:
+    """A host that went away between its status answer and the launcher's next action on it (pure logic)."""
+
+    is_remote = True
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def start(self, tasks):
+        raise self.error
+
+
+def test_a_host_failing_mid_heal_delays_healing_with_one_line_or_ends_the_run_with_its_error(tmp_path):
+    from launcher.backends.base import AgentFailed, HostUnreachable
+    from launcher.records import RunFailed, TaskState
+    from launcher.supervisor import Supervisor
+
+    said: list[str] = []
+    supervisor = Supervisor(load_config(write_cluster(tmp_path, cluster_document(evaluator=False))), said.append)
+    worker = supervisor.records["worker:0"]
+    worker.state, worker.restart_at = TaskState.RESTARTING, 0.0
+    supervisor.hosts[worker.host] = HostThatFails(HostUnreachable("10.0.0.2: ssh: connect timed out"))
+    for _ in range(3):
+        supervisor._heal_unless_a_host_fails()
+    assert said == ["healing waits for a host: 10.0.0.2: ssh: connect timed out"], said
+    assert worker.state == TaskState.RESTARTING  # started once the host answers again
+    supervisor.hosts[worker.host] = HostThatFails(AgentFailed("10.0.0.2: .venv/bin/python: not found"))
+    with pytest.raises(RunFailed, match="python: not found"):
+        supervisor._heal_unless_a_host_fails()
