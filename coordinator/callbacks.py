@@ -91,23 +91,25 @@ class Checkpointing(tf_keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if self.stop is not None and self.stop.requested:
-            name = self._save_within_epoch()
+            name = self._save_within_epoch(stopping=True)
             waited = time.monotonic() - self.stop.requested_at
-            raise Preempted(f"checkpoint {name or 'at the epoch start'} written {waited:.1f} s after SIGTERM")
+            raise Preempted(f"checkpoint {name} written {waited:.1f} s after SIGTERM" if name else
+                            f"checkpoint of the epoch start holds every step ({waited:.1f} s after SIGTERM)")
         if self.every_s and time.monotonic() - self.last_save >= self.every_s:
             self._save_within_epoch()
 
-    def _save_within_epoch(self) -> str | None:
-        """Drains the scheduled steps, then saves; None when the epoch's own end (or start) is the checkpoint."""
+    def _save_within_epoch(self, stopping: bool = False) -> str | None:
+        """Drains the scheduled steps, then saves; None when the epoch's start, or (unless `stopping`: its end is
+        never reached then) its end, is the checkpoint."""
         started = time.monotonic()
         coordinator = getattr(self.model, "_cluster_coordinator", None)
         if coordinator is not None:
             coordinator.join()
         steps, step = self._iterations() - self.first_step, self._iterations()
         self.last_save = time.monotonic()
-        if not 0 < steps < self.steps_per_epoch:
+        if steps <= 0 or (steps >= self.steps_per_epoch and not stopping):
             return None
-        position = Position(self.epoch, steps)
+        position = Position(self.epoch + 1) if steps >= self.steps_per_epoch else Position(self.epoch, steps)
         self.checkpoints.save(position)
         self.log.info("checkpoint %s (optimizer step %d) written in %.1f s", position.name, step,
                       time.monotonic() - started)

@@ -70,6 +70,32 @@ def test_sigterm_writes_a_checkpoint_and_the_resume_redoes_no_step(shared_server
     assert summary["optimizer_steps"] == 2 * STEPS_PER_EPOCH  # no step redone, none skipped
 
 
+def test_a_stop_whose_drain_completes_the_epoch_saves_the_epoch_end():
+    """SIGTERM near an epoch's end: the steps scheduled ahead finish it while the chief drains them, and its end
+    (never reached once stopping) is the checkpoint, so the next run redoes no step (pure logic)."""
+    import logging
+    import types
+
+    from coordinator.callbacks import Checkpointing
+    from coordinator.checkpoints import Position
+    from coordinator.preemption import Preempted, StopRequest
+
+    saved, iterations = [], types.SimpleNamespace(value=50)
+    optimizer = types.SimpleNamespace(iterations=types.SimpleNamespace(numpy=lambda: iterations.value))
+    stop = StopRequest(logging.getLogger("test"))
+    callback = Checkpointing(types.SimpleNamespace(save=saved.append), 50, stop.log, stop=stop)
+    callback.set_model(types.SimpleNamespace(optimizer=optimizer))
+    callback.on_epoch_begin(1)
+    stop.requested_at = time.monotonic()
+    iterations.value = 70
+    with pytest.raises(Preempted, match=r"checkpoint ckpt-1-20 written"):
+        callback.on_train_batch_end(0)
+    iterations.value = 100
+    with pytest.raises(Preempted, match=r"checkpoint ckpt-2 written"):
+        callback.on_train_batch_end(1)
+    assert saved == [Position(1, 20), Position(2)]
+
+
 def test_killed_chief_resumes_within_the_epoch(shared_servers, tmp_path):
     output, log_path = tmp_path / "output", tmp_path / "chief.log"
     chief = start_chief(shared_servers, output, log_path, "--checkpoint_every_s", "2")
