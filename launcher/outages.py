@@ -85,13 +85,18 @@ class HostOutages:
         """A host cut off the network drops packets without closing connections, and TensorFlow would wait on
         it forever: close the lead's connections to its tasks, so their calls fail and training moves on."""
         lead = self.lead
-        if not tasks or lead.state not in (TaskState.RUNNING, TaskState.STARTING):
-            return
-        try:
-            self.supervisor.hosts[lead.host].drop_connections([str(t.address) for t in tasks])
+        if tasks and lead.state in (TaskState.RUNNING, TaskState.STARTING) and \
+                self._close_connections(lead.host, tasks, f"{lead.name}'s") is not None:
             self.supervisor.say(f"closed {lead.name}'s connections to {', '.join(t.name for t in tasks)}")
+
+    def _close_connections(self, host: str, tasks: list[Task], whose: str) -> int | None:
+        """How many connections `host` had to these tasks, now closed; None (said) when the host cannot be asked."""
+        try:
+            return self.supervisor.hosts[host].drop_connections([str(t.address) for t in tasks])
         except HostError as error:
-            self.supervisor.say(f"could not close {lead.name}'s connections to the lost tasks: {error}")
+            self.supervisor.say(f"could not close {whose} connections to {', '.join(t.name for t in tasks)}: "
+                                f"{error}")
+            return None
 
     def answered(self, host: str) -> None:
         self.last_answer[host] = time.monotonic()
@@ -122,15 +127,10 @@ class HostOutages:
         """Closes the connections running tasks kept to tasks whose host was cut: one with data in flight waits
         out TCP's retransmission backoff (after a 60 s cut, some 40 s more) before it carries anything again,
         and a fresh lead's first step would wait with it."""
-        peers = [str(r.task.address) for r in returned]
         holders = {r.host for r in self.supervisor.records.values()
                    if r.state == TaskState.RUNNING and r not in returned}
         for host in sorted(holders):
-            try:
-                closed = self.supervisor.hosts[host].drop_connections(peers)
-            except HostError as error:
-                self.supervisor.say(f"could not close {host}'s connections to {', '.join(peers)}: {error}")
-                continue
+            closed = self._close_connections(host, [r.task for r in returned], f"{host}'s")
             if closed:
                 self.supervisor.say(f"closed {closed} connection(s) on {host} that lived through the cut")
 
