@@ -30,7 +30,28 @@ def _filled_slot(shape, dtype, value, **_):
     return _filled(tf.TensorShape(shape), tf.as_dtype(dtype), tf.constant(value, tf.as_dtype(dtype)))
 
 
-class LeanAdagrad(tf_keras.optimizers.legacy.Adagrad):
+class StableShardedSlots:
+    """Gives a split table's slot (e.g. its Adagrad accumulator) one Python object for the optimizer's lifetime.
+
+    A legacy optimizer keeps slots per shard and `get_slot(table, name)` wraps them in a new ShardedVariable at
+    every call. A checkpoint lists slots through `get_slot` and restores them through another call, so the
+    object restored was never the object listed: `assert_existing_objects_matched` refused every restore of a
+    split table with a slotted optimizer ("1 Python objects that were not bound"), which is why dlrm and
+    wide_deep could not resume. Returning the same wrapper each time makes the listed object the restored one.
+    """
+
+    def get_slot(self, var, slot_name):
+        slot = super().get_slot(var, slot_name)
+        if not isinstance(slot, tf.__internal__.distribute.ShardedVariable):
+            return slot
+        made = self.__dict__.setdefault("_sharded_slot_wrappers", {})
+        key = (id(var), slot_name)
+        if key not in made or [v.ref() for v in made[key][1].variables] != [v.ref() for v in slot.variables]:
+            made[key] = (var, slot)  # the variable is kept too, so its id cannot be reused while cached
+        return made[key][1]
+
+
+class LeanAdagrad(StableShardedSlots, tf_keras.optimizers.legacy.Adagrad):
     """Legacy Adagrad whose accumulators are filled in one graph on their ps: the eager constant initializer made
     a full-size temporary beside each accumulator, doubling a ps's memory peak while the slots were created."""
 
@@ -39,8 +60,15 @@ class LeanAdagrad(tf_keras.optimizers.legacy.Adagrad):
             self.add_slot(var, "accumulator", functools.partial(_filled_slot, value=self._initial_accumulator_value))
 
 
-SPARSE_OPTIMIZERS = {"adagrad": LeanAdagrad, "sgd": tf_keras.optimizers.legacy.SGD,
-                     "ftrl": tf_keras.optimizers.legacy.Ftrl}
+class StableSGD(StableShardedSlots, tf_keras.optimizers.legacy.SGD):
+    """Legacy SGD (a momentum slot when momentum is set) with one slot object per split table."""
+
+
+class StableFtrl(StableShardedSlots, tf_keras.optimizers.legacy.Ftrl):
+    """Legacy FTRL (accumulator and linear slots) with one slot object per split table."""
+
+
+SPARSE_OPTIMIZERS = {"adagrad": LeanAdagrad, "sgd": StableSGD, "ftrl": StableFtrl}
 DENSE_SLOT_OPTIMIZERS = ("adam", "adamw", "adamax", "nadam", "rmsprop", "adadelta", "lion")
 
 
