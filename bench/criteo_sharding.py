@@ -41,7 +41,7 @@ import tensorflow as tf
 from data import criteo
 from data.criteo_splits import criteo_files
 data_dir, workers, index, byte_ranges = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "range"
-source = criteo.load(criteo_files(__import__("pathlib").Path(data_dir)), table_rows=(100_000,) * 26,
+source = criteo.load(criteo_files(__import__("pathlib").Path(data_dir)),
                      byte_ranges=byte_ranges)
 batches = source._worker_examples(workers, tf.constant(index), 0).batch(512).prefetch(2)
 def io():

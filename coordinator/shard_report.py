@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from coordinator.tables import FusedTables, table_layers
+from coordinator.tables import FusedTables, hashed_rows, table_layers
 
 ID_BYTES = 8
 
@@ -45,10 +45,11 @@ def bytes_held(model) -> dict[str, int]:
 
 def _table_traffic(layer, sample_ids: np.ndarray, report: dict, shards_of=_shards) -> None:
     """Adds the rows each shard of the layer's tables serves for one batch of ids [batch, tables]."""
+    rows = hashed_rows(sample_ids, layer.table_rows)
     if isinstance(layer, FusedTables):
-        pairs = [(layer.table, (sample_ids + layer.offsets).reshape(-1))]
+        pairs = [(layer.table, (rows + layer.offsets).reshape(-1))]
     else:
-        pairs = [(table, sample_ids[:, k]) for k, table in enumerate(layer.tables)]
+        pairs = [(table, rows[:, k]) for k, table in enumerate(layer.tables)]
     for table, ids in pairs:
         ids = np.unique(ids) if layer.deduplicate else ids
         first = 0

@@ -1,6 +1,8 @@
 """Embedding tables for the recommendation models: all tables fused into one variable, or one variable per table.
 
-Both create their variables with a callable initializer, so under ParameterServerStrategy each shard is
+Ids come in as 64-bit values, one per categorical feature, keyed by feature and value (the data's hashing, with no
+modulo): a hashed table takes each id modulo its rows, so many ids may share one row. Both create their
+variables with a callable initializer, so under ParameterServerStrategy each shard is
 initialised on its own ps (no initial value is built on the chief: a graph holds at most 2 GB) and the
 variable partitioner splits them. A lookup on a split variable gathers on each ps and only the looked-up rows
 cross the wire; ids are de-duplicated first (`tf.unique`) so a hot id moves once per step, not once per use.
@@ -46,7 +48,7 @@ class FusedTables(tf_keras.layers.Layer):
 
     One lookup per step (split by the partitioner into one gather per ps) instead of one per table, and the
     variable is split evenly by rows, so each ps holds the same bytes whatever the tables' sizes.
-    Input: int64 ids [batch, tables], each below its table's rows. Output: [batch, tables, dim].
+    Input: int64 ids [batch, tables] (any 64-bit values). Output: [batch, tables, dim].
     """
 
     def __init__(self, table_rows, dim: int, *, deduplicate: bool = True, **kwargs):
@@ -60,7 +62,7 @@ class FusedTables(tf_keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, ids):
-        return _lookup(self.table, tf.cast(ids, tf.int64) + self.offsets, self.deduplicate, self.dim)
+        return _lookup(self.table, hashed_rows(ids, self.table_rows) + self.offsets, self.deduplicate, self.dim)
 
     def get_config(self):
         return {**super().get_config(), "table_rows": list(self.table_rows), "dim": self.dim,
@@ -80,13 +82,20 @@ class SeparateTables(tf_keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, ids):
-        ids = tf.cast(ids, tf.int64)
-        looked_up = [_lookup(table, ids[:, k], self.deduplicate, self.dim) for k, table in enumerate(self.tables)]
+        rows = hashed_rows(ids, self.table_rows)
+        looked_up = [_lookup(table, rows[:, k], self.deduplicate, self.dim) for k, table in enumerate(self.tables)]
         return tf.stack(looked_up, axis=1)
 
     def get_config(self):
         return {**super().get_config(), "table_rows": list(self.table_rows), "dim": self.dim,
                 "deduplicate": self.deduplicate}
+
+
+def hashed_rows(ids, table_rows) -> tf.Tensor | np.ndarray:
+    """Each feature's 64-bit ids [..., tables] as a row of its table: the id modulo that table's rows."""
+    if isinstance(ids, np.ndarray):
+        return np.mod(ids, np.asarray(table_rows, dtype=np.int64))
+    return tf.math.floormod(tf.cast(ids, tf.int64), tf.constant(table_rows, tf.int64))
 
 
 TABLE_LAYERS = (FusedTables, SeparateTables, tf_keras.layers.Embedding)

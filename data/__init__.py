@@ -45,11 +45,11 @@ def preflight(options, base_dir: Path) -> None:
 
 
 def _load_files(name: str, layout, *, image_size, tfrecord_image_key, tfrecord_label_key, tfrecord_num_classes,
-                table_rows, skip_corrupt: bool):
+                skip_corrupt: bool):
     from data import cifar10, criteo, image_folder, mnist, tfrecord
 
     if name == "criteo":
-        return criteo.load(layout, table_rows=rows_per_table(table_rows), skip_corrupt=skip_corrupt)
+        return criteo.load(layout, skip_corrupt=skip_corrupt)
     if name == "image_folder":
         return image_folder.load(layout, image_size)
     if name == "cifar10":
@@ -84,7 +84,7 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
                          criteo_validation=criteo_validation, validation_fraction=validation_fraction)
         source = _load_files(name, layout, image_size=image_size, tfrecord_image_key=tfrecord_image_key,
                              tfrecord_label_key=tfrecord_label_key, tfrecord_num_classes=tfrecord_num_classes,
-                             table_rows=table_rows, skip_corrupt=skip_corrupt)
+                             skip_corrupt=skip_corrupt)
     return dataclasses.replace(source, one_hot=one_hot, augment=augment, skip_corrupt=skip_corrupt)
 
 

@@ -1,10 +1,10 @@
 """The Criteo click logs (see data/criteo_layout.py): lines parsed in chunks, numeric features log-scaled, ids hashed.
 
 Preprocessing: each integer feature becomes log(1 + max(x, 0)) (empty: 0); each categorical value (empty
-included, as its own "missing" value) is hashed together with its feature number and `salt` into its table's
-rows, so frequent values land anywhere in the table (hence on any ps), not in its first rows. Lines are checked
-in chunks: a malformed one stops the run with one line naming the file and line number (read again in Python
-to say what is wrong), or with `skip_corrupt` is dropped and counted in the reading task's log.
+included, as its own "missing" value) is hashed together with its feature number and `salt` into a 62-bit id (a
+hashed table takes it modulo its rows, so frequent values land anywhere in the table, hence on any ps). Lines are
+checked in chunks: a malformed one stops the run with one line naming the file and line number (read again in
+Python to say what is wrong), or with `skip_corrupt` is dropped and counted in the reading task's log.
 """
 
 from __future__ import annotations
@@ -56,19 +56,20 @@ def _well_formed(fields: tf.Tensor, counts: tf.Tensor) -> tf.Tensor:
             & tf.reduce_all(numeric, axis=1) & tf.reduce_all(categorical, axis=1))
 
 
-def _features(fields: tf.Tensor, table_rows: tf.Tensor, salt: int) -> tuple[dict, tf.Tensor]:
-    """Well-formed fields [n, 40] -> ({dense [n, 13], ids [n, 26]}, labels [n])."""
+def _features(fields: tf.Tensor, salt: int) -> tuple[dict, tf.Tensor]:
+    """Well-formed fields [n, 40] -> ({dense [n, 13], ids [n, 26]}, labels [n]); each id is the 62-bit hash of
+    feature number, salt and value (the tables take it modulo their rows, or index it)."""
     numbers = fields[:, 1:1 + NUMERIC_FEATURES]
     counts = tf.strings.to_number(tf.where(numbers == "", "0", numbers), tf.float32)
     columns = tf.constant([f"{k}:{salt}:" for k in range(CATEGORICAL_FEATURES)])
     keyed = tf.strings.join([tf.broadcast_to(columns, tf.shape(fields[:, 1 + NUMERIC_FEATURES:])),
                              tf.strings.lower(fields[:, 1 + NUMERIC_FEATURES:])])
     hashed = tf.strings.to_hash_bucket_fast(keyed, (1 << 62))
-    features = {"dense": tf.math.log1p(tf.maximum(counts, 0.0)), "ids": tf.math.floormod(hashed, table_rows)}
+    features = {"dense": tf.math.log1p(tf.maximum(counts, 0.0)), "ids": hashed}
     return features, tf.strings.to_number(fields[:, 0], tf.float32)
 
 
-def _checked_chunk(skip: bool, table_rows: tf.Tensor, salt: int):
+def _checked_chunk(skip: bool, salt: int):
     def parse(paths, numbers, lines):
         split = tf.strings.split(tf.strings.regex_replace(lines, "\r$", ""), "\t")
         fields = split.to_tensor(default_value="", shape=[None, FIELDS])
@@ -83,24 +84,23 @@ def _checked_chunk(skip: bool, table_rows: tf.Tensor, salt: int):
             report = tf.debugging.Assert(tf.reduce_all(ok), [MARKER, named])
         with tf.control_dependencies([report]):
             fields = tf.where(ok[:, tf.newaxis], fields, "0")
-        features, labels = _features(fields, table_rows, salt)
+        features, labels = _features(fields, salt)
         kept = tf.data.Dataset.from_tensor_slices((features, labels, ok))
         return kept.filter(lambda features, label, ok: ok).map(lambda features, label, ok: (features, label))
 
     return parse
 
 
-def load(files: CriteoFiles, *, table_rows: tuple[int, ...], salt: int = 0, skip_corrupt: bool = False,
+def load(files: CriteoFiles, *, salt: int = 0, skip_corrupt: bool = False,
          byte_ranges: bool = True) -> DataSource:
     """Each part is a read unit: with at least as many as workers, workers shard by part; with fewer, plain
     training files are cut by bytes (`byte_ranges`), else every worker reads all and keeps its share."""
-    rows = tf.constant(table_rows, tf.int64)
     train = files.parts["train"]
 
     def read(units: tf.data.Dataset) -> tf.data.Dataset:
         lines = units.interleave(_lines, cycle_length=CYCLE_LENGTH, num_parallel_calls=tf.data.AUTOTUNE,
                                  deterministic=True)
-        return lines.batch(CHUNK).interleave(_checked_chunk(skip_corrupt, rows, salt), cycle_length=2,
+        return lines.batch(CHUNK).interleave(_checked_chunk(skip_corrupt, salt), cycle_length=2,
                                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
     @functools.lru_cache(maxsize=None)

@@ -14,11 +14,8 @@ from data.criteo_layout import count_lines
 from data.criteo_splits import criteo_files
 from common.errors import UserError
 
-TABLE_ROWS = tuple(range(50, 76))  # a different size per table
-
-
 def _source(root, **settings):
-    return criteo.load(criteo_files(root), table_rows=TABLE_ROWS, **settings)
+    return criteo.load(criteo_files(root), **settings)
 
 
 def _examples(dataset) -> list[tuple[int, np.ndarray, np.ndarray, float]]:
@@ -44,8 +41,8 @@ def test_fields_are_preprocessed_as_documented(layout):
         row = rows[number]
         np.testing.assert_allclose(dense, criteokit.expected_dense(row), rtol=1e-6)
         assert label == row[0]
-        assert all(0 <= i < n for i, n in zip(ids, TABLE_ROWS))
-    by_value = collections.defaultdict(set)  # the same value in the same column always hashes to the same row
+        assert all(0 <= i < 2 ** 62 for i in ids)  # 62-bit ids: the tables take them modulo their rows
+    by_value = collections.defaultdict(set)  # the same value in the same column always hashes to the same id
     for number, _, ids, _ in examples:
         for column, value in enumerate(rows[number][2]):
             by_value[(column, value)].add(int(ids[column]))

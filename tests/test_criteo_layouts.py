@@ -10,15 +10,13 @@ from common.errors import UserError
 from data import criteo, criteo_layout, line_ranges
 from data.criteo_splits import criteo_files, lines_in
 
-TABLE_ROWS = (64,) * 26
-
 
 def _numbers(source, split: str) -> list[int]:
     return [criteokit.row_number(x["dense"]) for x, _ in source.split(split).as_numpy_iterator()]
 
 
 def _source(root, validation=None, **settings):
-    return criteo.load(criteo_files(root, validation), table_rows=TABLE_ROWS, **settings)
+    return criteo.load(criteo_files(root, validation), **settings)
 
 
 @pytest.mark.parametrize("name", ["train.txt", "train.txt.gz"])
@@ -78,7 +76,7 @@ def test_large_files_are_estimated_not_counted(tmp_path, monkeypatch):
     files = criteo_files(tmp_path)
     estimated, exact = lines_in(files.parts["train"][0])
     assert not exact and abs(estimated - 2000 * 6 / 7) < 0.05 * 2000
-    assert "estimated from file sizes" in criteo.load(files, table_rows=TABLE_ROWS).note
+    assert "estimated from file sizes" in criteo.load(files).note
 
 
 @pytest.mark.parametrize("pieces", [1, 2, 3, 8, 40])
@@ -101,7 +99,7 @@ def test_worker_shards_by_byte_range_cover_the_training_lines_once(tmp_path):
     shards = [[criteokit.row_number(x["dense"]) for x, _ in
                source._worker_examples(3, tf.constant(k), seed=0).as_numpy_iterator()] for k in range(3)]
     assert sorted(sum(shards, [])) == list(range(source.sizes["train"])) and all(30 <= len(s) <= 50 for s in shards)
-    elementwise = criteo.load(criteo_files(tmp_path), table_rows=TABLE_ROWS, byte_ranges=False)
+    elementwise = criteo.load(criteo_files(tmp_path), byte_ranges=False)
     assert elementwise.sharding(3).startswith("sharded by element")
 
 
