@@ -7,7 +7,8 @@ from typing import Mapping
 
 from cluster.evaluation_options import EvaluationOptions
 from cluster.strategies import strategy_named
-from cluster.training_options import MINIMISED_METRICS, TrainingOptions
+from cluster.training_options import TrainingOptions
+from cluster.training_names import MINIMISED_METRICS
 from common.errors import Problem
 
 

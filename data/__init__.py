@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from cluster.training_options import (FILE_DATASETS, IMAGE_SIZE, ONE_HOT_LOSSES, SYNTHETIC_EXAMPLES, SYNTHETIC_SHAPE,
-                                      VALIDATION_FRACTION,
-                                      TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY)
+from cluster.training_names import (FILE_DATASETS, IMAGE_SIZE, ONE_HOT_LOSSES, SYNTHETIC_EXAMPLES, SYNTHETIC_SHAPE,
+                                    TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY, VALIDATION_FRACTION)
 from cluster.recommender_options import DEFAULT_TABLE_ROWS, rows_per_table
 from data import criteo_splits, image_layout, layouts
 

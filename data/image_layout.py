@@ -6,7 +6,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from cluster.training_options import VALIDATION_FRACTION
+from cluster.training_names import VALIDATION_FRACTION
 from common.errors import Problem, UserError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")

@@ -25,7 +25,7 @@ from cluster import config as cluster_config
 from cluster import taskspec, user_model
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.run_files import Phase, RunFiles, read_progress
-from cluster.training_options import USER_MODEL_PATTERN
+from cluster.training_names import USER_MODEL_PATTERN
 from common.exit_file import EXIT_FILE_VARIABLE
 from common.net import port_in_use
 from launcher import firewall, previous_run, process, run_outputs

@@ -8,8 +8,9 @@ import os
 import pytest
 
 from cluster.crosschecks import valid_best_metrics
-from cluster.training_options import (LOSS_NAMES, METRIC_NAMES, ONE_HOT_LABEL_METRICS, ONE_HOT_LOSSES,
-                                      SPARSE_LABEL_METRICS, TrainingOptions)
+from cluster.training_options import TrainingOptions
+from cluster.training_names import (LOSS_NAMES, METRIC_NAMES, ONE_HOT_LABEL_METRICS, ONE_HOT_LOSSES,
+                                    SPARSE_LABEL_METRICS)
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
