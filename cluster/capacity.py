@@ -1,24 +1,47 @@
 """The capacity arithmetic: the steps/s a parameter-server cluster can reach, what bounds it, how many ps it needs.
 
 A step moves bytes from each ps to the worker and back (dense: every variable out and its gradient back;
-sparse: the rows a batch looks up). On the worker the two happen one after the other around the compute, so one
-worker runs at most 1 / (compute + moved / B) steps/s: 1 / (compute + 2V/B) for V bytes of dense variables. A
-ps host sends and receives at once (links are full duplex), so it serves at most B / (half its bytes moved per
-step) steps/s to the whole cluster: S·B/V for V spread evenly over S ps. Tasks that share a host share its link,
-and workers on one host share its cores (a step's compute is measured with all of them).
+sparse: the rows a batch looks up). On the worker the two happen one after the other around the compute, and a
+step also pays fixed costs that no byte count shows (the chief's dispatch, the RPCs' own work: `fixed_s`,
+measured by the calibration run) and some round trips of its link (`round_trips` x the link's round-trip time).
+So one worker runs at most 1 / (compute + fixed + moved / B + round trips x RTT) steps/s. A ps host sends and
+receives at once (links are full duplex), so it serves at most B / (half its bytes moved per step) steps/s to
+the whole cluster: S·B/V for V spread evenly over S ps. Tasks that share a host share its link. Every task uses
+CPU per step (worker, ps and chief, measured): the tasks on one machine (hosts with the same kernel, e.g.
+network namespaces or containers) share its cores, and the chief dispatches every step from one thread.
 Bandwidths are bytes per second between a worker host and a ps host; everything here is pure arithmetic.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Callable, Mapping, Sequence
 
 PS_LINKS, WORKER_LINKS, COMPUTE = "ps links", "worker links", "compute"  # the bounds
+FIXED, CORES, CHIEF = "fixed costs", "shared cores", "chief dispatch"
 WORKERS = "workers"  # the workers' own ceiling: compute and transfer one after the other (bound: the larger)
 ENOUGH_WITHIN = 0.05  # more ps "stop helping" once they add less than this fraction
 FAR_BELOW = 0.5  # a run under this fraction of its prediction is "far below" it
 NEW_HOST = "new host {k}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepCosts:
+    """What a step costs beside its compute and bytes: fixed seconds per step (dispatch, the RPCs' own work), the
+    link round trips it waits for, and CPU seconds per step of a worker, of all ps together and of the chief."""
+
+    fixed_s: float = 0.0
+    round_trips: float = 0.0
+    cpu_s: Mapping[str, float] = dataclasses.field(default_factory=dict)  # "worker", "ps", "chief"
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """The machine a host runs on (hosts of one kernel share it) and the cores its tasks may use."""
+
+    name: str
+    cores: float
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -29,6 +52,9 @@ class Layout:
     ps_bytes_per_step: tuple[float, ...]
     worker_hosts: tuple[str, ...]
     compute_s: float  # one step's compute on a worker, its own variables local
+    costs: StepCosts = StepCosts()
+    machines: Mapping[str, Machine] = dataclasses.field(default_factory=dict)  # host -> machine, where known
+    chief_host: str | None = None
 
     def __post_init__(self):
         if len(self.ps_hosts) != len(self.ps_bytes_per_step) or not self.ps_hosts or not self.worker_hosts:
@@ -48,9 +74,14 @@ class Prediction:
     ceilings: Mapping[str, float]  # PS_LINKS, WORKERS, COMPUTE -> steps/s each alone would allow
     transfer_s: float  # one step's transfer time on the slowest worker host
     compute_s: float
+    fixed_s: float = 0.0  # one step's fixed costs and round trips on the slowest worker host
 
 
-Links = Callable[[str, str], float]  # (worker host, ps host) -> bytes/s
+Links = Callable[[str, str], float]  # (worker host, ps host) -> bytes/s, or -> round-trip seconds
+
+
+def no_round_trips(worker_host: str, ps_host: str) -> float:
+    return 0.0
 
 
 def _ps_host_bytes(layout: Layout) -> dict[str, float]:
@@ -69,29 +100,76 @@ def _per_s(seconds: float, count: float = 1) -> float:
     return count / seconds if seconds > 0 else float("inf")
 
 
-def predict(layout: Layout, links: Links) -> Prediction:
-    """The steps/s the cluster can reach: the lowest of the workers' and the ps hosts' ceilings."""
-    workers = {host: layout.worker_hosts.count(host) for host in layout.worker_hosts}
-    share = {host: count / len(layout.worker_hosts) for host, count in workers.items()}
-    transfer = {host: _transfer_s(layout, links, host) for host in workers}
-    # a worker host: each worker alone, the host's link shared by its workers (half the bytes each way), its cores
-    worker_ceiling = sum(min(_per_s(layout.compute_s + transfer[host], count), _per_s(transfer[host], 2),
-                             _per_s(layout.compute_s)) for host, count in workers.items())
-    compute_ceiling = _per_s(layout.compute_s, len(workers))
-    ps_ceiling = float("inf")
+def _worker_ceiling(layout: Layout, transfer: dict, waits: dict) -> float:
+    """The workers' steps/s: each alone, its host's link shared by its workers (half the bytes each way) and,
+    without CPU figures, its cores (the compute is measured with all of them)."""
+    total = 0.0
+    for host, count in Counter(layout.worker_hosts).items():
+        alone = _per_s(layout.compute_s + transfer[host] + waits[host], count)
+        cores = float("inf") if layout.costs.cpu_s else _per_s(layout.compute_s)
+        total += min(alone, _per_s(transfer[host], 2), cores)
+    return total
+
+
+def _ps_ceiling(layout: Layout, links: Links) -> float:
+    share = {host: count / len(layout.worker_hosts) for host, count in Counter(layout.worker_hosts).items()}
+    ceiling = float("inf")
     for host, nbytes in _ps_host_bytes(layout).items():  # steps come from every worker host in their share
-        seconds_per_step = sum(share[w] * (nbytes / 2) / links(w, host) for w in workers)
+        seconds_per_step = sum(share[w] * (nbytes / 2) / links(w, host) for w in share)
         if seconds_per_step > 0:
-            ps_ceiling = min(ps_ceiling, 1 / seconds_per_step)
-    slowest = max(transfer.values())
-    steps_per_s = min(worker_ceiling, ps_ceiling)
-    if ps_ceiling <= worker_ceiling:
-        bound = PS_LINKS
-    else:
-        bound = WORKER_LINKS if slowest > layout.compute_s else COMPUTE
-    return Prediction(ps=len(layout.ps_hosts), steps_per_s=steps_per_s, bound=bound,
-                      ceilings={PS_LINKS: ps_ceiling, WORKERS: worker_ceiling, COMPUTE: compute_ceiling},
-                      transfer_s=slowest, compute_s=layout.compute_s)
+            ceiling = min(ceiling, 1 / seconds_per_step)
+    return ceiling
+
+
+def _cores_ceiling(layout: Layout) -> float:
+    """Each machine's cores over the CPU seconds its tasks spend per step of the whole cluster (workers take
+    steps in their share, ps work in proportion to their bytes, the chief on every step)."""
+    cpu, machines = layout.costs.cpu_s, layout.machines
+    if not cpu or not machines:
+        return float("inf")
+    load: dict[str, float] = {}
+    for host in layout.worker_hosts:
+        if host in machines:
+            load[machines[host].name] = load.get(machines[host].name, 0.0) + cpu.get("worker", 0.0) / len(
+                layout.worker_hosts)
+    total_bytes = sum(layout.ps_bytes_per_step)
+    for host, nbytes in zip(layout.ps_hosts, layout.ps_bytes_per_step, strict=True):
+        if host in machines:
+            part = nbytes / total_bytes if total_bytes else 1 / len(layout.ps_hosts)
+            load[machines[host].name] = load.get(machines[host].name, 0.0) + part * cpu.get("ps", 0.0)
+    if layout.chief_host in machines:
+        name = machines[layout.chief_host].name
+        load[name] = load.get(name, 0.0) + cpu.get("chief", 0.0)
+    cores = {m.name: m.cores for m in machines.values()}
+    return min((_per_s(seconds, cores[name]) for name, seconds in load.items()), default=float("inf"))
+
+
+def predict(layout: Layout, links: Links, round_trip: Links = no_round_trips) -> Prediction:
+    """The steps/s the cluster can reach: the lowest of the workers', the ps hosts', the shared cores' and the
+    chief's ceilings. `round_trip(worker host, ps host)` is the link's round-trip time in seconds."""
+    workers = Counter(layout.worker_hosts)
+    transfer = {host: _transfer_s(layout, links, host) for host in workers}
+    waits = {host: layout.costs.fixed_s + layout.costs.round_trips * max(round_trip(host, p) for p in
+                                                                           layout.ps_hosts) for host in workers}
+    ceilings = {WORKERS: _worker_ceiling(layout, transfer, waits), PS_LINKS: _ps_ceiling(layout, links),
+                COMPUTE: _per_s(layout.compute_s, len(workers)), CORES: _cores_ceiling(layout),
+                CHIEF: _per_s(layout.costs.cpu_s.get("chief", 0.0))}
+    steps_per_s = min(ceilings[WORKERS], ceilings[PS_LINKS], ceilings[CORES], ceilings[CHIEF])
+    slowest = max(workers, key=lambda host: transfer[host] + waits[host])
+    return Prediction(ps=len(layout.ps_hosts), steps_per_s=steps_per_s, bound=_bound(ceilings, steps_per_s, layout,
+                                                                                       transfer[slowest],
+                                                                                       waits[slowest]),
+                      ceilings=ceilings, transfer_s=transfer[slowest], compute_s=layout.compute_s,
+                      fixed_s=waits[slowest])
+
+
+def _bound(ceilings: dict, steps_per_s: float, layout: Layout, transfer_s: float, waits_s: float) -> str:
+    """What sets the prediction: a shared resource (ps links, cores, the chief), or the workers' largest part."""
+    for name in (PS_LINKS, CORES, CHIEF):
+        if ceilings[name] <= steps_per_s:
+            return name
+    parts = {WORKER_LINKS: transfer_s, COMPUTE: layout.compute_s, FIXED: waits_s}
+    return max(parts, key=parts.get)
 
 
 def ps_hosts_for(configured: Sequence[str], worker_hosts: Sequence[str], count: int) -> tuple[str, ...]:
@@ -103,11 +181,12 @@ def ps_hosts_for(configured: Sequence[str], worker_hosts: Sequence[str], count: 
     return tuple(configured) + tuple(NEW_HOST.format(k=k) for k in range(1, count - len(configured) + 1))
 
 
-def with_new_hosts(links: Links, ps_hosts: Sequence[str]) -> Links:
-    """Links where a new ps host gets the slowest configured ps host's link."""
+def with_new_hosts(links: Links, ps_hosts: Sequence[str], worst=min) -> Links:
+    """Links where a new ps host gets the worst configured ps host's figure (the slowest rate: `min`; for round
+    trips pass `max`)."""
     def lookup(worker_host: str, ps_host: str) -> float:
         if ps_host.startswith(NEW_HOST.format(k="")):
-            return min(links(worker_host, h) for h in ps_hosts)
+            return worst(links(worker_host, h) for h in ps_hosts)
         return links(worker_host, ps_host)
     return lookup
 
@@ -118,13 +197,14 @@ def even_split(total_bytes: float) -> Callable[[int], tuple[float, ...]]:
 
 
 def sweep(configured: Layout, links: Links, bytes_for: Callable[[int], Sequence[float]],
-          counts: Sequence[int]) -> list[Prediction]:
-    """Predictions for each ps count, the workers and compute as configured."""
+          counts: Sequence[int], round_trip: Links = no_round_trips) -> list[Prediction]:
+    """Predictions for each ps count, the workers, compute and costs as configured."""
     found = []
     for count in counts:
         hosts = ps_hosts_for(configured.ps_hosts, configured.worker_hosts, count)
         layout = dataclasses.replace(configured, ps_hosts=hosts, ps_bytes_per_step=tuple(bytes_for(count)))
-        found.append(predict(layout, with_new_hosts(links, configured.ps_hosts)))
+        found.append(predict(layout, with_new_hosts(links, configured.ps_hosts),
+                             with_new_hosts(round_trip, configured.ps_hosts, max)))
     return found
 
 

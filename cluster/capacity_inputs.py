@@ -1,7 +1,8 @@
 """The figures a prediction needs that are not in the model: links and compute, given in cluster.json or planned.
 
-`hosts.<name>.link_gbps` and `hosts.<name>.step_compute_ms` give them; what `plan` measured is kept in
-LOGS_DIR/capacity-plan.json, which the chief reads to put its measured steps/s beside the prediction.
+`hosts.<name>.link_gbps`, `hosts.<name>.link_rtt_ms` and `hosts.<name>.step_compute_ms` give them; what `plan`
+measured is kept in LOGS_DIR/capacity-plan.json, which the chief reads to put its measured steps/s beside the
+prediction.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cluster.capacity import Machine, StepCosts
 from cluster.config import ClusterConfig
 
 PLAN_FILE = "capacity-plan.json"
@@ -26,6 +28,12 @@ def given_link(config: ClusterConfig, worker_host: str, ps_host: str) -> float |
     """Bytes/s from link_gbps: the slower end of the two hosts (None unless every end of the pair gives it)."""
     ends = [config.host(h).link_gbps for h in {worker_host, ps_host}]
     return None if None in ends else min(ends) * 1e9 / 8
+
+
+def given_rtt_s(config: ClusterConfig, worker_host: str, ps_host: str) -> float | None:
+    """Round-trip seconds from link_rtt_ms: the larger of the two hosts' (None unless every end gives it)."""
+    ends = [config.host(h).link_rtt_ms for h in {worker_host, ps_host}]
+    return None if None in ends else max(ends) / 1000
 
 
 def given_compute_s(config: ClusterConfig) -> float | None:
@@ -62,3 +70,15 @@ def links_and_compute(config: ClusterConfig, plan: dict | None) -> tuple[dict, f
                 links[(worker_host, ps_host)] = rate
     compute_s = given_compute_s(config)
     return links, compute_s if compute_s is not None else (plan or {}).get("compute_s")
+
+
+def planned_costs(config: ClusterConfig, plan: dict | None) -> dict:
+    """The Layout fields `plan` measured beyond links and compute (step costs, machines, the chief's host), and
+    each pair's round trip: given first, then the plan's; {} without a plan."""
+    if not plan or "costs" not in plan:
+        return {}
+    planned = {(link["worker_host"], link["ps_host"]): link.get("rtt_s", 0.0) for link in plan.get("links", [])}
+    trips = {pair: given_rtt_s(config, *pair) if given_rtt_s(config, *pair) is not None else rtt
+             for pair, rtt in planned.items()}
+    return {"costs": StepCosts(**plan["costs"]), "chief_host": plan.get("chief_host"),
+            "machines": {host: Machine(**m) for host, m in plan.get("machines", {}).items()}, "round_trips": trips}

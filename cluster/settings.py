@@ -108,7 +108,8 @@ HOST_CHECKS = {
     "link_gbps": Check(lambda v: v is None or (is_number(v) and 0 < v <= 10_000), "must be a number of Gbit/s "
                        "above 0, at most 10000", "use e.g. 10 for 10 GbE, or null to let `plan` measure it"),
     "link_rtt_ms": Check(lambda v: v is None or (is_number(v) and 0 <= v <= 60_000), "must be a number of "
-                         "milliseconds from 0 to 60000", "use e.g. 0.2 within a rack, or null to let `plan` measure it"),
+                         "milliseconds from 0 to 60000", "use e.g. 0.2 within a rack, or null to let `plan` measure "
+                         "it"),
     "step_compute_ms": Check(lambda v: v is None or (is_number(v) and 0 < v <= 3_600_000), "must be a number of "
                              "milliseconds above 0", "use e.g. 250, or null to let `plan` measure it"),
 }

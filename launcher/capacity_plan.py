@@ -1,10 +1,13 @@
-"""`plan`: how many ps a job needs, predicted before it runs from its model, its links and its compute.
+"""`plan`: how many ps a job needs, predicted before it runs from its model, its links, its compute and its costs.
 
 Bytes per ps come from the model built here on the CPU (coordinator.step_traffic); each worker host <-> ps
-host link is `hosts.<name>.link_gbps` when both ends (or the one host) give it, else measured by a short
-bounded transfer (launcher.link_probe); compute is `hosts.<name>.step_compute_ms` when every worker host gives
-it (the slowest counts), else measured here. The prediction's inputs go to LOGS_DIR/capacity-plan.json, where
-the chief finds them and puts its measured steps/s beside the prediction.
+host link's rate and round trip are `hosts.<name>.link_gbps` and `link_rtt_ms` when both ends (or the one host)
+give them, else measured by a short bounded transfer (launcher.link_probe); compute is
+`hosts.<name>.step_compute_ms` when every worker host gives it (the slowest counts), else measured here; what a
+step costs beyond those (fixed costs, round trips, CPU per task) comes from a few seconds of the real step on one
+worker and one ps here (launcher.step_costs); each host's machine and cores are asked on the host
+(launcher.host_facts). The prediction's inputs go to LOGS_DIR/capacity-plan.json, where the chief finds them
+and puts its measured steps/s beside the prediction.
 """
 
 from __future__ import annotations
@@ -15,28 +18,31 @@ from pathlib import Path
 
 from cluster import capacity
 from cluster.addresses import Address
-from cluster.capacity_inputs import given_compute_s, given_link, hosts_of, plan_path
+from cluster.capacity_inputs import given_compute_s, given_link, given_rtt_s, hosts_of, plan_path
 from cluster.config import ClusterConfig
-from launcher import link_probe
+from launcher import host_facts, link_probe, step_costs
 
 SEARCH_UP_TO = 16  # ps counts searched for the smallest that is enough (at least twice the configured count)
 SHARED_MEMORY = ("tasks on one host reach each other through memory (loopback): their links share the host's "
                  "memory bandwidth and its cores, so these are not network figures")
 
 
-def links(config: ClusterConfig, say) -> dict[tuple[str, str], tuple[float, str]]:
-    """{(worker host, ps host): (bytes/s, "given" or "measured")} for every pair the cluster uses."""
+def links(config: ClusterConfig, say) -> dict[tuple[str, str], tuple[float, float, str]]:
+    """{(worker host, ps host): (bytes/s, round-trip s, "given" or "measured")} for every pair the cluster uses."""
     found = {}
     ports = {a.host: a.port for a in config.jobs["ps"]}
     for worker_host in dict.fromkeys(hosts_of(config, "worker")):
         for ps_host in dict.fromkeys(hosts_of(config, "ps")):
-            given = given_link(config, worker_host, ps_host)
-            if given is not None:
-                found[(worker_host, ps_host)] = (given, "given")
-            else:
-                rate = link_probe.measure(config, worker_host, ps_host, ports[ps_host])
-                found[(worker_host, ps_host)] = (rate, "measured")
-                say(f"link {ps_host} -> {worker_host}: {rate * 8 / 1e9:.3f} Gbit/s measured")
+            rate, rtt = given_link(config, worker_host, ps_host), given_rtt_s(config, worker_host, ps_host)
+            if rate is not None and rtt is not None:
+                found[(worker_host, ps_host)] = (rate, rtt, "given")
+                continue
+            probed = link_probe.measure(config, worker_host, ps_host, ports[ps_host])
+            how = "measured" if rate is None and rtt is None else "given rate, measured round trip" \
+                if rtt is None else "measured rate, given round trip"
+            found[(worker_host, ps_host)] = (rate or probed.bytes_per_s, probed.rtt_s if rtt is None else rtt, how)
+            say(f"link {ps_host} -> {worker_host}: {probed.bytes_per_s * 8 / 1e9:.3f} Gbit/s, round trip "
+                f"{probed.rtt_s * 1e3:.2f} ms measured")
     return found
 
 
@@ -46,21 +52,23 @@ def shares_memory(worker_hosts, ps_hosts) -> bool:
 
 
 def table(predictions: list[capacity.Prediction], configured: int) -> list[str]:
-    """One aligned row per ps count: steps/s, the bound, each bound's own ceiling."""
-    rows = ["    ps | steps/s | bound        | ps links |  workers | compute | transfer ms | compute ms"]
+    """One aligned row per ps count: steps/s, the bound, each bound's own ceiling, a worker's step in parts."""
+    rows = ["    ps | steps/s | bound          | ps links |  workers |  cores |  chief | compute ms | transfer ms | "
+            "fixed ms"]
     for p in predictions:
         mark = "*" if p.ps == configured else " "
         c = p.ceilings
-        rows.append(f"  {mark}{p.ps:3d} | {p.steps_per_s:7.2f} | {p.bound:<12} | {c[capacity.PS_LINKS]:8.2f} | "
-                    f"{c[capacity.WORKERS]:8.2f} | {c[capacity.COMPUTE]:7.2f} | {p.transfer_s * 1e3:11.1f} | "
-                    f"{p.compute_s * 1e3:10.1f}")
+        rows.append(f"  {mark}{p.ps:3d} | {p.steps_per_s:7.2f} | {p.bound:<14} | {c[capacity.PS_LINKS]:8.2f} | "
+                    f"{c[capacity.WORKERS]:8.2f} | {c[capacity.CORES]:6.1f} | {c[capacity.CHIEF]:6.1f} | "
+                    f"{p.compute_s * 1e3:10.1f} | {p.transfer_s * 1e3:11.1f} | {p.fixed_s * 1e3:8.1f}")
     return rows
 
 
-def sweep_lines(layout: capacity.Layout, rate, bytes_for) -> tuple[list[str], list[capacity.Prediction], int]:
+def sweep_lines(layout: capacity.Layout, rate, bytes_for,
+                round_trip=capacity.no_round_trips) -> tuple[list[str], list[capacity.Prediction], int]:
     """The table for 1..2x the configured ps (and the enough count, when it lies beyond) and that count."""
     configured = len(layout.ps_hosts)
-    searched = capacity.sweep(layout, rate, bytes_for, range(1, max(2 * configured, SEARCH_UP_TO) + 1))
+    searched = capacity.sweep(layout, rate, bytes_for, range(1, max(2 * configured, SEARCH_UP_TO) + 1), round_trip)
     enough = capacity.enough_ps(searched)
     shown = [p for p in searched if p.ps <= 2 * configured or p.ps == enough]
     best = max(p.steps_per_s for p in searched)
@@ -75,8 +83,19 @@ def sweep_lines(layout: capacity.Layout, rate, bytes_for) -> tuple[list[str], li
     return lines, searched, enough
 
 
+def _machine_lines(machines: dict[str, capacity.Machine]) -> list[str]:
+    """One line per machine: its hosts and cores (hosts of one kernel share its cores)."""
+    by_machine: dict[str, list[str]] = {}
+    for host, machine in machines.items():
+        by_machine.setdefault(machine.name, []).append(host)
+    return [f"machine of {', '.join(hosts)}: {machines[hosts[0]].cores:.0f} core(s)"
+            + (", shared by all of them (one kernel)" if len(hosts) > 1 else "") + ", measured"
+            for hosts in by_machine.values()]
+
+
 def plan(config: ClusterConfig, say) -> list[str]:
-    """Builds the model, reads its bytes per ps, measures or takes links and compute; returns the report lines."""
+    """Builds the model, reads its bytes per ps, measures or takes links, compute and step costs; returns the
+    report lines."""
     from coordinator import step_traffic  # TensorFlow: only once the environment is set
     from data import source_for
 
@@ -86,31 +105,43 @@ def plan(config: ClusterConfig, say) -> list[str]:
     global_batch = options.per_worker_batch * len(workers)
     model, created = step_traffic.built_on_cpu(options, source)
     ids = step_traffic.sample_ids(source, global_batch) if hasattr(model, "split_variables") else []
+
+    def bytes_for(count: int) -> tuple[float, ...]:
+        return step_traffic.planned_bytes(options, model, created, ids, count)
+
     compute_s, compute_from = given_compute_s(config), "given (hosts.<name>.step_compute_ms)"
     if compute_s is None:
         compute_s, compute_from = step_traffic.compute_s(model, source, global_batch), "measured on this machine"
+    costs, costs_line = step_costs.measured(config, compute_s=compute_s, bytes_per_step=sum(bytes_for(1)), say=say)
     found = links(config, say)
-    layout = capacity.Layout(ps_hosts=ps, worker_hosts=workers, compute_s=compute_s,
-                             ps_bytes_per_step=step_traffic.planned_bytes(options, model, created, ids, len(ps)))
-    rate = lookup({pair: value for pair, (value, _) in found.items()})
-    lines, searched, enough = sweep_lines(
-        layout, rate, lambda count: step_traffic.planned_bytes(options, model, created, ids, count))
+    chief = config.jobs["chief"][0].host
+    machines = host_facts.machines(config, (*workers, *ps, chief))
+    layout = capacity.Layout(ps_hosts=ps, worker_hosts=workers, compute_s=compute_s, ps_bytes_per_step=bytes_for(
+        len(ps)), costs=costs, machines=machines, chief_host=chief)
+    lines, searched, enough = sweep_lines(layout, lookup({pair: f[0] for pair, f in found.items()}), bytes_for,
+                                          lookup({pair: f[1] for pair, f in found.items()}))
+    write(config, layout, found, searched, enough)
+    return _head(config, model, layout, found, compute_from) + [costs_line, *_machine_lines(machines)] + lines
+
+
+def _head(config: ClusterConfig, model, layout: capacity.Layout, found: dict, compute_from: str) -> list[str]:
     variable_bytes = sum(int(v.shape.num_elements()) * v.dtype.size for v in model.trainable_variables)
     moved = sum(layout.ps_bytes_per_step)
-    head = [f"capacity plan for {config.source}: model {options.model}, {variable_bytes / 1e6:.2f} MB of trainable "
-            f"variables, {len(workers)} worker(s), batch {global_batch} per step; {moved / 1e6:.2f} MB moved per "
-            f"step over {len(ps)} ps",
-            f"compute: {compute_s * 1e3:.1f} ms per step, {compute_from}"]
-    head += [f"link {p} -> {w}: {value * 8 / 1e9:.3f} Gbit/s, {how}" for (w, p), (value, how) in found.items()]
+    workers, ps = layout.worker_hosts, layout.ps_hosts
+    head = [f"capacity plan for {config.source}: model {config.training.model}, {variable_bytes / 1e6:.2f} MB of "
+            f"trainable variables, {len(workers)} worker(s), batch {config.training.per_worker_batch * len(workers)} "
+            f"per step; {moved / 1e6:.2f} MB moved per step over {len(ps)} ps",
+            f"compute: {layout.compute_s * 1e3:.1f} ms per step, {compute_from}"]
+    head += [f"link {p} -> {w}: {rate * 8 / 1e9:.3f} Gbit/s, round trip {rtt * 1e3:.2f} ms, {how}"
+             for (w, p), (rate, rtt, how) in found.items()]
     if shares_memory(workers, ps):
         head.append(f"note: {SHARED_MEMORY}")
-    write(config, layout, found, searched, enough)
-    return head + lines
+    return head
 
 
-def lookup(rates: dict[tuple[str, str], float]):
-    """(worker host, ps host) -> bytes/s over the pairs given."""
-    return lambda worker_host, ps_host: rates[(worker_host, ps_host)]
+def lookup(figures: dict[tuple[str, str], float]):
+    """(worker host, ps host) -> the figure of that pair."""
+    return lambda worker_host, ps_host: figures[(worker_host, ps_host)]
 
 
 def write(config: ClusterConfig, layout: capacity.Layout, found: dict, searched: list, enough: int) -> Path:
@@ -121,8 +152,10 @@ def write(config: ClusterConfig, layout: capacity.Layout, found: dict, searched:
     document = {"model": config.training.model, "global_batch": global_batch,
                 "worker_hosts": list(layout.worker_hosts), "ps_hosts": list(layout.ps_hosts),
                 "compute_s": layout.compute_s, "ps_bytes_per_step": list(layout.ps_bytes_per_step),
-                "links": [{"worker_host": w, "ps_host": p, "bytes_per_s": value, "source": how}
-                          for (w, p), (value, how) in found.items()],
+                "costs": dataclasses.asdict(layout.costs), "chief_host": layout.chief_host,
+                "machines": {host: dataclasses.asdict(m) for host, m in layout.machines.items()},
+                "links": [{"worker_host": w, "ps_host": p, "bytes_per_s": rate, "rtt_s": rtt, "source": how}
+                          for (w, p), (rate, rtt, how) in found.items()],
                 "enough_ps": enough, "predictions": [dataclasses.asdict(p) for p in searched]}
     path.write_text(json.dumps(document, indent=2))
     return path

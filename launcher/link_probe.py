@@ -24,7 +24,7 @@ MAX_BYTES = 512 * 2 ** 20
 PINGS = 20
 SENDER = r"""
 import json, socket, sys, time
-host, port, seconds, max_bytes, pings = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+host, port, seconds, max_bytes, pings = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), *map(int, sys.argv[4:6])
 server = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
 server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try:
@@ -77,9 +77,9 @@ class ProbeFailed(Exception):
     """The transfer could not run; the message names the hosts and what went wrong."""
 
 
-def _argv(config: ClusterConfig, host: str, script: str, *arguments) -> list[str]:
-    """python3 -c SCRIPT ARGS, here or over the launcher's ssh to `host`."""
-    argv = ["python3", "-c", script, *map(str, arguments)]
+def command_on(config: ClusterConfig, host: str, *arguments) -> list[str]:
+    """The system's python3 with ARGUMENTS, here or over the launcher's ssh to `host`."""
+    argv = ["python3", *map(str, arguments)]
     if is_this_machine(host):
         return argv
     Path("~/.ssh").expanduser().mkdir(mode=0o700, exist_ok=True)  # for ssh's shared connection's socket
@@ -90,7 +90,8 @@ def measure(config: ClusterConfig, worker_host: str, ps_host: str, port: int, *,
             max_bytes: int = MAX_BYTES, pings: int = PINGS) -> Measured:
     """Bytes per second from `ps_host` to `worker_host` over one bounded transfer, and the median round trip."""
     timeout_s = 2 * config.launcher.ssh_connect_timeout_s + seconds + 30
-    sender = subprocess.Popen(_argv(config, ps_host, SENDER, ps_host, port, seconds, max_bytes, pings),
+    sender = subprocess.Popen(command_on(config, ps_host, "-c", SENDER, ps_host, port, seconds, max_bytes,
+                                         pings),
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = sender.stdout.readline()  # the listening port; the sender exits by itself after `seconds`
@@ -98,7 +99,8 @@ def measure(config: ClusterConfig, worker_host: str, ps_host: str, port: int, *,
             raise ProbeFailed(f"link {ps_host} -> {worker_host}: the sender on {ps_host} did not start: "
                               f"{sender.communicate(timeout=timeout_s)[1].strip()[-300:]}")
         listening = json.loads(first)["port"]
-        receiver = subprocess.run(_argv(config, worker_host, RECEIVER, ps_host, listening, seconds, pings),
+        receiver = subprocess.run(command_on(config, worker_host, "-c", RECEIVER, ps_host, listening, seconds,
+                                             pings),
                                   capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
         if receiver.returncode != 0:
             raise ProbeFailed(f"link {ps_host} -> {worker_host}: the receiver on {worker_host} failed: "
