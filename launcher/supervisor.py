@@ -6,12 +6,12 @@ import time
 
 from cluster.config import ClusterConfig, Task
 from common import net
+from launcher import observing, stopping
 from launcher.backends import backends_for
-from launcher.backends.base import AgentFailed, HostError, HostUnreachable, TaskStatus
-from launcher.firewall import FirewallError
+from launcher.backends.base import AgentFailed, HostUnreachable, TaskStatus
 from launcher.healing import Action, HealingPolicy
 from launcher.membership import Membership
-from launcher.outages import HOST_SILENT_S, HostOutages
+from launcher.outages import HostOutages
 from launcher.records import DONE_STATES, BackgroundCalls, RunFailed, TaskRecord, TaskState
 
 __all__ = ["RunFailed", "Supervisor", "TaskState"]
@@ -92,7 +92,7 @@ class Supervisor:
     def run(self, on_tick=lambda: None) -> int:
         """The loop: observe, heal, and return the lead trainer's exit code once trainers and evaluator are done."""
         while True:
-            self._observe()
+            observing.observe(self)
             on_tick()  # the status file shows what was observed before healing acts on it (a stop may take a while)
             self._heal_unless_a_host_fails()
             if self._finished():
@@ -112,32 +112,6 @@ class Supervisor:
             raise RunFailed(str(error)) from None
         else:
             self.healing_blocked_by = ""
-
-    def _observe(self) -> None:
-        for name, host in self.hosts.items():
-            tasks = [r.task for r in self.records.values() if r.host == name and r.state not in DONE_STATES]
-            if not tasks:
-                continue
-            if not host.is_remote:
-                self._apply(host.status(tasks), asked_at=time.monotonic())
-                continue
-            records = [self.records[t.name] for t in tasks]
-            answer = self.background.take(f"status {name}", lambda host=host, tasks=tasks: (
-                time.monotonic(), host.status(tasks)))
-            if answer is None and self.background.waiting_s(f"status {name}") > HOST_SILENT_S and any(
-                    r.state != TaskState.LOST for r in records) and host.reachable() is False:  # slow is not lost
-                self.outages.lost(name, records, "")  # a cut-off host does not even refuse: it is silent
-            if answer is None:
-                continue
-            try:
-                asked_at, rows = answer.result()
-            except HostUnreachable as error:
-                self.outages.lost(name, records, str(error).removeprefix(f"{name}: "))
-                continue
-            except AgentFailed as error:
-                raise RunFailed(str(error)) from None
-            self.outages.answered(name)
-            self._apply(rows, asked_at)
 
     def _apply(self, rows: list[TaskStatus], asked_at: float) -> None:
         """Takes rows into the records, except rows asked before a task's latest start (they describe the past) and
@@ -256,38 +230,7 @@ class Supervisor:
     # ----- stopping -------------------------------------------------------------------------------------
     def stop_everything(self) -> list[str]:
         """Stops every task, evaluator and chief first, on every host that answers; returns one line each."""
-        lines = []
-        for job in reversed(("ps", "worker", "chief", "evaluator")):
-            for name, host in self.hosts.items():
-                tasks = [t for t in self.config.tasks((job,)) if t.address.host == name]
-                if tasks:
-                    lines += self._stop_on(host, tasks)
-        return lines + self._remove_firewalls()
-
-    def _stop_on(self, host, tasks: list[Task]) -> list[str]:
-        try:
-            results = host.stop(tasks)
-        except HostError as error:
-            return [f"{t.name}: not stopped, {error}" for t in tasks]
-        lines = []
-        for result in results:
-            if result.outcome.was_running:
-                if result.task in self.records:
-                    self.records[result.task].state = TaskState.STOPPED
-                lines.append(f"{result.task} (pid {result.pid}): {result.outcome.value}")
-        return lines
-
-    def _remove_firewalls(self) -> list[str]:
-        """Deletes this cluster's nftables table wherever one is left (also when the file no longer asks for it)."""
-        lines = []
-        for name, host in self.hosts.items():
-            try:
-                if host.firewall_off():
-                    lines.append(f"firewall on {name} removed")
-            except (HostError, FirewallError) as error:
-                if self.config.firewall:
-                    lines.append(f"firewall on {name} not removed: {error}")
-        return lines
+        return stopping.stop_everything(self.config, self.hosts, self.records)
 
     def fetch_logs(self, wait: bool = False) -> None:
         """Copies remote logs here in the background (or now, with `wait`, at the end of a run)."""
