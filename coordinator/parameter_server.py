@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cluster.config import ClusterConfig
 from cluster.run_files import RunFiles, RunSummary, read_summary
+from cluster.same_run import batch_workers
 from cluster.training_options import TrainingOptions
 from coordinator import capacity_watch, setup, strategy
 from coordinator.compiled import ps_report
@@ -22,7 +23,9 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     """
     stop = StopRequest(log).install()
     workers = config.input_pipelines  # the workers training now: the launcher may have left lost ones out
-    run = setup.plan(config, options, log, workers=_batch_workers(config), batch_note=BATCH_NOTE, pipelines=workers)
+    summary = read_summary(RunFiles(config.path(options.output_dir)))
+    run = setup.plan(config, options, log, workers=batch_workers(config, summary and summary.workers),
+                     batch_note=BATCH_NOTE, pipelines=workers)
     if config.trainer_workers is not None:
         log.info("training with %s (launcher: the others are lost)",
                  ", ".join(f"worker:{i}" for i in config.trainer_workers))
@@ -46,9 +49,3 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     return setup.finish(run, model, final_metrics=final_metrics, train_seconds=seconds,
                         checkpoint=checkpoints.latest_path(), device=strategy.CHIEF_CPU, shards=shards, capacity=watch)
 
-
-def _batch_workers(config: ClusterConfig) -> int:
-    """The workers the global batch is counted for: those the run started with (its summary says), so workers
-    that leave or join change the speed of training, never its batch, steps or learning-rate schedule."""
-    summary = read_summary(RunFiles(config.path(config.training.output_dir)))
-    return summary.workers if summary and summary.workers else len(config.jobs["worker"])
