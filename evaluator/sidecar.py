@@ -104,4 +104,4 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
 
 
 if __name__ == "__main__":
-    run_recording_exit(lambda: fire.Fire(evaluate))
+    run_recording_exit(lambda: fire.Fire(evaluate, name="evaluator.sidecar"))
