@@ -18,6 +18,7 @@ class Action(enum.Enum):
     FINISHED = "finished"  # a trainer or the evaluator did its job
     RESTART = "restart"  # start it again after `delay_s`
     DROP = "drop"  # a sidecar out of restarts: training goes on without it
+    HOLD = "hold"  # the lead waits for the end of its place (a Slurm time limit): not started again there
     FAIL_RUN = "fail the run"
 
 
@@ -41,13 +42,18 @@ class HealingPolicy:
         """Whether this task ends by itself when its work is done (trainers and the evaluator)."""
         return record.task.job in (self.strategy.trainer_job, "evaluator")
 
-    def on_exit(self, record: TaskRecord, code: int | None) -> Decision:
+    def on_exit(self, record: TaskRecord, code: int | None, ending: str | None = None) -> Decision:
+        """What to do about a task that ended; `ending`: why its place's time is nearly up (a Slurm time limit)."""
         name, job = record.name, record.task.job
         if self.finishes(record) and code == 0:
             return Decision(Action.FINISHED, f"{name} finished")
         what = f"{name} exited with code {code}" if code is not None else f"{name} died"
         if code == USER_ERROR_EXIT_CODE:
             return Decision(Action.FAIL_RUN, f"{what} (a user error; not restarted): {record.last_line}")
+        if code == PREEMPTED_EXIT_CODE and job == self.strategy.trainer_job and ending:
+            return Decision(Action.HOLD, f"{name} was stopped from outside the launcher (SIGTERM) and wrote a "
+                                         f"checkpoint; {ending}: it is not started again in this job, and the "
+                                         "next `sh run.sh` resumes there", counts=False)
         if code == PREEMPTED_EXIT_CODE and job == self.strategy.trainer_job:
             return Decision(Action.RESTART, f"{name} was stopped from outside the launcher (SIGTERM) and wrote a "
                                             "checkpoint; starting it again, it resumes there", counts=False)

@@ -137,7 +137,7 @@ class Supervisor:
 
     def _exited(self, record: TaskRecord, code: int | None) -> None:
         record.exit_code = code
-        decision = self.policy.on_exit(record, code)
+        decision = self.policy.on_exit(record, code, ending=self.hosts[record.host].ending())
         self.say(decision.message)
         if decision.action == Action.FINISHED:
             record.state = TaskState.EXITED
@@ -145,6 +145,8 @@ class Supervisor:
                 self.chief_done_at = time.monotonic()
         elif decision.action == Action.DROP:
             record.state = TaskState.FAILED
+        elif decision.action == Action.HOLD:  # shown held, as a lead waiting for its ps; stopped at the end
+            record.state, record.restart_at, record.exit_code = TaskState.RESTARTING, float("inf"), None
         elif decision.action == Action.FAIL_RUN:
             record.state = TaskState.FAILED
             raise RunFailed(decision.message)
@@ -169,8 +171,8 @@ class Supervisor:
 
     def hold_lead(self, until: str) -> bool:
         """Stops the lead now (a lost ps took its variables, or training cannot go on without a lost host) and
-        starts it again, from its last checkpoint, once every ps and every lost worker answers; False when the
-        lead is done or on a lost host itself."""
+        starts it again, from its last checkpoint, once every ps and every lost worker answers (unless its place's
+        time is nearly up: see Backend.ending); False when the lead is done or on a lost host itself."""
         chief = self.lead
         if chief.state in (*DONE_STATES, TaskState.LOST):
             return False
@@ -185,7 +187,8 @@ class Supervisor:
     def _heal(self) -> None:
         now = time.monotonic()
         waited = {r.name: r for r in [*self._jobs("ps"), *self.held_for]}.values()
-        if self.lead.restart_at == float("inf") and all(r.state == TaskState.RUNNING for r in waited):
+        ending = self.hosts[self.lead.host].ending()  # the lead would be killed before its next checkpoint
+        if self.lead.restart_at == float("inf") and not ending and all(r.state == TaskState.RUNNING for r in waited):
             others = "".join(f" and {r.name}" for r in self.held_for if r.task.job != "ps")
             self.say(f"every ps{others} answer again: starting {self.lead.name} again")
             self.outages.reconnect(self.held_for)
@@ -193,6 +196,11 @@ class Supervisor:
         self.membership.follow(now)
         for record in self.records.values():
             if record.state == TaskState.RESTARTING and now >= record.restart_at:
+                if record is self.lead and ending:
+                    record.restart_at = float("inf")
+                    self.say(f"{record.name} is not started again: {ending}; the next `sh run.sh` resumes from "
+                             "its last checkpoint")
+                    continue
                 if record is self.lead and not self.membership.enough():
                     if not self.membership.holding:
                         self.say(f"{record.name} held: {self.membership.hold_reason()}")

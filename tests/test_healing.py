@@ -213,3 +213,36 @@ def test_a_host_failing_mid_heal_delays_healing_with_one_line_or_ends_the_run_wi
     supervisor.hosts[worker.host] = HostThatFails(AgentFailed("10.0.0.2: .venv/bin/python: not found"))
     with pytest.raises(RunFailed, match="python: not found"):
         supervisor._heal_unless_a_host_fails()
+
+
+def test_a_lead_stopped_when_its_allocation_nears_its_end_is_not_started_again_there(tmp_path):
+    """After Slurm's time-limit warning (Backend.ending) the chief checkpoints and exits 4; started again it would
+    be killed at the limit, losing its steps since the checkpoint, so it waits for the job's end and the next run
+    resumes (pure logic; the run against a real Slurm is in test_slurm_endings)."""
+    from cluster import config as cluster_config
+    from launcher.records import TaskState
+    from launcher.status import shown_state
+    from launcher.supervisor import Supervisor
+
+    said, started = [], []
+    supervisor = Supervisor(cluster_config.load(write_cluster(tmp_path, cluster_document(evaluator=False))),
+                            said.append)
+    supervisor.start_now = started.extend
+    for record in supervisor.records.values():
+        record.state, record.started_at = TaskState.RUNNING, 1.0
+    lead, host = supervisor.lead, supervisor.hosts[supervisor.lead.host]
+    host.ending = lambda: "job 7's time limit is near (slurm.signal_before_end_s)"
+    supervisor._exited(lead, 4)
+    supervisor._heal()
+    assert said[-1] == ("chief:0 was stopped from outside the launcher (SIGTERM) and wrote a checkpoint; job 7's "
+                        "time limit is near (slurm.signal_before_end_s): it is not started again in this job, and "
+                        "the next `sh run.sh` resumes there")
+    assert started == [] and lead.restarts == 0 and shown_state(lead, finished=False) == "held"
+    lead.restart_at = 0.0  # e.g. a crash's backoff over, or a hold for a ps ended: not started either
+    supervisor._heal()
+    assert started == [] and said[-1].startswith("chief:0 is not started again: job 7's time limit is near")
+    host.ending = lambda: None  # without the warning a SIGTERM from outside restarts it, uncounted
+    lead.state = TaskState.RUNNING
+    supervisor._exited(lead, 4)
+    supervisor._heal()
+    assert started == [lead] and lead.restarts == 0

@@ -106,6 +106,7 @@ def test_a_node_set_down_is_lost_and_a_time_limit_warns_the_chief_then_ends_as_t
     assert "sent SIGTERM to chief:0 (step " in log[warned:].splitlines()[0], log[warned:]
     assert re.search(r"checkpoint ckpt-\d+-\d+ written .* exiting \(code 4\)", log[warned:]), log[warned:]
     assert "chief:0 was stopped from outside the launcher (SIGTERM) and wrote a checkpoint" in log[warned:]
+    assert "not started again in this job" in log[warned:] and "chief:0 started on" not in log[warned:], log[warned:]
     assert re.search(r"run failed: job \d+ ended at \S+: TIMEOUT \(it reached its time limit \(00:02:00; "
                      r"slurm.time_limit\)\); raise slurm.time_limit; `sh run.sh` again", log), log
     assert "running" not in statuses(logs).values() and statuses(logs)["worker:1"] == "lost", statuses(logs)
