@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import lanes  # noqa: E402
 import netns  # noqa: E402
 from clusterkit import cluster_document, processes_mentioning, write_cluster  # noqa: E402
 from cluster import config as cluster_config  # noqa: E402
@@ -25,6 +26,17 @@ def pytest_runtest_makereport(item, call):
     if report.skipped and os.environ.get("CI") == "true" and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome, report.longrepr = "failed", f"skipped under CI=true, which must not happen: {reason}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under tests/lanes.py (PSCLUSTER_TEST_LANE set) keeps only this lane's tests."""
+    lane = os.environ.get(lanes.LANE_VARIABLE)
+    if not lane:
+        return
+    mine = [lanes.in_lane(lane, item.get_closest_marker("multihost") is not None) for item in items]
+    if not all(mine):
+        config.hook.pytest_deselected(items=[item for item, keep in zip(items, mine) if not keep])
+        items[:] = [item for item, keep in zip(items, mine) if keep]
 
 
 @pytest.fixture(autouse=True)
