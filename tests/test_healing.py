@@ -195,6 +195,9 @@ class HostThatFails:
     def start(self, tasks):
         raise self.error
 
+    def ending(self):
+        return None
+
 
 def test_a_host_failing_mid_heal_delays_healing_with_one_line_or_ends_the_run_with_its_error(tmp_path):
     from launcher.backends.base import AgentFailed, HostUnreachable
