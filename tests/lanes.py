@@ -5,7 +5,8 @@ which mostly wait on hosts, cuts and time limits) beside the rest; then both dur
 is simply empty. A path argument (a file, a directory, a test id) runs one plain pytest, as before. The multi-host
 tests stay in one lane, one after another: two of them never build hosts or a Slurm cluster at once, and their
 hosts never meet the loopback clusters of the other lane (each namespace has its own network, addresses and names).
-The other lane's output streams here; the multi-host lane's goes to a file, printed once the other lane is done.
+The main lane's output streams here; the multi-host lane's goes to a file, shown (and then followed) once the main
+lane is done.
 """
 
 from __future__ import annotations
@@ -41,19 +42,34 @@ def combined_exit_code(codes: list[int]) -> int:
     return 0 if 0 in codes else NO_TESTS_RAN
 
 
+def start_lane(lane: str, command: list[str], output=None) -> subprocess.Popen:
+    """One pytest keeping only `lane`'s tests, in a session of its own (a Ctrl-C reaches it once, from here)."""
+    cache = [] if "no:cacheprovider" in command else ["-o", f"cache_dir=.pytest_cache/{lane}-lane"]  # --lf per lane
+    return subprocess.Popen([*command, *cache], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=output,
+                            stderr=subprocess.STDOUT if output else None, env={**os.environ, LANE_VARIABLE: lane},
+                            start_new_session=True)
+
+
+def follow(path: Path, process: subprocess.Popen, poll_s: float = 1.0) -> None:
+    """Copies the file to stdout as it grows, until `process` has ended and all it wrote is out."""
+    with open(path, "rb") as source:
+        while True:
+            ended = process.poll() is not None
+            sys.stdout.buffer.write(source.read())
+            sys.stdout.flush()
+            if ended:
+                return
+            time.sleep(poll_s)
+
+
 def run_lanes(arguments: list[str]) -> int:
-    python, started = sys.executable, time.monotonic()
-    command = [python, "-m", "pytest", "--durations=0", *arguments]
-    caches = {lane: ["-o", f"cache_dir=.pytest_cache/{lane}-lane"] for lane in LANES}  # --lf per lane, no race
+    started = time.monotonic()
+    command = [sys.executable, "-m", "pytest", "--durations=0", *arguments]
     side_log = Path(tempfile.mkstemp(prefix="pscluster-multihost-lane-", suffix=".log")[1])
     print(f"[lanes] the multihost tests run beside the others; their output ({side_log}) follows", flush=True)
     with open(side_log, "wb") as log:
-        side = subprocess.Popen([*command, *caches["multihost"]], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, env={**os.environ, LANE_VARIABLE: "multihost"},
-                                start_new_session=True)
-    main = subprocess.Popen([*command, *caches["main"]], cwd=ROOT, stdin=subprocess.DEVNULL,
-                            env={**os.environ, LANE_VARIABLE: "main"}, start_new_session=True)
-    lanes = {"main": main, "multihost": side}
+        lanes = {"multihost": start_lane("multihost", command, log)}
+    lanes["main"] = start_lane("main", command)
 
     def stop(signum, _frame):  # Ctrl-C or a CI cancel, passed on once: each pytest tears its clusters and hosts down
         for process in lanes.values():
@@ -62,16 +78,14 @@ def run_lanes(arguments: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    seconds = {}
-    for name, process in lanes.items():
-        process.wait()
-        seconds[name] = time.monotonic() - started
-        if name == "main":
-            print(f"[lanes] main lane done in {seconds[name]:.0f} s (exit {process.returncode}); multihost lane:",
-                  flush=True)
-    sys.stdout.write(side_log.read_text(errors="replace"))
+    lanes["main"].wait()
+    seconds = {"main": time.monotonic() - started}
+    print(f"[lanes] main lane done in {seconds['main']:.0f} s (exit {lanes['main'].returncode}); the multihost "
+          "lane's output:", flush=True)
+    follow(side_log, lanes["multihost"])
+    seconds["multihost"] = time.monotonic() - started  # within a poll of its end
     side_log.unlink()
-    codes = [process.returncode for process in lanes.values()]
+    codes = [lanes[lane].returncode for lane in LANES]
     print(f"[lanes] total {time.monotonic() - started:.0f} s: main lane {seconds['main']:.0f} s (exit {codes[0]}), "
           f"multihost lane {seconds['multihost']:.0f} s (exit {codes[1]})", flush=True)
     return combined_exit_code(codes)
