@@ -152,13 +152,19 @@ class Phase(str, enum.Enum):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainingProgress:
-    """`progress.json`: the lead's heartbeat while it trains, so stalls are judged by the optimizer step."""
+    """`progress.json`: the lead's heartbeat while it trains, so stalls are judged by the optimizer step.
+
+    It also carries what a restarted lead must not lose: `train_s`, the seconds every lead of this output has spent
+    training (each up to its last beat), and `epoch_metrics`, those of the last epoch that ended, in whichever life.
+    """
 
     pid: int
     phase: str
     epoch: int
     step: int
     time: float
+    train_s: float = 0.0
+    epoch_metrics: dict = dataclasses.field(default_factory=dict)
 
 
 def read_progress(files: RunFiles) -> TrainingProgress | None:

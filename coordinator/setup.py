@@ -12,8 +12,8 @@ import numpy as np
 import tf_keras
 
 from cluster.config import PROJECT_ROOT, ClusterConfig
-from cluster.run_files import (Phase, RunFiles, RunStatus, RunSummary, TrainingProgress, read_summary,
-                               write_progress, write_summary)
+from cluster.run_files import (Phase, RunFiles, RunStatus, RunSummary, TrainingProgress, read_progress,
+                               read_summary, write_progress, write_summary)
 from cluster.same_run import differences
 from cluster.training_options import TrainingOptions
 from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, PREEMPTED_EXIT_CODE, Problem, UserError
@@ -196,7 +196,10 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
     """Exports the last checkpoint's whole weights, checks them against `model`, and writes the run summary."""
     options, files = run.options, run.files
     steps = int(model.optimizer.iterations.numpy())
-    _exporting(run, steps)  # a heartbeat per stage: exporting is not a stall, for the launcher or the evaluator
+    recorded = read_progress(files)  # every lead's training time; the last epoch's metrics if this one trained none
+    if recorded is not None:
+        train_seconds, final_metrics = max(train_seconds, recorded.train_s), final_metrics or recorded.epoch_metrics
+    _exporting(run, steps, recorded)  # a heartbeat per stage: exporting is not a stall, for the launcher or evaluator
     whole = export.restore_whole(options, run.source.input_shape, run.source.num_classes, checkpoint,
                                  device=device, io_device=device)
     inputs = export.reference_inputs(run.source.split("test"))
@@ -204,7 +207,7 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
     exported = whole(inputs, training=False).numpy()
     run.log.info("export check: largest difference between trained and exported predictions %.2e (at most %.0e)",
                  export.check_export(trained, exported), export.TOLERANCE)
-    _exporting(run, steps)
+    _exporting(run, steps, recorded)
     paths = export.export(whole, files.model_dir)
     np.savez(files.reference_predictions, predictions=trained, **export.saved_inputs(inputs))
     strategy = run.config.strategy
@@ -221,6 +224,8 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
     return summary
 
 
-def _exporting(run: TrainingRun, steps: int) -> None:
-    write_progress(run.files, TrainingProgress(pid=os.getpid(), phase=Phase.EXPORT, epoch=run.options.epochs,
-                                               step=steps, time=time.time()))
+def _exporting(run: TrainingRun, steps: int, recorded: TrainingProgress | None) -> None:
+    beat = TrainingProgress(pid=os.getpid(), phase=Phase.EXPORT, epoch=run.options.epochs, step=steps, time=time.time())
+    if recorded is not None:  # a lead restarted while exporting still finds the run's time and metrics
+        beat = dataclasses.replace(beat, train_s=recorded.train_s, epoch_metrics=recorded.epoch_metrics)
+    write_progress(run.files, beat)
