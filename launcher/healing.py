@@ -12,6 +12,7 @@ from cluster.config import LauncherSettings
 from cluster.strategies import Strategy
 from common.errors import PREEMPTED_EXIT_CODE, USER_ERROR_EXIT_CODE
 from launcher.records import TaskRecord
+from launcher.repeated_failures import RepeatedFailures
 
 
 class Action(enum.Enum):
@@ -32,10 +33,12 @@ class Decision:
 
 
 class HealingPolicy:
-    """Restarts with doubling backoff up to `max_restarts`; user errors (exit 2) never; a ps holds the chief."""
+    """Restarts with doubling backoff up to `max_restarts`; user errors (exit 2) never, nor a lead that failed
+    twice in a row with the same error before training; a ps holds the chief."""
 
     def __init__(self, settings: LauncherSettings, strategy: Strategy):
         self.settings, self.strategy = settings, strategy
+        self.repeats = RepeatedFailures()
 
     def finishes(self, record: TaskRecord) -> bool:
         """Whether this task ends by itself when its work is done (trainers and the evaluator)."""
@@ -48,6 +51,9 @@ class HealingPolicy:
         what = f"{name} exited with code {code}" if code is not None else f"{name} died"
         if code == USER_ERROR_EXIT_CODE:
             return Decision(Action.FAIL_RUN, f"{what} (a user error; not restarted): {record.last_line}")
+        if job == self.strategy.trainer_job and record.task.index == 0 and self.repeats.repeated(record, code):
+            return Decision(Action.FAIL_RUN, f"{what} again before training a step, with the same error as at its "
+                                             f"last start (a restart cannot help): {record.last_line}")
         if code == PREEMPTED_EXIT_CODE and job == self.strategy.trainer_job:
             return Decision(Action.RESTART, f"{name} was stopped from outside the launcher (SIGTERM) and wrote a "
                                             "checkpoint; starting it again, it resumes there", counts=False)
@@ -70,7 +76,8 @@ class HealingPolicy:
     def stall(self, lead: TaskRecord, servers_up: bool, now: float) -> str | None:
         """Why the lead counts as stalled, or None: its optimizer step unchanged for stall_timeout_s while every
         server is up. Judged only while it trains (not while it starts or exports); a slow but advancing run is
-        never touched."""
+        never touched. Called every pass while the lead runs, so it also notes whether this life reached training."""
+        self.repeats.observe(lead)
         frozen_s = now - lead.step_changed_at
         if lead.step is None or not servers_up or frozen_s <= self.settings.stall_timeout_s:
             return None
