@@ -147,7 +147,7 @@ def test_a_worker_out_of_restarts_is_dropped_and_training_goes_on(tmp_path):
         log = wait_for_launcher(logs, timeout_s=420)
     finally:
         subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=180)
-    assert "worker:1 died after 0 restarts (launcher.max_restarts); training goes on" in log, log[-4000:]
+    assert "worker:1 died after 0 restarts in a row (launcher.max_restarts); training goes on" in log, log[-4000:]
     assert "worker:1 lost for 4 s (launcher.worker_lost_after_s): stopping chief:0" in log, log[-4000:]
     assert "chief:0 trains with worker:0" in log
     assert "dropped worker:1: training again" in log  # the summary's membership line, with its cost

@@ -12,7 +12,7 @@ from clusterkit import cluster_document, write_cluster
 from cluster import config as cluster_config
 from cluster.run_files import RunFiles, RunSummary, TrainingProgress, read_progress, write_progress
 from launcher.backends.base import RunOutputs
-from launcher.healing import Action, HealingPolicy
+from launcher.healing import HEALTHY_RUN_S, Action, HealingPolicy
 from launcher.records import TaskRecord
 from launcher.report import summary_lines
 
@@ -25,9 +25,10 @@ def policy(tmp_path):
     return config, HealingPolicy(config.launcher, config.strategy)  # launcher defaults: max_restarts 3
 
 
-def life(policy: HealingPolicy, record: TaskRecord, code: int | None, line: str, *, step: int | None = None):
-    """One life of a task: started, observed running (with `step` reported or not), then exited with `code`."""
-    record.started_at, record.step, record.last_line = time.monotonic(), step, line
+def life(policy: HealingPolicy, record: TaskRecord, code: int | None, line: str, *, step: int | None = None,
+         ran_s: float = 1.0):
+    """One life of a task: started `ran_s` ago, observed running (with `step` reported or not), exited with `code`."""
+    record.started_at, record.step, record.last_line = time.monotonic() - ran_s, step, line
     policy.stall(record, servers_up=True, now=time.monotonic())  # what the supervisor calls each pass
     decision = policy.on_exit(record, code)
     record.restarts += int(decision.action == Action.RESTART)
@@ -66,6 +67,18 @@ def test_servers_and_exit_3_are_restarted_until_max_restarts(policy):
     assert [life(policy, worker, 1, "Bad thing").action for _ in range(3)] == [Action.RESTART] * 3
     assert [life(policy, chief, 3, "ps:0 did not answer").action for _ in range(4)] == [Action.RESTART] * 3 + [
         Action.FAIL_RUN]
+
+
+def test_a_task_that_ran_a_minute_starts_a_new_row_of_restarts_and_backoff(policy):
+    config, policy = policy
+    worker = TaskRecord(config.task("worker", 1))
+    delays = [life(policy, worker, None, "", ran_s=5).delay_s for _ in range(3)]  # failing over and over
+    assert delays == [2.0, 4.0, 8.0]
+    decision = life(policy, worker, None, "", ran_s=5)
+    assert decision.action == Action.DROP and "after 3 restarts in a row (launcher.max_restarts)" in decision.message
+    worker = TaskRecord(config.task("worker", 0))
+    lost = [life(policy, worker, None, "", ran_s=HEALTHY_RUN_S + 1) for _ in range(10)]  # killed now and then
+    assert {(d.action, d.delay_s) for d in lost} == {(Action.RESTART, 2.0)} and worker.restarts == 10
 
 
 def outputs(tmp_path, age_s: float) -> RunOutputs:
