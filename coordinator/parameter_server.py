@@ -7,6 +7,7 @@ from cluster.run_files import RunFiles, RunSummary, read_summary
 from cluster.training_options import TrainingOptions
 from coordinator import capacity_watch, setup, strategy
 from coordinator.compiled import ps_report
+from coordinator.lost_tasks import exit_when_a_task_is_lost
 from coordinator.pacing import CHUNKS_AHEAD_PER_WORKER, SchedulePacing
 from coordinator.preemption import StopRequest
 
@@ -27,6 +28,14 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
         log.info("training with %s (launcher: the others are lost)",
                  ", ".join(f"worker:{i}" for i in config.trainer_workers))
     strategy.wait_for_cluster(config, options.probe_timeout_s, log)
+    with exit_when_a_task_is_lost(log, "a ps or worker this chief needs was lost", "the run resumes from the last "
+                                  "checkpoint once it is back"):
+        return _train(config, options, run, stop, log)
+
+
+def _train(config: ClusterConfig, options: TrainingOptions, run: setup.TrainingRun, stop: StopRequest,
+           log) -> RunSummary | None:
+    workers = config.input_pipelines
     model = setup.build_model(run, strategy.build(config, options))
     shards = ps_report(model, run.source, run.global_batch, log)  # logged now: `sh run.sh status` shows it
     watch = capacity_watch.watch(config, model, run.source, run.global_batch, log)

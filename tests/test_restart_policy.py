@@ -111,3 +111,18 @@ def test_a_restarted_lead_carries_the_runs_training_time_and_last_epoch_metrics(
     beat = read_progress(files)
     assert beat.step == 3360 and beat.epoch_metrics == {"loss": 0.41, "auc": 0.77}
     assert 412.0 <= beat.train_s < 412.0 + 60
+
+
+def test_a_chief_that_lost_a_ps_exits_3_in_one_line_so_its_failures_never_count_as_futile():
+    import tensorflow as tf
+
+    from coordinator.lost_tasks import exit_when_a_task_is_lost
+
+    said = []
+    log = types.SimpleNamespace(error=lambda text, *args: said.append(text % args))
+    with pytest.raises(SystemExit) as exited:
+        with exit_when_a_task_is_lost(log, "a ps this chief needs was lost", "the run resumes"):
+            raise tf.errors.UnavailableError(None, None, "Failed copying input tensor to /job:ps/replica:0/task:1\n"
+                                                         "recvmsg:Connection reset by peer")
+    assert exited.value.code == 3 and said == ["a ps this chief needs was lost (UnavailableError: Failed copying "
+                                               "input tensor to /job:ps/replica:0/task:1); exiting so the run resumes"]
