@@ -143,3 +143,13 @@ def test_a_rerun_resumes_only_the_same_run_and_fresh_starts_over(tmp_path):
     assert "resuming after epoch 1" in (tmp_path / "logs" / "chief-0.log").read_text()
     assert json.loads((output / "summary.json").read_text())["epochs"] == 2
     assert processes_mentioning(str(tmp_path)) == []
+
+    (output / "checkpoints" / "ckpt-2.index").write_bytes(b"not a checkpoint")  # every start fails to restore it
+    broken = sh("run.sh", str(tmp_path / "cluster.json"))
+    assert broken.returncode == 1, broken.stderr[-3000:]
+    assert re.search(r"run failed: chief:0 exited with code 1 again before training a step, with the same error as "
+                     r"at its last start \(a restart cannot help\): \S+Error: .*sstable", broken.stderr), broken.stderr
+    assert "restart 2 of" not in broken.stderr, broken.stderr[-3000:]  # stopped at the second failure
+    assert re.search(r"training did not finish: chief:0 failed \(exit 1: \S+Error: .*sstable\); \S+ holds an "
+                     r"earlier run's summary", broken.stderr), broken.stderr[-3000:]  # never "trained nothing"
+    assert processes_mentioning(str(tmp_path)) == []
