@@ -60,12 +60,20 @@ class TrainingOptions:
     steps_per_epoch: int | None = _option(None, "steps per epoch; null derives it as train examples // global batch")
     steps_per_execution: int = _option(10, "steps each worker runs per remote call")
     optimizer: str = _option("adam", "adam, sgd or rmsprop")
-    learning_rate: float = _option(1e-3, "initial learning rate")
+    learning_rate: float = _option(1e-3, "initial learning rate of the optimizer (for dlrm and wide_deep, of the "
+                                         "dense layers); multiplied by lr_decay_factor from each of lr_decay_epochs")
     lr_decay_epochs: tuple[int, ...] = _option((4, 6), "epochs (1-based) from which the rate is multiplied by "
                                                        "lr_decay_factor")
     lr_decay_factor: float = _option(0.1, "factor applied at each of lr_decay_epochs")
-    loss: str = _option("sparse_categorical_crossentropy", "Keras loss name")
-    metrics: tuple[str, ...] = _option(("accuracy",), "Keras metric names")
+    loss: str = _option("sparse_categorical_crossentropy", "Keras loss name: categorical_* losses train on one-hot "
+                                                           "labels, sparse_categorical_crossentropy on class "
+                                                           "indices; binary_crossentropy (the default for dlrm and "
+                                                           "wide_deep) on clicks")
+    metrics: tuple[str, ...] = _option(("accuracy",), "Keras metric names: sparse_* metrics go with "
+                                                      "sparse_categorical_crossentropy, the others with the "
+                                                      "categorical losses; accuracy and acc with both; auc and "
+                                                      "log_loss with binary_crossentropy (the default for dlrm and "
+                                                      "wide_deep)")
     output_dir: str = _option("output", "checkpoints, TensorBoard logs, exported model and summary (chief's disk)")
     min_shard_bytes: int = _option(256 * 1024, "MinSizePartitioner: smallest shard of a variable, in bytes")
     max_shards: int | None = _option(None, "MinSizePartitioner: most shards per variable; null means one per ps")

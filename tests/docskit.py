@@ -1,0 +1,122 @@
+"""The cluster.json reference page, built from the schema: `.venv/bin/python tests/docskit.py` rewrites it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA_PATH = ROOT / "roles" / "cluster.schema.json"
+REFERENCE_PATH = ROOT / "docs" / "cluster-json.md"
+REGENERATE = ".venv/bin/python tests/docskit.py"
+SECTION_GUIDES = {"cluster": "running.md#what-each-task-gets", "hosts": "running.md#hosts",
+                  "launcher": "running.md", "slurm": "slurm.md", "security": "running.md#firewall-and-public-addresses",
+                  "training": "training.md", "evaluation": "training.md#the-evaluator-python--m-evaluatorsidecar",
+                  "kubernetes": "kubernetes.md"}
+DEF_KINDS = {"address": "host:port", "addresses": "list of host:port", "safePath": "path",
+             "positiveInt": "integer ≥ 1", "seconds": "seconds > 0", "jobSize": "number of tasks (slurm, kubernetes)"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One setting of cluster.json: `training.epochs`, or `hosts.<name>.gpus` for a per-host one."""
+
+    section: str
+    name: str
+    node: dict
+
+    @property
+    def path(self) -> str:
+        return f"{self.section}.<name>.{self.name}" if self.section == "hosts" else f"{self.section}.{self.name}"
+
+
+def load_schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def section_options(schema: dict, section: str) -> dict[str, dict]:
+    node = schema["properties"][section]
+    return node["additionalProperties"]["properties"] if section == "hosts" else node["properties"]
+
+
+def sections(schema: dict) -> list[str]:
+    return [name for name in schema["properties"] if not name.startswith("$")]
+
+
+def options(schema: dict) -> list[Option]:
+    """Every setting, section by section in the schema's order (a per-role map such as kubernetes.cpu is one)."""
+    return [Option(section, name, node) for section in sections(schema)
+            for name, node in section_options(schema, section).items()]
+
+
+# ----- the reference page ---------------------------------------------------------------------------------------
+def kind(node: dict) -> str:
+    """A short reading of a schema node's type: `integer 1–65535`, `path or null`, `list of host:port`."""
+    if "enum" in node:
+        return " or ".join(f"`{json.dumps(v)}`" if v is None or v == "" else f"`{v}`" for v in node["enum"])
+    if "$ref" in node:
+        low, high = node.get("minItems"), node.get("maxItems", node.get("maximum"))
+        bound = f"exactly {low}" if low is not None and low == high else ", ".join(
+            text for text in (low is not None and f"at least {low}", high is not None and f"at most {high}") if text)
+        named = DEF_KINDS[node["$ref"].rsplit("/", 1)[-1]]
+        return f"{named} ({bound})" if bound else named
+    if "oneOf" in node:
+        return " or ".join(kind(sub) for sub in node["oneOf"])
+    types = node.get("type", "any")
+    if isinstance(types, list):
+        return " or ".join(kind({**node, "type": t}) for t in types)
+    if types == "array":
+        return f"list of {kind(node.get('items', {}))}"
+    if types == "object":
+        keys, values = node.get("properties"), node.get("additionalProperties")
+        return f"map of {', '.join(keys)}" if keys else f"map of {kind(values)}s" if isinstance(values, dict) \
+            else "map"
+    low = node.get("minimum", node.get("exclusiveMinimum"))
+    if types in ("integer", "number") and low is not None:
+        if "maximum" in node:
+            return f"{types} {low}–{node['maximum']}" if "minimum" in node else f"{types} > {low}, ≤ {node['maximum']}"
+        return f"{types} ≥ {low}" if "minimum" in node else f"{types} > {low}"
+    return types
+
+
+def _cell(text: str) -> str:
+    """Text for a table cell: pipes escaped, and outside code spans `<` and `>`, which GitHub would take for HTML."""
+    parts = text.replace("|", "\\|").split("`")
+    return "`".join(part if i % 2 else part.replace("<", "&lt;").replace(">", "&gt;") for i, part in enumerate(parts))
+
+
+def _default(option: Option, required: list[str]) -> str:
+    if "default" in option.node:
+        return f"`{json.dumps(option.node['default'], ensure_ascii=False)}`"
+    return "required" if option.name in required else "—"
+
+
+def reference_page(schema: dict) -> str:
+    """docs/cluster-json.md: every section and option, its value, default and description, from the schema."""
+    lines = ["# cluster.json reference", "",
+             f"<!-- Generated from roles/cluster.schema.json by `{REGENERATE}`: edit the schema, not this page. -->",
+             "", "Every setting of cluster.json, from its JSON Schema (`roles/cluster.schema.json`, which editors "
+             "read through", '`"$schema"`). The descriptions of the `training` and `evaluation` options are the help '
+             "texts of", "`python -m coordinator.train --help` (`cluster/training_options.py`, "
+             "`cluster/evaluation_options.py`). A mistake in", "the file is one line naming the field, the bad "
+             "value and the fix, and exit code 2, before anything starts.", "",
+             "| section | holds | guide |", "| --- | --- | --- |"]
+    lines += [f"| [`{name}`](#{name}) | {_cell(schema['properties'][name].get('description', ''))} | "
+              f"[{SECTION_GUIDES[name].split('#')[0]}]({SECTION_GUIDES[name]}) |" for name in sections(schema)]
+    for name in sections(schema):
+        node = schema["properties"][name]
+        required = node.get("additionalProperties", {}).get("required", []) if name == "hosts" else \
+            node.get("required", [])
+        lines += ["", f"## {name}", "", node.get("description", ""), "", "| option | value | default | what it does |",
+                  "| --- | --- | --- | --- |"]
+        lines += [f"| `{option.path}` | {_cell(kind(option.node))} | {_default(option, required)} | "
+                  f"{_cell(option.node.get('description', ''))} |"
+                  for option in options(schema) if option.section == name]
+        lines += ["", f"Guide: [{SECTION_GUIDES[name].split('#')[0]}]({SECTION_GUIDES[name]})."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    REFERENCE_PATH.write_text(reference_page(load_schema()))
+    print(f"wrote {REFERENCE_PATH.relative_to(ROOT)}")
