@@ -1,9 +1,11 @@
-"""The cluster.json reference page, built from the schema: `.venv/bin/python tests/docskit.py` rewrites it."""
+"""The docs as data: the cluster.json reference page built from the schema, and what the pages name (options,
+commands, links, JSON examples), for tests/test_docs*.py. `.venv/bin/python tests/docskit.py` rewrites the page."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +117,98 @@ def reference_page(schema: dict) -> str:
                   for option in options(schema) if option.section == name]
         lines += ["", f"Guide: [{SECTION_GUIDES[name].split('#')[0]}]({SECTION_GUIDES[name]})."]
     return "\n".join(lines) + "\n"
+
+
+# ----- reading the pages ----------------------------------------------------------------------------------------
+def pages() -> list[Path]:
+    """README.md and every page under docs/."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def guides() -> list[Path]:
+    """The written pages: every page but the generated reference."""
+    return [page for page in pages() if page != REFERENCE_PATH]
+
+
+def split_code(text: str) -> tuple[list[str], list[str]]:
+    """(code blocks, prose paragraphs): fenced blocks and lines indented 4+ spaces after a blank line are code."""
+    blocks, paragraphs, block, paragraph, fenced, previous_blank = [], [], [], [], False, True
+    for line in text.splitlines() + [""]:
+        if line.strip().startswith("```"):
+            if fenced:
+                blocks.append("\n".join(block))
+                block = []
+            fenced = not fenced
+        elif fenced or (line.startswith("    ") and (previous_blank or block)):
+            block.append(line[4:] if not fenced else line)
+        else:
+            if block:
+                blocks.append("\n".join(block))
+                block = []
+            if line.strip():
+                paragraph.append(line.strip())
+            elif paragraph:
+                paragraphs.append(" ".join(paragraph))
+                paragraph = []
+        previous_blank = not line.strip()
+    return blocks, paragraphs
+
+
+def code_spans(paragraph: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", paragraph)
+
+
+def code_texts(text: str) -> list[str]:
+    """Every code block and inline code span of a page."""
+    blocks, paragraphs = split_code(text)
+    return blocks + [span for paragraph in paragraphs for span in code_spans(paragraph)]
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: links reduced to their text, lower case, punctuation gone, spaces to '-'."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors of a page's headings, as GitHub numbers repeated ones (`name`, `name-1`, ...)."""
+    found, seen, fenced = set(), {}, False
+    for line in text.splitlines():
+        fenced ^= line.strip().startswith("```")
+        match = None if fenced else re.match(r"^#{1,6} (.+)$", line)
+        if match:
+            base = slug(match.group(1))
+            count = seen.get(base, 0)
+            found.add(base if count == 0 else f"{base}-{count}")
+            seen[base] = count + 1
+    return found
+
+
+def links(text: str) -> list[str]:
+    """Relative link targets of the prose (`page.md#anchor`, `#anchor`, `../file`); web addresses left out."""
+    _, paragraphs = split_code(text)
+    found = []
+    for paragraph in paragraphs:
+        outside_code = re.sub(r"`[^`]*`", "", paragraph)
+        found += [target for target in re.findall(r"\]\(([^)\s]+)\)", outside_code)
+                  if not re.match(r"^[a-z]+:", target)]
+    return found
+
+
+def json_examples(text: str) -> list[object]:
+    """Code blocks and spans that are JSON, or a JSON object's members (`"training": {...}`)."""
+    found = []
+    for code in code_texts(text):
+        candidate = code.strip()
+        if not candidate.startswith(("{", '"')) or ":" not in candidate:
+            continue
+        for attempt in (candidate, "{" + candidate + "}"):
+            try:
+                found.append(json.loads(attempt))
+                break
+            except json.JSONDecodeError:
+                continue
+    return found
 
 
 if __name__ == "__main__":
