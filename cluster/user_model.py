@@ -1,6 +1,7 @@
 """A user's model function (`training.model` = "package.module:function"): found, checked and called alike.
 
-The chief builds the model with `function(**keyword_arguments(function, input_shape, num_classes))`. The
+The chief builds the model with `function(**keyword_arguments(function, input_shape=..., num_classes=...,
+feature_spec=...))`: what the data gives (docs/your-data.md), each argument only if the function takes it. The
 launcher runs `python -m cluster.user_model SPEC` on the lead's host before any task starts, with the chief's
 interpreter, directory and environment: it prints one line per problem as JSON (`[]` when the function is
 usable) and imports the module only once `find_spec` has found it.
@@ -18,7 +19,7 @@ from typing import Callable
 from common.errors import Problem, UserError
 
 FIELD = "training.model"
-ARGUMENTS = ("input_shape", "num_classes")
+ARGUMENTS = ("input_shape", "num_classes", "feature_spec")
 CHECK_TIMEOUT_S = 120  # the module may import TensorFlow: seconds on a loaded machine
 
 
@@ -27,10 +28,9 @@ def split(spec: str) -> tuple[str, str]:
     return module_name, function_name
 
 
-def keyword_arguments(function: Callable, input_shape, num_classes: int) -> dict:
-    """The arguments the chief passes: input_shape and num_classes, each only if the function takes it."""
+def keyword_arguments(function: Callable, **offered) -> dict:
+    """The arguments of ARGUMENTS the chief offers, each only if the function takes it."""
     accepted = inspect.signature(function).parameters
-    offered = {"input_shape": tuple(input_shape), "num_classes": num_classes}
     return {name: value for name, value in offered.items() if name in accepted}
 
 
@@ -67,9 +67,9 @@ def problems(spec: str) -> list[Problem]:
               if parameter.default is inspect.Parameter.empty and name not in ARGUMENTS
               and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
     if needed:
-        return [_problem(spec, f"requires {', '.join(needed)}, but the chief passes only input_shape and "
-                               "num_classes (each if the function takes it)",
-                         "give the other parameters defaults, or take input_shape and num_classes")]
+        return [_problem(spec, f"requires {', '.join(needed)}, but the chief passes only {', '.join(ARGUMENTS)} "
+                               "(each if the function takes it)",
+                         f"give the other parameters defaults, or take some of {', '.join(ARGUMENTS)}")]
     return []
 
 

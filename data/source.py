@@ -41,10 +41,14 @@ class DataSource:
     cost more to make than to keep). A line-oriented source gives `cut(workers)`: each worker's training units
     (byte ranges that together hold every line once), used when there are fewer units than workers. `note`
     says for the log which files make which split.
+
+    What a model receives is `feature_spec` (data/contract.py): `features` where given (a dict of specs), else a
+    float32 tensor of `input_shape`. A click source reads raw features and turns them into the model's with
+    `preprocessing` (data/preprocessing.py); `read_raw` reads the same records without that last step, so
+    `split(..., raw=True)` gives the features as they are in the data (what an exported model takes).
     """
 
     name: str
-    input_shape: tuple[int, ...]
     num_classes: int
     sizes: Mapping[str, int]
     units: Mapping[str, tuple]
@@ -58,6 +62,21 @@ class DataSource:
     cache_examples: bool = False
     cut: Callable[[int], list[tuple]] | None = None
     note: str = ""
+    input_shape: tuple[int, ...] = ()
+    features: object = None  # a dict of per-example tf.TypeSpecs, when examples are not one image tensor
+    preprocessing: object = None  # raw features -> the model's, on batches (data/preprocessing.py)
+    read_raw: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
+
+    @property
+    def feature_spec(self):
+        """What a model receives for one example (no batch axis): a dict of specs, or one float32 tensor."""
+        return self.features if self.features is not None else tf.TensorSpec(self.input_shape, tf.float32)
+
+    @property
+    def raw_spec(self):
+        """The features as they are in the data, what an exported model takes (the model's own without
+        preprocessing)."""
+        return self.preprocessing.raw_spec if self.preprocessing is not None else self.feature_spec
 
     def shard_policy(self, workers: int) -> str:
         """BY_FILE when every worker gets whole files of its own, else BY_RANGE when the files can be cut by bytes,
@@ -77,9 +96,11 @@ class DataSource:
         held = f"{files} training file(s) for {workers} workers" if self.units_are_files else "held in memory"
         return f"sharded by element ({held}): each worker reads every example and keeps 1 in {workers}"
 
-    def split(self, name: str) -> tf.data.Dataset:
-        """Every example of split `name` once, in file order, unbatched."""
-        return self._decoded(self.read(self._unit_dataset(name)))
+    def split(self, name: str, *, raw: bool = False) -> tf.data.Dataset:
+        """Every example of split `name` once, in file order, unbatched; with `raw`, its features as they are in
+        the data (before `preprocessing`)."""
+        read = self.read_raw if raw and self.read_raw is not None else self.read
+        return self._decoded(read(self._unit_dataset(name)))
 
     def train_dataset_fn(self, global_batch: int, seed: int, *,
                          workers: int | None = None) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
@@ -103,9 +124,9 @@ class DataSource:
 
         return dataset_fn
 
-    def eval_dataset(self, split: str, batch: int) -> tf.data.Dataset:
-        """Every example of `split` once, in order, batched for evaluation."""
-        return self._labelled(self.split(split).batch(batch)).prefetch(tf.data.AUTOTUNE)
+    def eval_dataset(self, split: str, batch: int, *, raw: bool = False) -> tf.data.Dataset:
+        """Every example of `split` once, in order, batched for evaluation (`raw`: as an exported model takes them)."""
+        return self._labelled(self.split(split, raw=raw).batch(batch)).prefetch(tf.data.AUTOTUNE)
 
     def steps_per_epoch(self, global_batch: int) -> int:
         """Full global batches in one pass over the training split (the global batch already spans all workers)."""
