@@ -11,6 +11,7 @@ from coordinator.pooling import table_ids
 from coordinator.raw_export import RawFeatures
 from coordinator.shard_report import report_lines, shard_report
 from coordinator.sparse import SparseDenseModel
+from data import contract
 
 
 def build_compiled(options: TrainingOptions, source, **compile_kwargs) -> tf_keras.Model:
@@ -41,7 +42,7 @@ def ps_report(model: tf_keras.Model, source, global_batch: int, log) -> dict:
     logged one line per ps; {} for other models."""
     if not isinstance(model, SparseDenseModel):
         return {}
-    features, _ = next(iter(source.split("train").batch(global_batch).take(1)))
+    features, _ = next(iter(contract.batch(source.split("train"), global_batch).take(1)))
     report = shard_report(model, table_ids(features["ids"]).numpy())
     for line in report_lines(report):
         log.info("per ps: %s", line)

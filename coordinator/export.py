@@ -19,6 +19,7 @@ from common.errors import Problem, UserError
 from cluster.training_options import TrainingOptions
 from coordinator.compiled import build_compiled, exportable
 from coordinator.raw_export import servable, signatures
+from data import contract
 
 TOLERANCE = 1e-4  # largest absolute difference allowed between trained and exported predictions
 H5_NAME = "model.h5"
@@ -74,7 +75,7 @@ def export(model: tf_keras.Model, directory: Path, source=None) -> dict[str, str
 def reference_inputs(split: tf.data.Dataset, count: int = 16):
     """The first `count` inputs of a split (a tensor, or a dict of them), to check that an exported model
     predicts as the trained one."""
-    inputs, _ = next(iter(split.batch(count).take(1)))
+    inputs, _ = next(iter(contract.batch(split, count).take(1)))
     return inputs
 
 

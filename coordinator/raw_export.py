@@ -24,7 +24,7 @@ class RawFeatures(tf_keras.layers.Layer):
     """The data pipeline's preprocessing (given by its config) as a layer: raw features in, the model's out."""
 
     def __init__(self, preprocessing_config: dict, **kwargs):
-        super().__init__(trainable=False, **kwargs)
+        super().__init__(**{"trainable": False, **kwargs})
         self.preprocessing_config = preprocessing_config
         self.preprocess = preprocessing.from_config(preprocessing_config)
 

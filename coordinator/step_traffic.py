@@ -23,6 +23,7 @@ from coordinator.pooling import table_ids
 from coordinator.shard_report import shard_report
 from coordinator.sparse import SparseDenseModel
 from coordinator.strategy import partitioner_for
+from data import contract
 
 SAMPLE_BATCHES = 3
 COMPUTE_STEPS = 5
@@ -91,7 +92,7 @@ def _index(device: str) -> int | None:
 def sample_ids(source, global_batch: int, batches: int = SAMPLE_BATCHES) -> list[np.ndarray]:
     """Ids of a few real training batches, for a recommender's lookups."""
     return [table_ids(features["ids"]).numpy()
-            for features, _ in source.split("train").batch(global_batch).take(batches)]
+            for features, _ in contract.batch(source.split("train"), global_batch).take(batches)]
 
 
 def bytes_per_ps(model, num_ps: int, ids: list[np.ndarray], shards_of=_real_shards) -> tuple[float, ...]:

@@ -2,7 +2,8 @@
 
 A source's features are one tensor (images: float32 [height, width, channels]) or a dict of named tensors; each
 is described per example, without the batch axis, as a `tf.TensorSpec` or, for a variable-length feature, a
-`tf.RaggedTensorSpec` (a batch of them is ragged [batch, None]).
+`tf.RaggedTensorSpec` (a batch of them is ragged [batch, None]): `batch` makes batches so, ragged only where
+examples differ in length.
 """
 
 from __future__ import annotations
@@ -29,6 +30,24 @@ def shapes(spec):
     if isinstance(spec, dict):
         return {name: tuple(spec[name].shape.as_list()) for name in spec}
     return tuple(spec.shape.as_list())
+
+
+def _variable(spec) -> bool:
+    return isinstance(spec, tf.TensorSpec) and not spec.shape.is_fully_defined()
+
+
+def normalized(spec):
+    """Features per example as a batch of them comes out of `batch`: a tensor of variable length is ragged."""
+    return tf.nest.map_structure(
+        lambda one: tf.RaggedTensorSpec(one.shape, one.dtype, 0, tf.int64) if _variable(one) else one, spec)
+
+
+def batch(examples: tf.data.Dataset, size, drop_remainder: bool = False) -> tf.data.Dataset:
+    """Batches of `size`; features that vary in length from one example to the next become ragged (int64 row
+    splits, as Keras' ragged inputs take them), the others stay dense."""
+    if any(_variable(one) for one in tf.nest.flatten(examples.element_spec)):
+        return examples.ragged_batch(size, drop_remainder=drop_remainder, row_splits_dtype=tf.int64)
+    return examples.batch(size, drop_remainder=drop_remainder)
 
 
 def batched(spec):

@@ -9,7 +9,7 @@ from typing import Callable, Mapping
 import numpy as np
 import tensorflow as tf
 
-from data import augment, corrupt
+from data import augment, contract, corrupt
 
 SPLITS = ("train", "validation", "test")
 SHUFFLE_BUFFER = 2048
@@ -45,7 +45,8 @@ class DataSource:
     What a model receives is `feature_spec` (data/contract.py): `features` where given (a dict of specs), else a
     float32 tensor of `input_shape`. A click source reads raw features and turns them into the model's with
     `preprocessing` (data/preprocessing.py); `read_raw` reads the same records without that last step, so
-    `split(..., raw=True)` gives the features as they are in the data (what an exported model takes).
+    `split(..., raw=True)` gives the features as they are in the data (what an exported model takes); a source
+    of tf.train.Example records says how to parse them (`parse_examples`), for serving.
     """
 
     name: str
@@ -66,6 +67,7 @@ class DataSource:
     features: object = None  # a dict of per-example tf.TypeSpecs, when examples are not one image tensor
     preprocessing: object = None  # raw features -> the model's, on batches (data/preprocessing.py)
     read_raw: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
+    parse_examples: Callable[[tf.Tensor], dict] | None = None  # serialized tf.train.Example [n] -> raw features
 
     @property
     def feature_spec(self):
@@ -117,7 +119,7 @@ class DataSource:
             else:
                 shards, index = workers, tf.distribute.coordinator.experimental_get_current_worker_index()
             examples = self._worker_examples(shards, index, seed).repeat()
-            batches = examples.batch(context.get_per_replica_batch_size(global_batch), drop_remainder=True)
+            batches = contract.batch(examples, context.get_per_replica_batch_size(global_batch), True)
             if self.augment:
                 batches = augment.augment_batches(batches, seed + index)
             return self._labelled(batches).prefetch(tf.data.AUTOTUNE)
@@ -126,7 +128,7 @@ class DataSource:
 
     def eval_dataset(self, split: str, batch: int, *, raw: bool = False) -> tf.data.Dataset:
         """Every example of `split` once, in order, batched for evaluation (`raw`: as an exported model takes them)."""
-        return self._labelled(self.split(split, raw=raw).batch(batch)).prefetch(tf.data.AUTOTUNE)
+        return self._labelled(contract.batch(self.split(split, raw=raw), batch)).prefetch(tf.data.AUTOTUNE)
 
     def steps_per_epoch(self, global_batch: int) -> int:
         """Full global batches in one pass over the training split (the global batch already spans all workers)."""
@@ -165,7 +167,11 @@ class DataSource:
                                       skip=self.skip_corrupt)
 
     def _labelled(self, batches: tf.data.Dataset) -> tf.data.Dataset:
-        """One-hot labels where the loss wants them (categorical_crossentropy), else the class index."""
-        if not self.one_hot:
-            return batches
-        return batches.map(lambda images, labels: (images, tf.one_hot(labels, self.num_classes)))
+        return labelled(batches, one_hot=self.one_hot, num_classes=self.num_classes)
+
+
+def labelled(batches: tf.data.Dataset, *, one_hot: bool, num_classes: int | None) -> tf.data.Dataset:
+    """One-hot labels where the loss wants them (categorical_crossentropy), else the labels as they are."""
+    if not one_hot:
+        return batches
+    return batches.map(lambda features, labels: (features, tf.one_hot(labels, num_classes)))
