@@ -90,7 +90,7 @@ def _listed_problems(options, prefix: str, schema: dict) -> list[Problem]:
             if not isinstance(entry, dict) or entry.get("label") is True:
                 problems.append(Problem(f"{prefix}{field}", name, "is not a feature of training.tfrecord_features "
                                         "(or is its label)", f"use some of {', '.join(_inputs(schema))}"))
-            elif entry.get("dtype") not in allowed:
+            elif entry.get("dtype") in DTYPES and entry["dtype"] not in allowed:  # a wrong dtype is said above
                 problems.append(Problem(f"{prefix}{field}", name, f"is {entry.get('dtype')}, which a "
                                         f"{field.split('_')[0]} feature cannot be", f"use {' or '.join(allowed)} "
                                         "features there"))
@@ -115,7 +115,7 @@ def _model_problems(options, prefix: str) -> list[Problem]:
                 problems.append(Problem(f"{prefix}{field}", getattr(options, field), f"{options.model} needs the "
                                         f"{field.split('_')[0]} features named", "name them, some of "
                                         f"{', '.join(_inputs(options.tfrecord_features))}"))
-    if listed and not has_schema(options):
+    if listed and options.tfrecord_features is None:
         problems.append(Problem(f"{prefix}numeric_features", options.numeric_features, "names features of a "
                                 "TFRecord schema, and there is none", "set training.tfrecord_features with "
                                 '"dataset": "tfrecord", or leave numeric_features and categorical_features out'))

@@ -80,8 +80,16 @@ def problem(model: tf_keras.Model, spec, *, model_name: str, source_name: str) -
     reasons = [reason for reason in reasons if reason]
     if not reasons:
         return None
-    return Problem("training.model", model_name, f"takes {describe(takes)} but {source_name} gives {describe(spec)} "
-                   f"({'; '.join(reasons)})", FIX)
+    return Problem("training.model", model_name, f"takes {_described(model, takes)} but {source_name} gives "
+                   f"{describe(spec)} ({'; '.join(reasons)})", FIX)
+
+
+def _described(model: tf_keras.Model, takes) -> str:
+    """The model's inputs as built: a dict, or one tensor (named, since Keras also finds it in a dict by name)."""
+    if isinstance(model.input, dict) or len(model.inputs) > 1:
+        return describe(takes)
+    one = takes[model.input_names[0]] if isinstance(takes, dict) else takes
+    return f"{describe(one)} (input {model.input_names[0]})"
 
 
 def check(model: tf_keras.Model, spec, *, model_name: str, source_name: str) -> None:

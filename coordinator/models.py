@@ -8,6 +8,7 @@ from tf_keras import layers
 from cluster import user_model
 from cluster.training_options import TrainingOptions
 from common.errors import Problem, UserError
+from coordinator import recommenders
 from data import contract
 
 
@@ -104,7 +105,10 @@ def make_optimizer(options: TrainingOptions):
 
 
 def compile_model(model, options: TrainingOptions, **kwargs) -> None:
-    """Compiles with the options' optimizer, loss and metrics (a user model's own optimizer and loss are kept)."""
+    """Compiles with the options' optimizer, loss and metrics (a user model's own optimizer and loss are kept;
+    auc and log_loss, which Keras does not know by name, are made as for the click models)."""
     optimizer = model.optimizer if getattr(model, "optimizer", None) is not None else make_optimizer(options)
     loss = getattr(model, "loss", None) or options.loss
-    model.compile(optimizer=optimizer, loss=loss, metrics=list(options.metrics), **kwargs)
+    metrics = [recommenders.click_metrics([name])[0] if name in recommenders.METRICS_FOR_CLICKS else name
+               for name in options.metrics]
+    model.compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)

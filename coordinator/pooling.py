@@ -21,7 +21,15 @@ def table_ids(ids) -> tf.Tensor:
 
 class MeanPooled(tf_keras.layers.Wrapper):
     """Wraps a table layer: ragged ids [batch, features, None] -> the mean of each feature's vectors [batch,
-    features, dim]."""
+    features, dim]; `features` is given, as a batch may come with that axis of unknown size (ParameterServerStrategy's
+    per-worker datasets)."""
+
+    def __init__(self, layer, features: int, **kwargs):
+        super().__init__(layer, **kwargs)
+        self.features = int(features)
+
+    def get_config(self):
+        return {**super().get_config(), "features": self.features}
 
     def call(self, ids):
         present = ids.with_flat_values(tf.ones_like(ids.flat_values, tf.float32)).to_tensor(0.0)
@@ -31,5 +39,5 @@ class MeanPooled(tf_keras.layers.Wrapper):
         vectors = tf.reshape(vectors, [batch, longest, features, dim])
         total = tf.reduce_sum(vectors * tf.transpose(present, [0, 2, 1])[..., tf.newaxis], axis=1)
         pooled = tf.math.divide_no_nan(total, tf.reduce_sum(present, axis=2)[..., tf.newaxis])
-        pooled.set_shape([None, ids.shape[1], dim])
+        pooled.set_shape([None, self.features, dim])
         return pooled

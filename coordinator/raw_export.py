@@ -10,6 +10,8 @@ that takes them: `serving_default(examples)`, a string vector, parsed with the p
 
 from __future__ import annotations
 
+import json
+
 import tensorflow as tf
 import tf_keras
 
@@ -25,14 +27,14 @@ class RawFeatures(tf_keras.layers.Layer):
 
     def __init__(self, preprocessing_config: dict, **kwargs):
         super().__init__(**{"trainable": False, **kwargs})
-        self.preprocessing_config = preprocessing_config
-        self.preprocess = preprocessing.from_config(preprocessing_config)
+        self.config_text = json.dumps(preprocessing_config)  # text: Keras would wrap (and track) a dict's contents
+        self.preprocess = preprocessing.from_config(json.loads(self.config_text))
 
     def call(self, raw):
         return self.preprocess(raw)
 
     def get_config(self):
-        return {**super().get_config(), "preprocessing_config": self.preprocessing_config}
+        return {**super().get_config(), "preprocessing_config": json.loads(self.config_text)}
 
 
 def _metric_copies(metrics) -> list:

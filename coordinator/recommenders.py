@@ -105,7 +105,7 @@ def _tables(options: RecommenderOptions, features: dict, dim: int, name: str):
     ids = features["ids"]
     layer = make_tables(options.rows_for(ids.shape[0]), dim, fused=options.fused_tables,
                         deduplicate=options.deduplicate_ids, name=name)
-    return MeanPooled(layer, name=f"{name}_pooled") if _pooled(ids) else layer
+    return MeanPooled(layer, ids.shape[0], name=f"{name}_pooled") if _pooled(ids) else layer
 
 
 def _mlp(x, widths, prefix: str, *, packed: bool, final_activation: str | None):
