@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from cluster import recommender_options as clicks
-from cluster.training_names import DATASET_NAMES, MODEL_NAMES, USER_MODEL_PATTERN
+from cluster.training_names import DATASET_NAMES, MODEL_NAMES, ONE_HOT_LOSSES, USER_MODEL_PATTERN
 from common.errors import Problem
 from common.fields import INT32_MAX, Check, optional_positive_int, positive_int
 
@@ -119,9 +119,11 @@ def _model_problems(options, prefix: str) -> list[Problem]:
         problems.append(Problem(f"{prefix}numeric_features", options.numeric_features, "names features of a "
                                 "TFRecord schema, and there is none", "set training.tfrecord_features with "
                                 '"dataset": "tfrecord", or leave numeric_features and categorical_features out'))
-    if is_function(options.dataset) and options.model in MODEL_NAMES and options.model not in \
-            clicks.RECOMMENDER_MODELS and options.num_classes is None:
-        problems.append(Problem(f"{prefix}num_classes", None, f"{options.model} needs the number of classes of "
+    zoo = options.model in MODEL_NAMES and options.model not in clicks.RECOMMENDER_MODELS
+    own = is_function(options.dataset) or has_schema(options)
+    if own and options.num_classes is None and (zoo or options.loss in ONE_HOT_LOSSES):
+        needs = options.model if zoo else f"loss {options.loss} (one-hot labels)"
+        problems.append(Problem(f"{prefix}num_classes", None, f"{needs} needs the number of classes of "
                                 f"{options.dataset}'s labels", "give training.num_classes"))
     return problems
 

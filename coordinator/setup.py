@@ -54,7 +54,8 @@ def plan(config: ClusterConfig, options: TrainingOptions, log, *, workers: int, 
     pipelines = pipelines or workers
     global_batch = options.per_worker_batch * workers
     steps_per_epoch = options.steps_per_epoch or source.steps_per_epoch(global_batch)
-    log.info("%s: %s training examples; %s; %d steps per epoch", source.name, source.sizes.get("train", "unknown"),
+    log.info("%s: %s training examples; %s; %d steps per epoch", source.name,
+             source.sizes.get("train", "an unknown number of"),
              batch_note.format(global_batch=global_batch, per_worker=options.per_worker_batch, workers=workers),
              steps_per_epoch)
     if source.note:

@@ -158,3 +158,23 @@ def test_user_model_parameters_are_checked_with_the_chiefs_python(tmp_path, monk
             "defaults, or take some of input_shape, num_classes, feature_spec"])):
         config = parsed(tmp_path, {**cluster_document(), "training": {"model": spec}})
         assert user_code_checks.model_problems(config, agent.host_python(config, "localhost")) == expected
+
+
+ENDLESS = '''
+import tensorflow as tf
+
+def clicks(split, input_context):
+    return tf.data.Dataset.from_tensors(({"x": [1.0]}, 1.0)).repeat() if split == "train" else None
+'''
+
+
+def test_a_dataset_function_is_checked_with_the_chiefs_python_before_anything_starts(tmp_path, monkeypatch):
+    (tmp_path / "my_pipeline.py").write_text(ENDLESS)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    config = parsed(tmp_path, {**cluster_document(), "training": {"model": "my_models:ctr",
+                                                                  "dataset": "my_pipeline:clicks"}})
+    assert user_code_checks.dataset_problems(config, agent.host_python(config, "localhost")) == [
+        "cluster.json: training.steps_per_epoch = None: my_pipeline:clicks's training split has no known size "
+        "(tf.data cannot count it); give training.steps_per_epoch (steps of one epoch)",
+        "cluster.json: training.dataset = 'my_pipeline:clicks': returns None for 'validation', which the evaluator "
+        "reads; return the validation split's dataset, or run without an evaluator"]
