@@ -87,7 +87,7 @@ def test_click_tfrecords_train_dlrm_and_the_export_serves_their_records(shared_s
     data, output = tmp_path / "clicks", tmp_path / "output"
     datakit.write_click_records(data, {"train": [200, 200], "validation": [100]})
     cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
-        **SMALL, "model": "dlrm", "dataset": "tfrecord", "data_dir": str(data), "output_dir": str(output),
+        **SMALL, "epochs": 1, "model": "dlrm", "dataset": "tfrecord", "data_dir": str(data), "output_dir": str(output),
         "tfrecord_features": datakit.CLICK_SCHEMA, "numeric_features": datakit.CLICK_NUMERIC,
         "categorical_features": datakit.CLICK_CATEGORICAL, "table_rows": 64, "embedding_dim": 4, "bottom_mlp": [8],
         "top_mlp": [8]})
