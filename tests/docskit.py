@@ -1,5 +1,6 @@
 """The docs as data: the cluster.json reference page built from the schema, and what the pages name (options,
-commands, links, JSON examples), for tests/test_docs*.py. `.venv/bin/python tests/docskit.py` rewrites the page."""
+commands, links, JSON examples), for tests/test_docs*.py. `.venv/bin/python tests/docskit.py` copies the help texts
+of the training and evaluation options into the schema's descriptions (their one source), then rewrites the page."""
 
 from __future__ import annotations
 
@@ -211,6 +212,37 @@ def json_examples(text: str) -> list[object]:
     return found
 
 
+def described_by_help(text: str, section: str, helps: dict[str, str]) -> str:
+    """The schema's text with each option of `section` described by its help text (other lines untouched)."""
+    begin = text.index(f'\n    "{section}": {{')
+    end = text.index('\n    },', begin)
+    body = text[begin:end]
+    for name, help_text in helps.items():
+        option = re.search(rf'\n        "{re.escape(name)}": {{.*?\n        }}', body, re.S)
+        if option is None:
+            continue
+        quoted = json.dumps(help_text)
+        described = re.sub(r'("description": )"(?:[^"\\]|\\.)*"', lambda m, quoted=quoted: m.group(1) + quoted,
+                           option.group(0), count=1)
+        body = body.replace(option.group(0), described)
+    return text[:begin] + body + text[end:]
+
+
+def sync_descriptions() -> None:
+    """Copies the training and evaluation options' help texts into roles/cluster.schema.json."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from cluster.evaluation_options import EvaluationOptions
+    from cluster.training_options import TrainingOptions
+
+    text = SCHEMA_PATH.read_text()
+    for section, cls in (("training", TrainingOptions), ("evaluation", EvaluationOptions)):
+        text = described_by_help(text, section, {f.name: f.metadata["help"] for f in dataclasses.fields(cls)})
+    SCHEMA_PATH.write_text(text)
+
+
 if __name__ == "__main__":
+    sync_descriptions()
     REFERENCE_PATH.write_text(reference_page(load_schema()))
     print(f"wrote {REFERENCE_PATH.relative_to(ROOT)}")
