@@ -12,7 +12,7 @@ from common.errors import Problem, UserError
 CYCLE_LENGTH = 8  # files one worker reads at once
 
 
-def _read(units: tf.data.Dataset) -> tf.data.Dataset:
+def read_records(units: tf.data.Dataset) -> tf.data.Dataset:
     """File names -> (file, record number, serialized example), files interleaved in parallel."""
 
     def records(path):
@@ -57,7 +57,7 @@ def load(files: dict[str, tuple[str, ...]], *, image_size: tuple[int, int], imag
 
     return DataSource(name="tfrecord", input_shape=(*image_size, CHANNELS),
                       num_classes=num_classes or _count_classes(files, label_key), sizes=sizes,
-                      units={split: (paths,) for split, paths in files.items()}, units_are_files=True, read=_read,
-                      decode=decode,
+                      units={split: (paths,) for split, paths in files.items()}, units_are_files=True,
+                      read=read_records, decode=decode,
                       record_name=lambda path, number, record: tf.strings.join(
                           [path, " record ", tf.strings.as_string(number)]))

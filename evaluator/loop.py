@@ -34,9 +34,9 @@ class SidecarEvaluator:
     """
 
     def __init__(self, *, training: TrainingOptions, evaluation: EvaluationOptions, source, files: RunFiles, log):
-        self.training, self.evaluation, self.files, self.log = training, evaluation, files, log
+        self.training, self.evaluation, self.files, self.log, self.source = training, evaluation, files, log, source
         self.checkpoint_dir = files.checkpoints
-        self.model = build_compiled(training, source.input_shape, source.num_classes)
+        self.model = build_compiled(training, source)
         self.dataset = source.eval_dataset("validation", evaluation.batch)
         self.state = EvaluationState.load(files)
         self.writer = tf.summary.create_file_writer(str(files.validation_events))
@@ -132,7 +132,7 @@ class SidecarEvaluator:
         return value > best if self.evaluation.best_mode == "max" else value < best
 
     def _export_best(self, name: str, step: int, metrics: dict) -> None:
-        paths = export.export(self.model, self.files.best_dir)
+        paths = export.export(self.model, self.files.best_dir, self.source)
         write_best(self.files, BestRecord(checkpoint=name, epoch=checkpoint_epoch(name), step=step, metrics=metrics,
                                           best_metric=self.evaluation.best_metric,
                                           best_mode=self.evaluation.best_mode, model=paths))
