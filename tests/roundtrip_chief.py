@@ -50,7 +50,7 @@ def build(run, distribution, fused_tables: bool):
     with distribution.scope():
         return recommenders.build_and_compile(
             options.model, dataclasses.replace(recommenders.from_training(options), fused_tables=fused_tables),
-            models.make_optimizer(options), metric_names=options.metrics,
+            models.make_optimizer(options), features=run.source.feature_spec, metric_names=options.metrics,
             steps_per_execution=options.steps_per_execution)
 
 
