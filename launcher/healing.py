@@ -17,6 +17,7 @@ from launcher.repeated_failures import RepeatedFailures
 
 
 HEALTHY_RUN_S = 60.0  # a task that ran this long since its start was not failing over and over: a new row begins
+LONGEST_BACKOFF_S = 60.0  # the doubling stops here (or at restart_backoff_s, if larger)
 
 
 class Action(enum.Enum):
@@ -42,7 +43,9 @@ class HealingPolicy:
 
     Backoff and `max_restarts` judge the restarts in a row: a task that ran HEALTHY_RUN_S since its last start
     begins a new row, so a long run whose tasks are lost now and then (preemption, a kill) restarts each at once
-    and is never stopped for the sum of its losses; a task that fails over and over still is.
+    and is never stopped for the sum of its losses; a task that fails over and over still is. The backoff stops
+    doubling at LONGEST_BACKOFF_S: a lead killed again and again while it starts (the soak found it waiting 128 s)
+    waits a minute at most.
     """
 
     def __init__(self, settings: LauncherSettings, strategy: Strategy):
@@ -82,7 +85,8 @@ class HealingPolicy:
                 return Decision(Action.DROP, f"{used_up}; training goes on without it; last log line: "
                                              f"{record.last_line}")
             return Decision(Action.FAIL_RUN, f"{used_up}; last log line: {record.last_line}")
-        delay_s = self.settings.restart_backoff_s * 2 ** row
+        first_s = self.settings.restart_backoff_s
+        delay_s = min(first_s * 2 ** row, max(first_s, LONGEST_BACKOFF_S))
         self.rows[name] = row + 1
         return Decision(Action.RESTART, f"{what}; restarting in {delay_s:.0f} s (restart {row + 1} of "
                                         f"{self.settings.max_restarts} in a row)", delay_s=delay_s,

@@ -81,6 +81,15 @@ def test_a_task_that_ran_a_minute_starts_a_new_row_of_restarts_and_backoff(polic
     assert {(d.action, d.delay_s) for d in lost} == {(Action.RESTART, 2.0)} and worker.restarts == 10
 
 
+def test_the_backoff_stops_doubling_at_a_minute(tmp_path):
+    document = cluster_document(evaluator=False)
+    document["launcher"]["max_restarts"] = 10
+    config = cluster_config.load(write_cluster(tmp_path, document))
+    policy, chief = HealingPolicy(config.launcher, config.strategy), TaskRecord(config.task("chief", 0))
+    delays = [life(policy, chief, None, "").delay_s for _ in range(8)]  # killed again and again while it starts
+    assert delays == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
+
+
 def outputs(tmp_path, age_s: float) -> RunOutputs:
     summary = RunSummary(status="complete", epochs=8, optimizer_steps=3366, steps_per_epoch=420,
                          train_seconds=412.0, final_metrics={"loss": 0.41}, model={"h5": "m.h5"})
