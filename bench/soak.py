@@ -16,6 +16,7 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -39,8 +40,6 @@ MODEL = {"model": "dlrm", "dataset": "synthetic_criteo", "synthetic_examples": 1
 
 def cluster_file(work: Path, size: dict) -> Path:
     """2 ps + 3 workers + chief + evaluator on loopback, with restarts enough for a task killed many times."""
-    import sys
-
     sys.path.insert(0, str(ROOT / "tests"))
     from clusterkit import cluster_document, write_cluster
 
@@ -78,11 +77,7 @@ def run_job(work: Path, size: dict, *, kill_every_s: float | None, seed: int, sa
     try:
         while launcher_running(logs) and time.monotonic() < deadline:
             trail.poll()
-            window = trail.first_step_at is not None and trail.phase == "train" and \
-                time.monotonic() - trail.first_step_at < size["minutes"] * 60
-            due = kill_every_s and window and time.monotonic() - (kills[-1]["at"] if kills else trail.first_step_at) \
-                >= kill_every_s
-            if due:
+            if kill_every_s and kill_due(trail, kills, kill_every_s, size["minutes"] * 60):
                 kills.append(kill_one(logs, rng, trail, say, number=len(kills) + 1))
             time.sleep(0.5)
         finished = not launcher_running(logs)
@@ -91,6 +86,14 @@ def run_job(work: Path, size: dict, *, kill_every_s: float | None, seed: int, sa
     result = summarise(work, trail, kills, finished=finished, wall_s=time.monotonic() - started)
     result["validation"] = validation_metrics(path, output) if result["complete"] else {}
     return result
+
+
+def kill_due(trail: ProgressTrail, kills: list[dict], every_s: float, window_s: float) -> bool:
+    """`every_s` after the last kill (or the first step), while training runs and the window lasts."""
+    if trail.first_step_at is None or trail.phase != "train":
+        return False
+    now = time.monotonic()
+    return now - trail.first_step_at < window_s and now - (kills[-1]["at"] if kills else trail.first_step_at) >= every_s
 
 
 def launcher_running(logs: Path) -> bool:
