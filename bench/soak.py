@@ -29,7 +29,7 @@ from bench.soak_report import ProgressTrail, render, summarise
 HERE = Path(__file__).resolve().parent
 SIZES = {  # the job, the kill window, and what the run may take at most before the soak gives up on it
     "full": {"epochs": 8, "steps_per_epoch": 4000, "minutes": 10.0, "limit_minutes": 60.0},
-    "quick": {"epochs": 2, "steps_per_epoch": 300, "minutes": 1.0, "limit_minutes": 15.0},
+    "quick": {"epochs": 2, "steps_per_epoch": 600, "minutes": 1.0, "limit_minutes": 15.0},
 }
 MODEL = {"model": "dlrm", "dataset": "synthetic_criteo", "synthetic_examples": 1 << 22, "table_rows": 20000,
          "embedding_dim": 8,
