@@ -16,8 +16,11 @@ from tf_keras import layers
 
 from coordinator.packed import PackedMLP
 from coordinator.sparse import SparseDenseModel, check_tables_sparse, make_embedding_optimizer
+from coordinator.dynamic.layer import DynamicTables
+from coordinator.dynamic.serving import ServingTables, serving_twin
 from coordinator.tables import FusedTables, SeparateTables, make_tables
 from data.criteo_layout import CATEGORICAL_FEATURES, NUMERIC_FEATURES
+from cluster import dynamic_table_options as dynamic_options
 from common.fields import Check, is_int, parse_or_raise, positive_int, positive_number
 
 METRICS_FOR_CLICKS = ("auc", "log_loss")  # the evaluator picks the best model by val_auc (mode max)
@@ -37,6 +40,10 @@ class RecommenderOptions:
     deduplicate_ids: bool = True  # tf.unique before the lookup: a hot id moves once per step
     packed_mlp: bool = True  # each MLP's weights in one variable: one transfer each way per step, not 2 per layer
     hash_salt: int = 0  # criteo: salt of the categorical hashing
+    embedding_kind: str = dynamic_options.DEFAULT_KIND  # hashed (rows by id modulo table_rows) or dynamic
+    embedding_capacity: int = dynamic_options.DEFAULT_CAPACITY  # dynamic: rows in all, spread over the ps
+    admit_after: int = dynamic_options.DEFAULT_ADMIT_AFTER  # dynamic: sightings before an id gets its own row
+    expire_after_steps: int = dynamic_options.DEFAULT_EXPIRE_AFTER_STEPS  # dynamic: idle steps before a row is freed
 
     @property
     def rows_per_table(self) -> tuple[int, ...]:
@@ -61,6 +68,7 @@ CHECKS = {
     "deduplicate_ids": Check(lambda v: isinstance(v, bool), "must be true or false", "use true"),
     "packed_mlp": Check(lambda v: isinstance(v, bool), "must be true or false", "use true"),
     "hash_salt": Check(is_int, "must be an integer", "use e.g. 0"),
+    **{name: check for name, check in dynamic_options.CHECKS.items() if not name.startswith("synthetic_")},
 }
 
 
@@ -104,13 +112,23 @@ class SumOverTables(layers.Layer):
         return tf.reduce_sum(weights, axis=1)
 
 
+def _tables(options: RecommenderOptions, dim: int, name: str, splits=None) -> tf_keras.layers.Layer:
+    """The table layer the options choose: hashed (fused, or one per feature) or dynamic (always fused: one index
+    for every feature, whose ids are keyed by feature)."""
+    if options.embedding_kind == "dynamic":
+        return DynamicTables(options.embedding_capacity, dim, admit_after=options.admit_after,
+                             expire_after_steps=options.expire_after_steps, deduplicate=options.deduplicate_ids,
+                             splits=splits, name=name)
+    return make_tables(options.rows_per_table, dim, fused=options.fused_tables, deduplicate=options.deduplicate_ids,
+                       name=name)
+
+
 def dlrm(options: RecommenderOptions) -> SparseDenseModel:
     """Bottom MLP on the numeric features, one embedding per categorical feature, dot interaction, top MLP."""
     inputs = _inputs()
     bottom = _mlp(inputs["dense"], (*options.bottom_mlp, options.embedding_dim), "bottom",
                   packed=options.packed_mlp, final_activation="relu")
-    embedded = make_tables(options.rows_per_table, options.embedding_dim, fused=options.fused_tables,
-                           deduplicate=options.deduplicate_ids, name="embeddings")(inputs["ids"])
+    embedded = _tables(options, options.embedding_dim, "embeddings")(inputs["ids"])
     vectors = layers.Concatenate(axis=1)([layers.Reshape((1, options.embedding_dim))(bottom), embedded])
     x = layers.Concatenate()([bottom, DotInteraction(name="interaction")(vectors)])
     output = _mlp(x, (*options.top_mlp, 1), "top", packed=options.packed_mlp, final_activation="sigmoid")
@@ -120,13 +138,14 @@ def dlrm(options: RecommenderOptions) -> SparseDenseModel:
 def wide_deep(options: RecommenderOptions) -> SparseDenseModel:
     """A linear (wide) part on the categorical ids and numeric features plus a deep MLP on embeddings and numerics."""
     inputs = _inputs()
-    rows = options.rows_per_table
-    weights = make_tables(rows, 1, fused=options.fused_tables, deduplicate=options.deduplicate_ids,
-                          name="wide_weights")(inputs["ids"])
+    if options.embedding_kind == "dynamic":  # one row per id holds its wide weight and its embedding
+        weights, embedded = _tables(options, 1 + options.embedding_dim, "tables",
+                                    splits=(1, options.embedding_dim))(inputs["ids"])
+    else:
+        weights = _tables(options, 1, "wide_weights")(inputs["ids"])
+        embedded = _tables(options, options.embedding_dim, "embeddings")(inputs["ids"])
     wide = layers.Add()([SumOverTables(name="wide_sum")(weights),
                          layers.Dense(1, name="wide_numeric")(inputs["dense"])])
-    embedded = make_tables(rows, options.embedding_dim, fused=options.fused_tables,
-                           deduplicate=options.deduplicate_ids, name="embeddings")(inputs["ids"])
     deep = layers.Concatenate()([layers.Flatten()(embedded), inputs["dense"]])
     deep = _mlp(deep, (*options.top_mlp, 1), "deep", packed=options.packed_mlp, final_activation=None)
     output = layers.Activation("sigmoid", name="click")(layers.Add()([wide, deep]))
@@ -137,13 +156,19 @@ RECOMMENDERS = {"dlrm": dlrm, "wide_deep": wide_deep}
 
 
 CUSTOM_OBJECTS = {"FusedTables": FusedTables, "SeparateTables": SeparateTables, "DotInteraction": DotInteraction,
-                  "SumOverTables": SumOverTables, "PackedMLP": PackedMLP}
+                  "SumOverTables": SumOverTables, "PackedMLP": PackedMLP, "ServingTables": ServingTables}
 
 
 def inference_model(model: SparseDenseModel) -> tf_keras.Model:
-    """The same layers and weights as a plain functional model (no second optimizer): what export saves.
+    """The same layers and weights as a plain functional model (no second optimizer): what export saves; a dynamic
+    table becomes its serving twin (the ids it holds and their rows, as weights: coordinator/dynamic/serving.py).
     Load it with `tf_keras.models.load_model(path, custom_objects=CUSTOM_OBJECTS)`."""
-    plain = tf_keras.Model(model.inputs, model.outputs, name=model.name)
+    if any(isinstance(layer, DynamicTables) for layer in model.layers):
+        plain = tf_keras.models.clone_model(model, clone_function=lambda layer: serving_twin(layer) if isinstance(
+            layer, DynamicTables) else layer)
+        plain = tf_keras.Model(plain.inputs, plain.outputs, name=model.name)
+    else:
+        plain = tf_keras.Model(model.inputs, model.outputs, name=model.name)
     plain.compile(loss="binary_crossentropy", metrics=click_metrics())  # evaluable as loaded, e.g. --model
     return plain
 

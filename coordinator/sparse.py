@@ -14,6 +14,7 @@ import functools
 import tensorflow as tf
 import tf_keras
 
+from coordinator.dynamic.layer import DynamicTables
 from coordinator.table_init import filled
 from coordinator.tables import table_layers
 from common.errors import Problem, UserError
@@ -111,6 +112,9 @@ class SparseDenseModel(tf_keras.Model):
         tables, dense = self.split_variables()
         self.embedding_optimizer._create_all_weights(tables)
         self.optimizer.build(dense)
+        for layer in table_layers(self):
+            if isinstance(layer, DynamicTables):  # new rows start from its slots' initial values
+                layer.bind_optimizer(self.embedding_optimizer)
 
     def train_step(self, data):
         x, y, sample_weight = tf_keras.utils.unpack_x_y_sample_weight(data)

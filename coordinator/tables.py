@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from coordinator.dynamic.layer import DynamicTables
 from coordinator.table_init import uniform_table
 
 
@@ -85,7 +86,7 @@ def hashed_rows(ids, table_rows) -> tf.Tensor | np.ndarray:
     return tf.math.floormod(tf.cast(ids, tf.int64), tf.constant(table_rows, tf.int64))
 
 
-TABLE_LAYERS = (FusedTables, SeparateTables, tf_keras.layers.Embedding)
+TABLE_LAYERS = (FusedTables, SeparateTables, DynamicTables, tf_keras.layers.Embedding)
 
 
 def make_tables(table_rows, dim: int, *, fused: bool, deduplicate: bool, name: str) -> tf_keras.layers.Layer:

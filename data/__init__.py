@@ -64,14 +64,17 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
                 tfrecord_image_key: str = TFRECORD_IMAGE_KEY, tfrecord_label_key: str = TFRECORD_LABEL_KEY,
                 tfrecord_num_classes: int | None = None, synthetic_shape=SYNTHETIC_SHAPE,
                 synthetic_examples: int = SYNTHETIC_EXAMPLES, table_rows=DEFAULT_TABLE_ROWS,
-                criteo_validation=None, validation_fraction: float = VALIDATION_FRACTION):
+                criteo_validation=None, validation_fraction: float = VALIDATION_FRACTION, synthetic_drift=None):
     """The DataSource for a dataset name (imports TensorFlow); a relative data_dir starts at `base_dir` (or here).
 
-    The other keywords are the TrainingOptions of the same names (see source_for); `one_hot` makes labels one-hot.
+    The other keywords are the TrainingOptions of the same names (see source_for); `one_hot` makes labels one-hot;
+    `synthetic_drift`: (new ids, id lifetime, period examples) of synthetic_criteo's ids born and dying.
     """
     if name == "synthetic_criteo":
         from data import synthetic_criteo
-        return synthetic_criteo.load(rows_per_table(table_rows), seed=seed, train_examples=synthetic_examples)
+        drift = synthetic_criteo.Drift(*synthetic_drift) if synthetic_drift else synthetic_criteo.Drift()
+        return synthetic_criteo.load(rows_per_table(table_rows), seed=seed, train_examples=synthetic_examples,
+                                     drift=drift)
     if name == "digits":
         from data import digits
         source = digits.load()
@@ -95,4 +98,6 @@ def source_for(options, base_dir: Path):
                        tfrecord_image_key=options.tfrecord_image_key, tfrecord_label_key=options.tfrecord_label_key,
                        tfrecord_num_classes=options.tfrecord_num_classes, synthetic_shape=options.synthetic_shape,
                        synthetic_examples=options.synthetic_examples, table_rows=options.table_rows,
-                       criteo_validation=options.criteo_validation, validation_fraction=options.validation_fraction)
+                       criteo_validation=options.criteo_validation, validation_fraction=options.validation_fraction,
+                       synthetic_drift=(options.synthetic_new_ids, options.synthetic_id_lifetime,
+                                        options.synthetic_period_examples))
