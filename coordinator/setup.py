@@ -18,7 +18,7 @@ from cluster.same_run import differences
 from cluster.training_options import TrainingOptions
 from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, PREEMPTED_EXIT_CODE, Problem, UserError
 from coordinator import export
-from coordinator.compiled import build_compiled, with_table_stats
+from coordinator.compiled import build_compiled, exportable, with_table_stats
 from coordinator.dynamic.checkpoint import held_difference
 from coordinator.dynamic.upkeep import dynamic_layers
 from coordinator.callbacks import Checkpointing, EpochEndedEarly, FirstStepReport, StepDecay
@@ -139,8 +139,8 @@ def _check_resharded(run: TrainingRun, model, checkpoint: str, before: int, afte
                  RESHARD_TOLERANCE)
     for spread, read_whole in zip(dynamic_layers(model), dynamic_layers(whole), strict=True):
         ids, differ = held_difference(spread, read_whole)
-        run.log.info("ps %d -> %d: %s's %d ids spread again over %d partitions; their rows, slots and last steps "
-                     "differ from the checkpoint's by at most %.1e", before, after, spread.name, ids,
+        run.log.info("ps %d -> %d: table %s: %d ids spread again over %d partitions; their rows, slots and last "
+                     "steps differ from the checkpoint's by at most %.1e", before, after, spread.name, ids,
                      len(spread.partitions), differ)
         largest = max(largest, differ)
     if not largest <= RESHARD_TOLERANCE:
@@ -208,8 +208,8 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
     options, files = run.options, run.files
     steps = int(model.optimizer.iterations.numpy())
     _exporting(run, steps)  # a heartbeat per stage: exporting is not a stall, for the launcher or the evaluator
-    whole = export.restore_whole(options, run.source.input_shape, run.source.num_classes, checkpoint,
-                                 device=device, io_device=device)
+    whole = exportable(export.restore_whole(options, run.source.input_shape, run.source.num_classes, checkpoint,
+                                            device=device, io_device=device))  # what export saves, checked here
     inputs = export.reference_inputs(run.source.split("test"))
     trained = model(inputs, training=False).numpy()
     exported = whole(inputs, training=False).numpy()
