@@ -100,7 +100,7 @@ class DynamicTables(tf_keras.layers.Layer):
 
     def _vectors(self, rows, parts, unit_of_occurrence, features) -> tf.Tensor:
         """Row vectors per occurrence: each unit (a distinct id, or an occurrence) with a row gathered once on
-        its partition's ps; occurrences without one read their feature's shared row."""
+        its partition's ps; occurrences without one read their feature's shared row (gathered once per step)."""
         held, gathered = [], []
         for number, partition in enumerate(self.partitions):
             picked = tf.where((rows >= 0) & tf.equal(parts, number))[:, 0]
@@ -112,7 +112,8 @@ class DynamicTables(tf_keras.layers.Layer):
         has_row = tf.gather(rows, unit_of_occurrence) >= 0
         with_row, without = tf.where(has_row)[:, 0], tf.where(~has_row)[:, 0]
         own = tf.gather(tf.concat(gathered, axis=0), tf.gather(compact, tf.gather(unit_of_occurrence, with_row)))
-        shared = tf.gather(self.shared, tf.gather(features, without))
+        needed, positions = tf.unique(tf.gather(features, without))  # each feature's shared row moves once
+        shared = tf.gather(tf.gather(self.shared, needed), positions)
         return tf.dynamic_stitch([tf.cast(with_row, tf.int32), tf.cast(without, tf.int32)], [own, shared])
 
     def _step(self) -> tf.Tensor:
@@ -130,6 +131,16 @@ class DynamicTables(tf_keras.layers.Layer):
     def stats(self):
         """Per partition: [rows, rows in use, ids held, admitted, expired, turned away] (int64)."""
         return tf.stack([partition.stats() for partition in self.partitions])
+
+    def locate(self, ids) -> tuple[np.ndarray, np.ndarray]:
+        """For int64 ids (a vector): each one's partition and row in it (-1: none), by an inference lookup."""
+        ids = tf.constant(ids, tf.int64)
+        parts = partition_of(ids, len(self.partitions)).numpy()
+        rows = np.full(len(parts), -1, np.int64)
+        for number, partition in enumerate(self.partitions):
+            mine = np.flatnonzero(parts == number)
+            rows[mine] = partition.lookup(tf.gather(ids, mine)).numpy()
+        return parts, rows
 
     def snapshot(self) -> dict[str, np.ndarray]:
         """Every held id (sorted) with its row vector, optimizer slot rows and last step: `ids`, `vectors`,
