@@ -80,39 +80,44 @@ class DynamicTables(tf_keras.layers.Layer):
         features = tf.tile(tf.range(self.features), tf.shape(ids)[:1])
         unique, positions, sightings = tf.unique_with_counts(flat)
         parts = partition_of(unique, len(self.partitions))
-        rows = self._rows_of(unique, sightings, parts, bool(training))
-        units = (rows, parts, positions) if self.deduplicate else \
-            (tf.gather(rows, positions), tf.gather(parts, positions), tf.range(tf.size(flat)))
-        vectors = self._vectors(*units, features)
+        chosen = tf.dynamic_partition(tf.range(tf.size(unique)), parts, len(self.partitions))
+        units = tf.size(unique) if self.deduplicate else tf.size(flat)  # a unit moves its row once
+        held, vectors = [], []
+        for number, (partition, picked) in enumerate(zip(self.partitions, chosen, strict=True)):
+            picked_ids = tf.gather(unique, picked)
+            rows = partition.train_lookup(picked_ids, tf.gather(sightings, picked), self._step()) if training \
+                else partition.lookup(picked_ids)
+            wanted, slots = (tf.cast(picked, tf.int64), None) if self.deduplicate else self._occurrences(
+                picked, tf.equal(tf.gather(parts, positions), number), positions, tf.size(unique))
+            with tf.device(partition.device):  # on the ps: only held rows, and which units they serve, come back
+                wanted_rows = rows if slots is None else tf.gather(rows, slots)
+                with_row = tf.where(wanted_rows >= 0)[:, 0]
+                vectors.append(tf.gather(partition.shard, tf.gather(wanted_rows, with_row)))
+            held.append(tf.gather(wanted, with_row))
+        unit_of_occurrence = positions if self.deduplicate else tf.range(tf.size(flat))
+        vectors = self._per_occurrence(tf.concat(held, 0), tf.concat(vectors, 0), units, unit_of_occurrence,
+                                       features)
         vectors = tf.reshape(vectors, tf.concat([tf.shape(ids), [self.dim]], axis=0))
         vectors.set_shape(ids.shape.concatenate([self.dim]))
         return tf.split(vectors, self.splits, axis=-1) if self.splits else vectors
 
-    def _rows_of(self, unique, sightings, parts, training: bool) -> tf.Tensor:
-        """Each distinct id's row in its partition (-1: none), admitting new ids when training."""
-        chosen = tf.dynamic_partition(tf.range(tf.size(unique)), parts, len(self.partitions))
-        found = []
-        for partition, picked in zip(self.partitions, chosen, strict=True):
-            ids = tf.gather(unique, picked)
-            found.append(partition.train_lookup(ids, tf.gather(sightings, picked), self._step()) if training
-                         else partition.lookup(ids))
-        return tf.dynamic_stitch(chosen, found)
+    @staticmethod
+    def _occurrences(picked, mine, positions, unique_count):
+        """Without de-duplication: this partition's occurrences, and each one's place among `picked` (the
+        partition's distinct ids), so that a row moves once per use."""
+        occurrences = tf.where(mine)[:, 0]
+        slot_of_unique = tf.scatter_nd(picked[:, tf.newaxis], tf.range(tf.size(picked)), tf.reshape(unique_count, [1]))
+        return occurrences, tf.gather(slot_of_unique, tf.gather(positions, occurrences))
 
-    def _vectors(self, rows, parts, unit_of_occurrence, features) -> tf.Tensor:
-        """Row vectors per occurrence: each unit (a distinct id, or an occurrence) with a row gathered once on
-        its partition's ps; occurrences without one read their feature's shared row (gathered once per step)."""
-        held, gathered = [], []
-        for number, partition in enumerate(self.partitions):
-            picked = tf.where((rows >= 0) & tf.equal(parts, number))[:, 0]
-            held.append(picked)
-            gathered.append(tf.gather(partition.shard, tf.gather(rows, picked)))
-        held = tf.concat(held, axis=0)
-        compact = tf.scatter_nd(held[:, tf.newaxis], tf.range(tf.size(held, out_type=tf.int64)),
-                                tf.shape(rows, out_type=tf.int64))
-        has_row = tf.gather(rows, unit_of_occurrence) >= 0
-        with_row, without = tf.where(has_row)[:, 0], tf.where(~has_row)[:, 0]
-        own = tf.gather(tf.concat(gathered, axis=0), tf.gather(compact, tf.gather(unit_of_occurrence, with_row)))
-        needed, positions = tf.unique(tf.gather(features, without))  # each feature's shared row moves once
+    def _per_occurrence(self, held, vectors, units, unit_of_occurrence, features) -> tf.Tensor:
+        """Row vectors per occurrence from the units' held rows; occurrences of units without a row read their
+        feature's shared row (each feature's moves once per step)."""
+        slot_of_unit = tf.scatter_nd(held[:, tf.newaxis], tf.range(1, tf.size(held, out_type=tf.int64) + 1),
+                                     tf.reshape(tf.cast(units, tf.int64), [1])) - 1
+        slot = tf.gather(slot_of_unit, unit_of_occurrence)  # -1: no row
+        with_row, without = tf.where(slot >= 0)[:, 0], tf.where(slot < 0)[:, 0]
+        own = tf.gather(vectors, tf.gather(slot, with_row))
+        needed, positions = tf.unique(tf.gather(features, without))
         shared = tf.gather(tf.gather(self.shared, needed), positions)
         return tf.dynamic_stitch([tf.cast(with_row, tf.int32), tf.cast(without, tf.int32)], [own, shared])
 
