@@ -20,6 +20,7 @@ from coordinator.dynamic.sketch import AdmissionSketch
 from coordinator.table_init import INIT_SCALE, filled
 
 EMPTY, RELEASING = -1, -2  # `owner` of a row without an id: free, or expired and free at the next sweep
+COLOCATED_SCOPE = "colocated_with_rows"  # names the bookkeeping variables, which take no round-robin turn
 ADMITTED, EXPIRED, TURNED_AWAY = 0, 1, 2  # the counters
 
 
@@ -36,7 +37,7 @@ class Partition:
         self.shard, self.device, self.rows = shard, shard.device, int(shard.shape[0])
         self.slots: dict = {}
         self.initial_slots: dict = {}
-        with colocated(shard):
+        with colocated(shard), tf.name_scope(COLOCATED_SCOPE):
             self.owner = tf.Variable(lambda: filled([self.rows], tf.int64, EMPTY), trainable=False, name="row_owner")
             self.last_seen = tf.Variable(lambda: filled([self.rows], tf.int32, 0), trainable=False,
                                          name="row_last_seen")

@@ -1,15 +1,18 @@
 """The chief's side of dynamic tables: it sweeps them on schedule and reports their rows per ps.
 
 Under ParameterServerStrategy a batch hook runs on the chief when steps are scheduled; the optimizer's step
-counter on the ps says how many ran. Every `expire_after_steps // SWEEPS_PER_EXPIRY` steps the chief sweeps
+counter on the ps says how many ran (read at most every CHECK_EVERY_S). Every `expire_after_steps //
+SWEEPS_PER_EXPIRY` steps (or, when steps run faster than that, at the first check after) the chief sweeps
 each table (coordinator/dynamic/partition.py: rows that expired at the last sweep become free, rows idle for
 `expire_after_steps` expire). The report: per ps, the table's rows, rows in use, ids held, and ids admitted,
 expired and turned away (the partition full) since the run began; a progress line segment
 (`tables | rows 1234/2000 (ps:0 610, ps:1 624) | admitted 1300 | expired 66 | turned away 0`), the per-ps report
-and summary.json (`tables`).
+and summary.json's `ps_report`.
 """
 
 from __future__ import annotations
+
+import time
 
 import tf_keras
 
@@ -17,6 +20,7 @@ from coordinator.dynamic.layer import DynamicTables
 from coordinator.shard_report import ps_of
 
 SWEEPS_PER_EXPIRY = 8
+CHECK_EVERY_S = 0.5  # the step counter lives on a ps: read it at most this often
 FIELDS = ("rows", "rows_in_use", "ids_held", "admitted", "expired", "turned_away")
 
 
@@ -53,11 +57,12 @@ class TableUpkeep(tf_keras.callbacks.Callback):
         self.layers = layers
         expiring = [layer.expire_after_steps for layer in layers if layer.expire_after_steps]
         self.every = max(1, min(expiring) // SWEEPS_PER_EXPIRY) if expiring else 0
-        self.last_sweep = None
+        self.last_sweep, self.checked_at = None, 0.0
 
     def on_train_batch_end(self, batch, logs=None):
-        if not self.every:
+        if not self.every or time.monotonic() - self.checked_at < CHECK_EVERY_S:
             return
+        self.checked_at = time.monotonic()
         step = int(self.model.embedding_optimizer.iterations.numpy())
         if self.last_sweep is None or step - self.last_sweep >= self.every:
             for layer in self.layers:
