@@ -6,20 +6,21 @@ them from three listings and restored uninitialised slots); the counters; the ad
 each id goes to the partition its hash names under the current partitioning, into rows 0, 1, ... of it: the
 same ps count gives the same contents, another one spreads the ids again (`sh run.sh reload` to more or
 fewer ps), each id keeping its vector, slots and last step. A partition given more ids than it has rows keeps
-the most recently seen (a warning says how many it left out). Rows that were expiring are free after a restore.
-The sketches, whose cells belong to partitions, come back only into the same partitioning; else they restart.
+the most recently seen (a warning says how many it left out, and they count as turned away). Rows that were
+expiring are free after a restore. The sketches, whose cells belong to partitions, come back only into the same
+partitioning; else they restart. The restore is made of TensorFlow ops only: TensorFlow runs it inside a
+tf.function when the checkpoint's variables live on several tasks.
 """
 
 from __future__ import annotations
 
-import logging
+import sys
 
 import numpy as np
 import tensorflow as tf
 
 from coordinator.dynamic.mixing import partition_of
-
-log = logging.getLogger("pscluster")
+from coordinator.dynamic.partition import TURNED_AWAY
 
 
 class TableState(tf.__internal__.tracking.Trackable):
@@ -43,46 +44,57 @@ class TableState(tf.__internal__.tracking.Trackable):
         return tensors
 
     def _restore_from_tensors(self, restored):
+        """Graph-safe: TensorFlow runs restores inside a tf.function when variables live on several tasks."""
         partitions = self._layer.partitions
-        values = {name: tensor.numpy() for name, tensor in restored.items()}
-        owners = partition_of(tf.constant(values["ids"], tf.int64), len(partitions)).numpy()
-        counters = _counters_for(values["counters"], len(partitions))
-        slot_names = [name.removeprefix("slot-") for name in values if name.startswith("slot-")]
-        left_out = 0
+        ids = restored["ids"]
+        owners = partition_of(ids, len(partitions))
+        counters = _counters_for(restored["counters"], len(partitions))
+        slot_names = [name for name in partitions[0].slots if f"slot-{name}" in restored]
+        left_out = []
         for number, partition in enumerate(partitions):
-            chosen = np.flatnonzero(owners == number)
-            if len(chosen) > partition.rows:  # the most recently looked-up ids first
-                left_out += len(chosen) - partition.rows
-                chosen = chosen[np.argsort(-values["last_seen"][chosen], kind="stable")[:partition.rows]]
-            partition.load(values["ids"][chosen], values["last_seen"][chosen], values["vectors"][chosen],
-                           {name: values[f"slot-{name}"][chosen] for name in slot_names if name in partition.slots},
-                           counters[number])
-        _restore_sketches(partitions, values)
-        if left_out:
-            log.warning("%s: %d held ids left out of the restore: their partitions under this ps count have fewer "
-                        "rows than ids (raise training.embedding_capacity)", self._layer.name, left_out)
-        return tf.no_op()
+            chosen = tf.where(tf.equal(owners, number))[:, 0]
+            seen = tf.gather(restored["last_seen"], chosen)
+            kept = tf.minimum(tf.size(chosen), partition.rows)  # the most recently looked-up ids first
+            chosen = tf.gather(chosen, tf.math.top_k(seen, k=kept).indices)
+            left_out.append(tf.size(seen) - kept)
+            partition.load(tf.gather(ids, chosen), tf.gather(restored["last_seen"], chosen),
+                           tf.gather(restored["vectors"], chosen),
+                           {name: tf.gather(restored[f"slot-{name}"], chosen) for name in slot_names},
+                           counters[number] + tf.cast(tf.equal(tf.range(3), TURNED_AWAY), tf.int64) * tf.cast(
+                               left_out[-1], tf.int64))
+        _restore_sketches(partitions, restored)
+        dropped = tf.add_n(left_out)
+        return tf.cond(dropped > 0, lambda: _warn_left_out(self._layer.name, dropped), tf.no_op)
 
 
-def _counters_for(saved: np.ndarray, partitions: int) -> np.ndarray:
+def _warn_left_out(name: str, dropped) -> tf.Operation:
+    return tf.print(f"[{name}] warning:", dropped, "held ids left out of the restore: their partitions under this ps "
+                    "count have fewer rows than ids (counted as turned away; raise training.embedding_capacity)",
+                    output_stream=sys.stderr)
+
+
+def _counters_for(saved: tf.Tensor, partitions: int) -> tf.Tensor:
     """Each partition's counters: as saved for the same partitioning, else the totals on the first partition."""
-    if saved.shape[0] == partitions:
-        return saved
-    counters = np.zeros((partitions, saved.shape[1]), saved.dtype)
-    counters[0] = saved.sum(axis=0)
-    return counters
+    totals = tf.reduce_sum(saved, axis=0, keepdims=True)
+    spread = tf.concat([totals, tf.zeros([partitions - 1, 3], saved.dtype)], axis=0)
+    return tf.cond(tf.equal(tf.shape(saved)[0], partitions), lambda: saved, lambda: spread)
 
 
-def _restore_sketches(partitions, values: dict) -> None:
-    if partitions[0].sketch is None:
+def _restore_sketches(partitions, restored) -> None:
+    """The sketches as saved for the same partitioning, else cleared (partition.load cleared them)."""
+    if partitions[0].sketch is None or "sketch" not in restored:
         return
-    counts = values.get("sketch")
-    if counts is None or counts.shape != (len(partitions), partitions[0].sketch.counts.shape[0]):
-        for partition in partitions:
-            partition.sketch.clear()
-        return
+    counts, loads = restored["sketch"], restored["sketch_load"]
+    width = partitions[0].sketch.counts.shape[0]
+    fits = tf.reduce_all(tf.equal(tf.shape(counts), [len(partitions), width]))
     for number, partition in enumerate(partitions):
-        partition.sketch.load_state(counts[number], values["sketch_load"][number])
+        tf.cond(fits, lambda p=partition, n=number: _load_sketch(p, counts, loads, n), tf.no_op)
+
+
+def _load_sketch(partition, counts, loads, number) -> tf.Operation:
+    with tf.control_dependencies([partition.sketch.counts.assign(tf.reshape(counts[number], [-1])),
+                                  partition.sketch.load.assign(loads[number])]):
+        return tf.no_op()
 
 
 def held_difference(layer, other) -> tuple[int, float]:
