@@ -4,6 +4,7 @@ de-duplication, the mixing hash, and the exported forms (.h5, .keras, SavedModel
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from coordinator import recommenders
 from coordinator.dynamic.checkpoint import held_difference
 from coordinator.dynamic.layer import DynamicTables
 from coordinator.dynamic.mixing import partition_of
-from coordinator.sparse import LeanAdagrad
+from coordinator.sparse import make_embedding_optimizer
 from data import synthetic_criteo
 
 
@@ -35,20 +36,30 @@ def rows_split(parts: int):
         yield
 
 
-def table(capacity: int, parts: int, **options) -> tuple[DynamicTables, LeanAdagrad]:
+def table(capacity: int, parts: int, optimizer: str = "adagrad", **options) -> tuple[DynamicTables, object]:
     with rows_split(parts):
         layer = DynamicTables(capacity, 4, **options)
         layer.build(tf.TensorShape([None, 2]))
-    optimizer = LeanAdagrad(learning_rate=0.1)
+    optimizer = make_embedding_optimizer(optimizer, 0.1)
     optimizer._create_all_weights(layer.trainable_weights)
     layer.bind_optimizer(optimizer)
     return layer, optimizer
 
 
+@functools.lru_cache(maxsize=None)
+def _step(layer, optimizer):
+    """A training step in a graph, as Keras and the cluster run it: every partition's lookup in one function."""
+    @tf.function
+    def step(ids):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(ids, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, layer.trainable_weights), layer.trainable_weights))
+
+    return step
+
+
 def train(layer, optimizer, ids) -> None:
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(layer(tf.constant(ids, tf.int64), training=True))
-    optimizer.apply_gradients(zip(tape.gradient(loss, layer.trainable_weights), layer.trainable_weights))
+    _step(layer, optimizer)(tf.constant(ids, tf.int64))
 
 
 def test_ids_spread_over_partitions_and_come_back_over_other_counts_and_sizes(tmp_path):
@@ -80,6 +91,21 @@ def test_an_id_used_twice_in_a_batch_gets_one_row_and_both_gradients(deduplicate
     np.testing.assert_allclose(accumulators[:, 0], [0.1 + 2.0 ** 2, 1.1, 1.1], rtol=1e-6)
     out = layer(tf.constant([[5, 6], [5, 7]], tf.int64), training=False).numpy()
     np.testing.assert_array_equal(out[0, 0], out[1, 0])
+
+
+@pytest.mark.parametrize("name, slots", [("sgd", []), ("ftrl", ["accumulator", "linear"])])
+def test_the_other_table_optimizers_train_reset_and_save_their_slots(tmp_path, name, slots):
+    layer, optimizer = table(8, 2, name, expire_after_steps=1)
+    train(layer, optimizer, [[1, 2], [3, 4]])
+    assert sorted(k.removeprefix("slot-") for k in layer.snapshot() if k.startswith("slot-")) == slots
+    for _ in range(2):
+        train(layer, optimizer, [[5, 6], [7, 8]])
+        layer.sweep()  # ids 1 to 4 expire, then their rows are freed
+    train(layer, optimizer, [[9, 10], [11, 12]])  # new ids in rows that were 1 to 4's, reset
+    path = tf.train.Checkpoint(layer=layer, optimizer=optimizer).write(str(tmp_path / "ckpt"))
+    other, other_optimizer = table(8, 1, name, expire_after_steps=1)
+    tf.train.Checkpoint(layer=other, optimizer=other_optimizer).read(path).assert_existing_objects_matched()
+    assert held_difference(layer, other)[1] == 0.0 and layer.stats().numpy()[:, 4].sum() == 4
 
 
 def test_the_partition_hash_spreads_sequential_ids_evenly():

@@ -13,6 +13,8 @@ update there, not into the row's next id.
 
 from __future__ import annotations
 
+import uuid
+
 import tensorflow as tf
 
 from coordinator.dynamic.allocator import RowAllocator
@@ -47,7 +49,9 @@ class Partition:
         with tf.device(self.device):
             self.index = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, default_value=-1,
                                                                  experimental_is_anonymous=True)
-            self.lock = tf.CriticalSection(shared_name="")  # "": private to this partition, freed with it
+            # a name of its own: with "" every lock on one ps was one mutex (its eager op's name), and a sweep of
+            # two partitions on one ps waited for itself
+            self.lock = tf.CriticalSection(shared_name=f"pscluster_table_lock_{uuid.uuid4().hex}")
 
     def bind(self, slots: dict, initial_slots: dict) -> None:
         """The optimizer's slot variables of this shard (name -> variable) and each one's initial row value."""
@@ -109,7 +113,7 @@ class Partition:
     def sweep(self, step: tf.Tensor, expire_after: int) -> tf.Tensor:
         """Frees the rows that expired at the last sweep, then expires rows not looked up for `expire_after`
         steps (their ids leave the index); returns [rows freed, rows expired]."""
-        with tf.device(self.device):
+        with tf.device(self.device), tf.control_dependencies([step]):  # the lock only once its input is here
             return self.lock.execute(lambda: self._sweep(step, expire_after), exclusive_resource_access=False)
 
     def _sweep(self, step, expire_after: int) -> tf.Tensor:
