@@ -58,3 +58,11 @@ def test_dynamic_tables_with_drift_are_accepted_and_a_mistake_exits_2(tmp_path):
     result = run_module("roles.launch", "print_config", str(write_cluster(tmp_path, document)))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert_no_traceback(result.stderr)
+
+
+def test_a_run_with_hashed_tables_does_not_resume_as_dynamic(tmp_path):
+    from cluster.same_run import differences
+
+    dynamic = cluster_config.parse(copy.deepcopy(BASE), tmp_path / "c.json").training
+    assert differences({"embedding_kind": "hashed"}, dynamic) == ["embedding_kind: 'hashed' → 'dynamic'"]
+    assert differences({"embedding_kind": "dynamic", "embedding_capacity": 5}, dynamic) == []  # capacity may change
