@@ -1,8 +1,9 @@
 """Click-through models over Criteo-style features (13 numeric, 26 categorical): dlrm and wide_deep, with their options.
 
-Inputs are a dict: `dense` float32 [batch, 13] (already log(1 + x)) and `ids` int64 [batch, 26] (each below its
-table's rows). Output: the click probability [batch, 1]. Build and compile under the strategy's scope so the
-partitioner splits the tables over the ps.
+Inputs are a dict: `dense` float32 [batch, 13] (already log(1 + x)) and `ids` int64 [batch, 26] (62-bit ids keyed
+by feature and value: hashed tables take them modulo their rows, dynamic tables give each its own row). Output:
+the click probability [batch, 1]. Build and compile under the strategy's scope so the partitioner splits the
+tables over the ps.
 """
 
 from __future__ import annotations
