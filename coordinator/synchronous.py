@@ -20,6 +20,7 @@ from cluster.run_files import RunFiles, RunSummary, read_summary
 from cluster.training_options import TrainingOptions
 from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE
 from coordinator import custom_loop, setup, strategy
+from coordinator.dynamic.upkeep import upkeep_for
 
 BATCH_NOTE = "global batch {global_batch} ({per_worker} per worker, {workers} worker(s), split over the replicas)"
 
@@ -37,7 +38,7 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     start = setup.resume(run, checkpoints, model)
     if start is None:
         return read_summary(run.files)
-    callback_list = setup.callbacks(run, checkpoints, device=None)
+    callback_list = setup.callbacks(run, checkpoints, device=None, tables=upkeep_for(model))
     with _peer_loss_exits(log):
         if options.loop == "custom":
             started = time.monotonic()

@@ -216,24 +216,31 @@ def test_a_worker_host_back_before_the_step_moved_is_timed_until_training_again(
     assert re.match(r"training again \d+ s after 10\.0\.0\.2 answered again \(chief:0 at step 161\)", said[-1]), said
 
 
+DYNAMIC_DLRM = {"model": "dlrm", "dataset": "synthetic_criteo", "table_rows": 64, "embedding_dim": 4, "bottom_mlp": [8],
+                "top_mlp": [8], "per_worker_batch": 32, "synthetic_examples": 1024, "min_shard_bytes": 256,
+                "embedding_kind": "dynamic", "embedding_capacity": 4000, "admit_after": 2, "expire_after_steps": 400}
+
+
 def test_reload_resizes_workers_and_ps_in_a_running_job(tmp_path):
+    """2 -> 3 -> 1 ps while dlrm trains dynamic tables: each change keeps the predictions and every held id's row,
+    slots and last step (the tables spread their ids again); the evaluator reads the checkpoints meanwhile."""
     from clusterkit import free_ports, processes_mentioning, wait_for_launcher
 
-    training = {"epochs": 2, "steps_per_epoch": 1500, "steps_per_execution": 2, "lr_decay_epochs": [],
-                "progress_every_s": 2}
+    training = {**DYNAMIC_DLRM, "epochs": 2, "steps_per_epoch": 1500, "steps_per_execution": 2,
+                "lr_decay_epochs": [], "progress_every_s": 2}
     path, logs = launch_detached(tmp_path, training=training, launcher={}, workers=2, ps=2)
     chief_log = logs / "chief-0.log"
     try:
         assert wait_for_line(chief_log, "train | epoch 1/2", 240), chief_log.read_text()
         original = json.loads(path.read_text())
         changed = json.loads(path.read_text())
-        changed["training"]["model"] = "mlp"  # a change that cannot be applied live: refused, nothing changes
+        changed["training"]["model"] = "wide_deep"  # a change that cannot be applied live: refused, nothing changes
         path.write_text(json.dumps(changed))
         refused = subprocess.run(["sh", str(ROOT / "run.sh"), "reload", str(path)], capture_output=True, text=True,
                                  timeout=600, stdin=subprocess.DEVNULL)
+        path.write_text(json.dumps(original))  # first: kill.sh in `finally` reads this file
         assert refused.returncode == 2, refused.stderr
-        assert "training.model = 'mlp': cannot change in a running job (it is 'cnn')" in refused.stderr
-        path.write_text(json.dumps(original))
+        assert "training.model = 'wide_deep': cannot change in a running job (it is 'dlrm')" in refused.stderr
 
         new_worker, new_ps = (f"localhost:{port}" for port in free_ports(2))
         grown = reload_with(path, worker=[*original["cluster"]["worker"], new_worker],
@@ -254,7 +261,13 @@ def test_reload_resizes_workers_and_ps_in_a_running_job(tmp_path):
     differences = [float(x) for x in re.findall(r"predictions before and after differ by at most ([\d.e+-]+)", log)]
     assert len(differences) == 2 and all(d <= 1e-6 for d in differences), differences
     assert "optimizer slots" in log
+    spread = re.findall(r"table embeddings: (\d+) ids spread again over (\d+) partitions; .* at most ([\d.e+-]+)", log)
+    assert [int(parts) for _, parts, _ in spread] == [3, 1] and all(int(ids) > 0 for ids, _, _ in spread), spread
+    assert all(float(differ) == 0.0 for _, _, differ in spread)  # every held id kept its row, slots, last step
     assert log.count("stopped as asked: checkpoint") == 2  # each change began with a checkpoint, losing no step
     summary = json.loads((tmp_path / "output" / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["ps"] == 1, launcher_log[-3000:]
+    assert summary["ps_report"]["ps:0"]["ids_held"] > 0 and "export check" in log
+    best = json.loads((tmp_path / "output" / "best_model" / "best.json").read_text())  # the evaluator read them
+    assert 0.0 <= best["metrics"]["val_auc"] <= 1.0
     assert processes_mentioning(str(tmp_path)) == []
