@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cluster import data_options
+from cluster import dynamic_table_options as tables
 from cluster import recommender_options as clicks
 from cluster.strategies import STRATEGY_NAMES, StrategyName
 from cluster.training_names import (COLLECTIVE_NAMES, CONVOLUTIONAL_MODELS, LOOP_NAMES, LOSS_NAMES,
@@ -104,6 +105,7 @@ CHECKS = {
     "progress_every_s": seconds_check("30"),
     **clicks.CHECKS,
     **data_options.CHECKS,
+    **tables.CHECKS,
 }
 
 
@@ -111,7 +113,8 @@ def cross_field_problems(options: TrainingOptions, prefix: str) -> list[Problem]
     """What no single field shows: a loop the strategy cannot run, data the model cannot read, mismatched metrics."""
     return [*_loop_problems(options, prefix), *clicks.fit_problems(options, prefix),
             *_metric_problems(options, prefix), *_shape_problems(options, prefix),
-            *data_options.problems(options, prefix)]
+            *data_options.problems(options, prefix),
+            *tables.cross_field_problems(options, prefix)]
 
 
 def _loop_problems(options: TrainingOptions, prefix: str) -> list[Problem]:

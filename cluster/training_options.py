@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from cluster import dynamic_table_options as tables
 from cluster import recommender_options as clicks
 from cluster.training_checks import CHECKS, cross_field_problems
 from cluster.training_names import (IMAGE_SIZE, SYNTHETIC_EXAMPLES, SYNTHETIC_SHAPE, TFRECORD_IMAGE_KEY,
@@ -108,6 +109,22 @@ class TrainingOptions:
     embedding_optimizer: str = _option("adagrad", "dlrm, wide_deep: the tables' optimizer, one that updates only "
                                                   "looked-up rows: adagrad, sgd or ftrl")
     embedding_learning_rate: float = _option(0.05, "dlrm, wide_deep: the tables' learning rate")
+    embedding_kind: str = _option(tables.DEFAULT_KIND, "dlrm, wide_deep: hashed (each id takes the row of its value "
+                                  "modulo table_rows: ids may share rows) or dynamic (each id a row of its own, "
+                                  "admitted and expired; see docs/dynamic-embeddings.md)")
+    embedding_capacity: int = _option(tables.DEFAULT_CAPACITY, "dynamic tables: rows in all, spread evenly over "
+                                      "the ps")
+    admit_after: int = _option(tables.DEFAULT_ADMIT_AFTER, "dynamic tables: an id gets a row of its own at this "
+                               "sighting; before, and when the rows are full, it reads and trains its feature's "
+                               "shared row")
+    expire_after_steps: int = _option(tables.DEFAULT_EXPIRE_AFTER_STEPS, "dynamic tables: a row whose id was not "
+                                      "looked up for this many optimizer steps is freed for another id; 0 never")
+    synthetic_new_ids: int = _option(tables.DEFAULT_NEW_IDS, "synthetic_criteo: ids born per period in each "
+                                     "categorical feature (0: a fixed vocabulary of table_rows values each)")
+    synthetic_id_lifetime: int = _option(tables.DEFAULT_ID_LIFETIME, "synthetic_criteo with new ids: periods an id "
+                                         "occurs in before it dies")
+    synthetic_period_examples: int = _option(tables.DEFAULT_PERIOD_EXAMPLES, "synthetic_criteo with new ids: "
+                                             "training examples per period")
 
 
 FIELD_NAMES = tuple(f.name for f in dataclasses.fields(TrainingOptions))

@@ -7,6 +7,7 @@ import tf_keras
 from cluster.recommender_options import RECOMMENDER_MODELS
 from cluster.training_options import TrainingOptions
 from coordinator import input_contract, models, recommenders
+from coordinator.dynamic.upkeep import dynamic_layers, table_stats
 from coordinator.pooling import table_ids
 from coordinator.raw_export import RawFeatures
 from coordinator.shard_report import report_lines, shard_report
@@ -43,7 +44,14 @@ def ps_report(model: tf_keras.Model, source, global_batch: int, log) -> dict:
     if not isinstance(model, SparseDenseModel):
         return {}
     features, _ = next(iter(contract.batch(source.split("train"), global_batch).take(1)))
-    report = shard_report(model, table_ids(features["ids"]).numpy())
+    report = with_table_stats(shard_report(model, table_ids(features["ids"]).numpy()), model)
     for line in report_lines(report):
         log.info("per ps: %s", line)
+    return report
+
+
+def with_table_stats(report: dict, model) -> dict:
+    """The per-ps report with each ps's dynamic table rows merged in (as they stand now)."""
+    for name, stats in table_stats(dynamic_layers(model)).items():
+        report.setdefault(name, {"lookups_per_step": 0, "bytes_moved_per_step": 0}).update(stats)
     return report

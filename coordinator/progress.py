@@ -43,10 +43,11 @@ class ProgressReport(tf_keras.callbacks.Callback):
     """Progress lines and TensorBoard scalars during and after each epoch; the lead's heartbeat file."""
 
     def __init__(self, log, summary_dir: Path, files: RunFiles | None, *, epochs: int, steps_per_epoch: int,
-                 global_batch: int, every_s: float, device: str | None, capacity=None):
+                 global_batch: int, every_s: float, device: str | None, capacity=None, notes=None):
         super().__init__()
         self._supports_tf_logs = True
         self.log, self.files, self.device, self.capacity = log, files, device, capacity  # capacity: CapacityWatch
+        self.notes = notes  # a callable whose text ends each progress line (dynamic tables' rows)
         self.epochs, self.steps_per_epoch, self.global_batch, self.every_s = epochs, steps_per_epoch, global_batch, \
             every_s
         with tf.device(device):
@@ -105,10 +106,11 @@ class ProgressReport(tf_keras.callbacks.Callback):
         self.last_line, self.line_step = now, step
         learning_rate = float(self.model.optimizer.learning_rate.numpy())
         total = self.epochs * self.steps_per_epoch
-        self.log.info(progress_line(
+        line = progress_line(
             epoch=self.epoch + 1, epochs=self.epochs, step=step, total_steps=total, steps_per_s=steps_per_s,
             examples_per_s=steps_per_s * self.global_batch, metrics=metrics, learning_rate=learning_rate,
-            eta_s=(total - step) / steps_per_s if steps_per_s > 0 else 0.0))
+            eta_s=(total - step) / steps_per_s if steps_per_s > 0 else 0.0)
+        self.log.info("%s", f"{line} | {self.notes()}" if self.notes else line)
         if self.capacity is not None:
             self.capacity.observe(steps_per_s)
         with tf.device(self.device), self.writer.as_default(step=step):

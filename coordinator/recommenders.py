@@ -1,10 +1,11 @@
 """Click-through models over numeric and categorical features: dlrm and wide_deep, with their options.
 
 Inputs are a dict as the data describes it (data/preprocessing.py): `dense` float32 [batch, numeric columns]
-(Criteo: 13, already log(1 + x)) and `ids` int64 [batch, categorical features] (Criteo: 26; 64-bit ids, one table
-per feature), or ragged [batch, features, None] when a feature holds several values (their vectors pooled by
-mean). Output: the click probability [batch, 1]. Build and compile under the strategy's scope so the
-partitioner splits the tables over the ps.
+(Criteo: 13, already log(1 + x)) and `ids` int64 [batch, categorical features] (Criteo: 26; 62-bit ids keyed by
+feature and value: hashed tables take them modulo their rows, dynamic tables give each its own row), or ragged
+[batch, features, None] when a feature holds several values (their vectors pooled by mean). Output: the click
+probability [batch, 1]. Build and compile under the strategy's scope so the partitioner splits the tables over
+the ps.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from coordinator.input_contract import keras_inputs
 from coordinator.packed import PackedMLP
 from coordinator.pooling import MeanPooled
 from coordinator.sparse import SparseDenseModel, check_tables_sparse, make_embedding_optimizer
+from coordinator.dynamic.layer import DynamicTables
+from coordinator.dynamic.serving import ServingTables, serving_twin
 from coordinator.tables import FusedTables, SeparateTables, make_tables
 from data.contract import describe
 from data.criteo_layout import CATEGORICAL_FEATURES
 from data.preprocessing import CriteoPreprocessing
+from cluster import dynamic_table_options as dynamic_options
 from common.errors import Problem, UserError
 from common.fields import Check, is_int, parse_or_raise, positive_int, positive_number
 
@@ -45,6 +49,10 @@ class RecommenderOptions:
     deduplicate_ids: bool = True  # tf.unique before the lookup: a hot id moves once per step
     packed_mlp: bool = True  # each MLP's weights in one variable: one transfer each way per step, not 2 per layer
     hash_salt: int = 0  # criteo: salt of the categorical hashing
+    embedding_kind: str = dynamic_options.DEFAULT_KIND  # hashed (rows by id modulo table_rows) or dynamic
+    embedding_capacity: int = dynamic_options.DEFAULT_CAPACITY  # dynamic: rows in all, spread over the ps
+    admit_after: int = dynamic_options.DEFAULT_ADMIT_AFTER  # dynamic: sightings before an id gets its own row
+    expire_after_steps: int = dynamic_options.DEFAULT_EXPIRE_AFTER_STEPS  # dynamic: idle steps before a row is freed
 
     @property
     def rows_per_table(self) -> tuple[int, ...]:
@@ -73,6 +81,7 @@ CHECKS = {
     "deduplicate_ids": Check(lambda v: isinstance(v, bool), "must be true or false", "use true"),
     "packed_mlp": Check(lambda v: isinstance(v, bool), "must be true or false", "use true"),
     "hash_salt": Check(is_int, "must be an integer", "use e.g. 0"),
+    **{name: check for name, check in dynamic_options.CHECKS.items() if not name.startswith("synthetic_")},
 }
 
 
@@ -100,11 +109,18 @@ def _pooled(ids) -> bool:
     return isinstance(ids, tf.RaggedTensorSpec)
 
 
-def _tables(options: RecommenderOptions, features: dict, dim: int, name: str):
-    """The table layer for the data's categorical features (wrapped to pool several values per feature)."""
+def _tables(options: RecommenderOptions, features: dict, dim: int, name: str, splits=None):
+    """The table layer for the data's categorical features, as the options choose: hashed (fused, or one per
+    feature) or dynamic (always fused: one index for every feature, whose ids are keyed by feature); wrapped to
+    pool several values per feature."""
     ids = features["ids"]
-    layer = make_tables(options.rows_for(ids.shape[0]), dim, fused=options.fused_tables,
-                        deduplicate=options.deduplicate_ids, name=name)
+    if options.embedding_kind == "dynamic":
+        layer = DynamicTables(options.embedding_capacity, dim, admit_after=options.admit_after,
+                              expire_after_steps=options.expire_after_steps, deduplicate=options.deduplicate_ids,
+                              splits=splits, name=name)
+    else:
+        layer = make_tables(options.rows_for(ids.shape[0]), dim, fused=options.fused_tables,
+                            deduplicate=options.deduplicate_ids, name=name)
     return MeanPooled(layer, ids.shape[0], name=f"{name}_pooled") if _pooled(ids) else layer
 
 
@@ -150,10 +166,14 @@ def dlrm(options: RecommenderOptions, features: dict = CRITEO_FEATURES) -> Spars
 def wide_deep(options: RecommenderOptions, features: dict = CRITEO_FEATURES) -> SparseDenseModel:
     """A linear (wide) part on the categorical ids and numeric features plus a deep MLP on embeddings and numerics."""
     inputs = _inputs(features, "wide_deep")
-    weights = _tables(options, features, 1, "wide_weights")(inputs["ids"])
+    if options.embedding_kind == "dynamic" and not _pooled(features["ids"]):  # one row holds both of an id's parts
+        weights, embedded = _tables(options, features, 1 + options.embedding_dim, "tables",
+                                    splits=(1, options.embedding_dim))(inputs["ids"])
+    else:
+        weights = _tables(options, features, 1, "wide_weights")(inputs["ids"])
+        embedded = _tables(options, features, options.embedding_dim, "embeddings")(inputs["ids"])
     wide = layers.Add()([SumOverTables(name="wide_sum")(weights),
                          layers.Dense(1, name="wide_numeric")(inputs["dense"])])
-    embedded = _tables(options, features, options.embedding_dim, "embeddings")(inputs["ids"])
     deep = layers.Concatenate()([layers.Flatten()(embedded), inputs["dense"]])
     deep = _mlp(deep, (*options.top_mlp, 1), "deep", packed=options.packed_mlp, final_activation=None)
     output = layers.Activation("sigmoid", name="click")(layers.Add()([wide, deep]))
@@ -164,13 +184,20 @@ RECOMMENDERS = {"dlrm": dlrm, "wide_deep": wide_deep}
 
 
 CUSTOM_OBJECTS = {"FusedTables": FusedTables, "SeparateTables": SeparateTables, "DotInteraction": DotInteraction,
-                  "SumOverTables": SumOverTables, "PackedMLP": PackedMLP, "MeanPooled": MeanPooled}
+                  "SumOverTables": SumOverTables, "PackedMLP": PackedMLP, "MeanPooled": MeanPooled,
+                  "ServingTables": ServingTables}
 
 
 def inference_model(model: SparseDenseModel) -> tf_keras.Model:
-    """The same layers and weights as a plain functional model (no second optimizer): what export saves.
+    """The same layers and weights as a plain functional model (no second optimizer): what export saves; a dynamic
+    table becomes its serving twin (the ids it holds and their rows, as weights: coordinator/dynamic/serving.py).
     Load it with `tf_keras.models.load_model(path, custom_objects=CUSTOM_OBJECTS)`."""
-    plain = tf_keras.Model(model.inputs, model.outputs, name=model.name)
+    if any(isinstance(layer, DynamicTables) for layer in model.layers):
+        plain = tf_keras.models.clone_model(model, clone_function=lambda layer: serving_twin(layer) if isinstance(
+            layer, DynamicTables) else layer)
+        plain = tf_keras.Model(plain.inputs, plain.outputs, name=model.name)
+    else:
+        plain = tf_keras.Model(model.inputs, model.outputs, name=model.name)
     plain.compile(loss="binary_crossentropy", metrics=click_metrics())  # evaluable as loaded, e.g. --model
     return plain
 

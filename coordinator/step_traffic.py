@@ -20,6 +20,7 @@ import tensorflow as tf
 from cluster.training_options import TrainingOptions
 from coordinator.compiled import build_compiled
 from coordinator.pooling import table_ids
+from coordinator.dynamic.partition import COLOCATED_SCOPE
 from coordinator.shard_report import shard_report
 from coordinator.sparse import SparseDenseModel
 from coordinator.strategy import partitioner_for
@@ -65,9 +66,12 @@ def _rows(total: int, parts: int) -> list[int]:
 
 
 def placed(created: list, partitioner, num_ps: int) -> dict:
-    """{variable ref: [Shard]}: where ParameterServerStrategy with `partitioner` would put each variable."""
+    """{variable ref: [Shard]}: where ParameterServerStrategy with `partitioner` would put each variable (a dynamic
+    table's bookkeeping is colocated with its rows: it takes no turn)."""
     shards, count = {}, 0
     for variable in created:
+        if COLOCATED_SCOPE in variable.name.split("/"):
+            continue
         shape = tuple(variable.shape)
         parts = min(partitioner(shape=tf.TensorShape(shape), dtype=variable.dtype)[0], shape[0]) if shape else 1
         rows = _rows(shape[0], parts) if parts > 1 else [shape[0] if shape else None]

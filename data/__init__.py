@@ -68,19 +68,22 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
                 tfrecord_num_classes: int | None = None, synthetic_shape=SYNTHETIC_SHAPE,
                 synthetic_examples: int = SYNTHETIC_EXAMPLES, table_rows=DEFAULT_TABLE_ROWS,
                 criteo_validation=None, validation_fraction: float = VALIDATION_FRACTION, schema: dict | None = None,
-                num_classes: int | None = None):
+                num_classes: int | None = None, synthetic_drift=None):
     """The DataSource for a dataset name (imports TensorFlow); a relative data_dir starts at `base_dir` (or here).
 
     The other keywords are the TrainingOptions of the same names (see source_for); `one_hot` makes labels one-hot;
     `schema` holds tfrecord_features as `schema` and numeric_features and categorical_features as `numeric` and
     `categorical` (tfrecord of any schema). A "package.module:function" name is a user's dataset function.
+    `synthetic_drift`: (new ids, id lifetime, period examples) of synthetic_criteo's ids born and dying.
     """
     if ":" in name:
         from data import user_pipeline
         return user_pipeline.load(name, num_classes=num_classes, one_hot=one_hot)
     if name == "synthetic_criteo":
         from data import synthetic_criteo
-        return synthetic_criteo.load(rows_per_table(table_rows), seed=seed, train_examples=synthetic_examples)
+        drift = synthetic_criteo.Drift(*synthetic_drift) if synthetic_drift else synthetic_criteo.Drift()
+        return synthetic_criteo.load(rows_per_table(table_rows), seed=seed, train_examples=synthetic_examples,
+                                     drift=drift)
     if name == "digits":
         from data import digits
         source = digits.load()
@@ -108,4 +111,6 @@ def source_for(options, base_dir: Path):
                        schema=options.tfrecord_features and {"schema": options.tfrecord_features,
                                                              "numeric": options.numeric_features,
                                                              "categorical": options.categorical_features},
-                       num_classes=options.num_classes)
+                       num_classes=options.num_classes,
+                       synthetic_drift=(options.synthetic_new_ids, options.synthetic_id_lifetime,
+                                        options.synthetic_period_examples))

@@ -38,9 +38,10 @@ class DataSource:
     an int32 label. Where decoding can fail (encoded images), `record_name(*records)` names records (given as
     vectors), and a record that does not decode fails the run naming it, or with `skip_corrupt` is skipped and
     counted. `cache_examples` keeps each worker's examples in memory after the first pass (for examples that
-    cost more to make than to keep). A line-oriented source gives `cut(workers)`: each worker's training units
-    (byte ranges that together hold every line once), used when there are fewer units than workers. `note`
-    says for the log which files make which split.
+    cost more to make than to keep). `in_order`: training units are read in their order, not shuffled (a stream
+    whose content changes over time); examples are still shuffled within SHUFFLE_BUFFER. A line-oriented source
+    gives `cut(workers)`: each worker's training units (byte ranges that together hold every line once), used
+    when there are fewer units than workers. `note` says for the log which files make which split.
 
     What a model receives is `feature_spec` (data/contract.py): `features` where given (a dict of specs), else a
     float32 tensor of `input_shape`. A click source reads raw features and turns them into the model's with
@@ -62,6 +63,7 @@ class DataSource:
     skip_corrupt: bool = False
     cache_examples: bool = False
     cut: Callable[[int], list[tuple]] | None = None
+    in_order: bool = False
     note: str = ""
     input_shape: tuple[int, ...] = ()
     features: object = None  # a dict of per-example tf.TypeSpecs, when examples are not one image tensor
@@ -147,7 +149,8 @@ class DataSource:
     def _shard_examples(self, units: tf.data.Dataset, shards: int, index: int, seed: int) -> tf.data.Dataset:
         """This shard's examples, reshuffled on every pass (shuffling comes before the repeat)."""
         if self.shard_policy(shards) == BY_FILE:
-            records = self.read(units.shard(shards, index).shuffle(len(self.units["train"][0]), seed=seed))
+            mine = units.shard(shards, index)
+            records = self.read(mine if self.in_order else mine.shuffle(len(self.units["train"][0]), seed=seed))
         elif self.shard_policy(shards) == BY_RANGE:
             ranges = self.cut(shards)[index]
             records = self.read(_columns_dataset(ranges).shuffle(max(len(ranges[0]), 1), seed=seed))
