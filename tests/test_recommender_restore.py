@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from clusterkit import PYTHON, ROOT, free_ports, write_cluster
+from clusterkit import PYTHON, ROOT, write_cluster
 from test_recommender_cluster import TINY
 
 pytestmark = pytest.mark.cluster
@@ -29,20 +29,13 @@ def cases(ps: int, output) -> list[dict]:
             for model, fused, optimizer in listed]
 
 
-def run_phase(phase: str, chiefs: dict) -> None:
-    """Runs `phase` of tests/roundtrip_chief.py for every ps count at once (each waits mostly on its servers)."""
-    started = {ps: subprocess.Popen([PYTHON, str(ROOT / "tests" / "roundtrip_chief.py"), phase, str(cluster),
-                                     str(directory), json.dumps(listed)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-               for ps, (cluster, directory, listed) in chiefs.items()}
-    try:
-        errors = {ps: process.communicate(timeout=600)[1] for ps, process in started.items()}
-    finally:
-        for process in started.values():
-            process.kill()
-            process.wait()
-    for ps, process in started.items():
-        assert process.returncode == 0, f"{phase} with {ps} ps:\n{errors[ps][-4000:]}"
+def run_phase(phase: str, ps: int, cluster, directory, listed: list[dict]) -> None:
+    """Runs `phase` of tests/roundtrip_chief.py, one chief at a time: two coordinators at once on the shared ps
+    is no pattern of ours, and a ps crashed (segfault) once when they were tried."""
+    done = subprocess.run([PYTHON, str(ROOT / "tests" / "roundtrip_chief.py"), phase, str(cluster), str(directory),
+                           json.dumps(listed)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, f"{phase} with {ps} ps:\n{done.stderr[-4000:]}"
 
 
 def compare(case: dict, values, ps: int) -> None:
@@ -65,12 +58,12 @@ def test_recommenders_restore_every_variable_and_predict_as_before(shared_server
     for ps in (1, 2):
         document = json.loads(shared_servers.read_text())
         document["cluster"]["ps"] = document["cluster"]["ps"][:ps]  # 1 ps: the shared ps:0 serves a 1-ps chief
-        document["cluster"]["chief"] = [f"localhost:{free_ports(1)[0]}"]  # the two chiefs run at once
         directory = tmp_path / f"ps{ps}"
         directory.mkdir()
         chiefs[ps] = (write_cluster(directory, document), directory / "values", cases(ps, directory / "output"))
-    run_phase("save", chiefs)
-    run_phase("restore", chiefs)
+    for phase in ("save", "restore"):
+        for ps, chief in chiefs.items():
+            run_phase(phase, ps, *chief)
     for ps, (_, values, listed) in chiefs.items():
         for case in listed:
             compare(case, values, ps)
