@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from cluster import follow_checks
 from cluster import recommender_options as clicks
 from cluster.strategies import STRATEGY_NAMES, StrategyName
 from cluster.training_names import (COLLECTIVE_NAMES, CONVOLUTIONAL_MODELS, DATASET_NAMES, LOOP_NAMES, LOSS_NAMES,
@@ -102,6 +103,7 @@ CHECKS = {
     "seed": Check(int_in(0, SEED_LIMIT - 1), f"must be an integer from 0 to {SEED_LIMIT - 1}",
                   "use e.g. 0 (numpy takes seeds in [0, 2**32))"),
     "progress_every_s": seconds_check("30"),
+    **follow_checks.CHECKS,
     **clicks.CHECKS,
 }
 
@@ -109,7 +111,8 @@ CHECKS = {
 def cross_field_problems(options: TrainingOptions, prefix: str) -> list[Problem]:
     """What no single field shows: a loop the strategy cannot run, data the model cannot read, mismatched metrics."""
     return [*_loop_problems(options, prefix), *clicks.fit_problems(options, prefix),
-            *_metric_problems(options, prefix), *_shape_problems(options, prefix)]
+            *_metric_problems(options, prefix), *_shape_problems(options, prefix),
+            *follow_checks.follow_problems(options, prefix)]
 
 
 def _loop_problems(options: TrainingOptions, prefix: str) -> list[Problem]:
