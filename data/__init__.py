@@ -38,7 +38,9 @@ def preflight(options, base_dir: Path) -> None:
     from a split; a CIFAR-10 file that is not a whole number of records; an idx file with a wrong magic number or
     size; an npz without MNIST's arrays; no train-* or validation-* TFRecord files. Images are not decoded here.
     """
-    if options.dataset in FILE_DATASETS:
+    if options.follow_data:  # files land later: only the folder must be there
+        layouts.data_root(options.dataset, options.data_dir, base_dir)
+    elif options.dataset in FILE_DATASETS:
         _layout(options.dataset, layouts.data_root(options.dataset, options.data_dir, base_dir),
                 criteo_validation=options.criteo_validation, validation_fraction=options.validation_fraction)
 
@@ -96,3 +98,10 @@ def source_for(options, base_dir: Path):
                        tfrecord_num_classes=options.tfrecord_num_classes, synthetic_shape=options.synthetic_shape,
                        synthetic_examples=options.synthetic_examples, table_rows=options.table_rows,
                        criteo_validation=options.criteo_validation, validation_fraction=options.validation_fraction)
+
+
+def followed_for(options, base_dir: Path):
+    """The FollowedData (data/followed.py) of a follow-mode run's TrainingOptions `options` (imports TensorFlow)."""
+    from data.followed import FollowedData
+
+    return FollowedData(options, layouts.data_root(options.dataset, options.data_dir, base_dir))

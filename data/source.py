@@ -103,6 +103,10 @@ class DataSource:
 
         return dataset_fn
 
+    def unit_examples(self, units: tf.data.Dataset) -> tf.data.Dataset:
+        """Every example of these read units (a dataset of unit columns, any units of this source), in order."""
+        return self._labelled(self._decoded(self.read(units)))
+
     def eval_dataset(self, split: str, batch: int) -> tf.data.Dataset:
         """Every example of `split` once, in order, batched for evaluation."""
         return self._labelled(self.split(split).batch(batch)).prefetch(tf.data.AUTOTUNE)
