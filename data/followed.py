@@ -17,8 +17,8 @@ from common.errors import Problem, UserError
 from data import criteo, tfrecord
 from data.criteo_layout import first_line_problem
 from data.criteo_splits import CriteoFiles
-from data.landing import Landed, Landing
-from data.pieces import Piece, cut_into_pieces, whole_file
+from data.landing import Landed, Landing, data_files, natural_key
+from data.pieces import WHOLE, Piece, cut_into_pieces, whole_file
 from data.whole_files import gzip_missing, text_missing, tfrecord_missing
 
 UNLABELLED = ("test.txt", "test.txt.gz")  # Kaggle's Criteo test file: no labels, so never training data
@@ -55,8 +55,19 @@ class FollowedData:
 
     def landing(self, taken: dict[str, tuple[int, float]] | None = None) -> Landing:
         """A watcher of the folder that skips `taken` files (a resumed run's)."""
-        excluded = (lambda name: name.rsplit("/", 1)[-1] in UNLABELLED) if self.kind == "criteo" else None
-        return Landing(self.root, self.pattern, self.missing, taken=taken, excluded=excluded)
+        return Landing(self.root, self.pattern, self.missing, taken=taken, excluded=self._excluded)
+
+    def _excluded(self, name: str) -> bool:
+        return self.kind == "criteo" and name.rsplit("/", 1)[-1] in UNLABELLED
+
+    def split(self, name: str) -> tf.data.Dataset:
+        """Follow mode has no splits: any split is every example of the data files there now, in name order (what
+        reference inputs and samples of ids are taken from)."""
+        names = sorted(data_files(self.root, self.pattern, self._excluded), key=natural_key)
+        if not names:
+            return self.examples(tf.constant(""), 0, 0).take(0)
+        pieces = tf.data.Dataset.from_tensor_slices([self.path(n) for n in names])
+        return pieces.flat_map(lambda path: self.examples(path, 0, WHOLE))
 
     def missing(self, path: Path) -> str | None:
         """What the file lacks to be whole; a whole Criteo file whose first line is not Criteo stops the run."""

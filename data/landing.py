@@ -48,6 +48,22 @@ def is_data_name(name: str, excluded: Callable[[str], bool] = lambda name: False
     return not any(part.startswith(NOT_DATA_PREFIXES) for part in name.split("/")) and not excluded(name)
 
 
+def data_files(root: Path, pattern: str, excluded: Callable[[str], bool]) -> dict[str, tuple[int, float]]:
+    """Size and modification time of each data file under `root` now (complete or not)."""
+    found = {}
+    for path in root.glob(pattern):
+        name = path.relative_to(root).as_posix()
+        if not is_data_name(name, excluded):
+            continue
+        try:
+            if path.is_file():
+                stat = path.stat()
+                found[name] = (stat.st_size, stat.st_mtime)
+        except OSError:  # renamed or removed between the listing and the stat: seen at the next look
+            continue
+    return found
+
+
 class Landing:
     """Polls `root` for files matching `pattern`; `missing(path)` says what a file lacks to be whole (None if
     nothing); `taken` names files already trained or queued (a resumed run's), which never land again."""
@@ -92,18 +108,7 @@ class Landing:
         return self.verdicts[name][1]
 
     def _candidates(self) -> dict[str, tuple[int, float]]:
-        found = {}
-        for path in self.root.glob(self.pattern):
-            name = path.relative_to(self.root).as_posix()
-            if not is_data_name(name, self.excluded):
-                continue
-            try:
-                if path.is_file():
-                    stat = path.stat()
-                    found[name] = (stat.st_size, stat.st_mtime)
-            except OSError:  # renamed or removed between the listing and the stat: seen at the next look
-                continue
-        return found
+        return data_files(self.root, self.pattern, self.excluded)
 
     def _changed(self, found: dict[str, tuple[int, float]]) -> list[str]:
         """Taken files whose size or time changed since (each reported once): new data needs a new name."""

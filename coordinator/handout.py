@@ -1,0 +1,91 @@
+"""Pieces of data handed to workers as they are free: one scheduled closure per piece, which builds that piece's
+dataset on its worker and trains on all of it.
+
+`ClusterCoordinator.schedule` queues closures and each worker takes the next when it is free, so a slow worker
+takes fewer pieces; a closure whose worker fails is queued again and run by another (at-least-once: the steps
+the lost worker had taken stay in the model). One traced function serves every piece (the piece is its
+argument), and a piece holds many steps, as building a dataset per closure has a cost. The closure returns the
+examples and steps it trained and its worker's index; each is waited for on a thread, so the chief's loop
+never blocks on one piece.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from data.source import SHUFFLE_BUFFER
+
+PIECES_AHEAD_PER_WORKER = 2  # queued or running per worker: a worker that finishes one finds the next waiting
+
+
+class Trained(NamedTuple):
+    """One piece's result: `key` as handed out, examples and steps trained, the worker that ran it last."""
+
+    key: tuple[int, int]
+    examples: int
+    steps: int
+    worker: int
+
+
+class PieceTrainer:
+    """Schedules one closure per piece under ParameterServerStrategy and reports pieces as they finish."""
+
+    def __init__(self, distribution, model, data, *, global_batch: int, seed: int, workers: int):
+        self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(distribution)
+        self.ahead = PIECES_AHEAD_PER_WORKER * workers
+        self.running: dict[tuple[int, int], concurrent.futures.Future] = {}
+        self._waiters = concurrent.futures.ThreadPoolExecutor(max_workers=self.ahead,
+                                                              thread_name_prefix="piece-waiter")
+        self._train = _piece_function(distribution, model, data, global_batch, seed)
+
+    @property
+    def room(self) -> int:
+        """Pieces that may be handed out now."""
+        return self.ahead - len(self.running)
+
+    def hand_out(self, key: tuple[int, int], path: str, begin: int, end: int) -> None:
+        remote = self.coordinator.schedule(self._train, args=(tf.constant(path), tf.constant(begin, tf.int64),
+                                                              tf.constant(end, tf.int64)))
+        self.running[key] = self._waiters.submit(remote.fetch)
+
+    def finished(self, timeout_s: float) -> list[Trained]:
+        """Pieces that finished, waiting up to `timeout_s` for the first; a piece's error (e.g. a malformed
+        line) is raised here."""
+        if not self.running:
+            return []
+        concurrent.futures.wait(self.running.values(), timeout=timeout_s,
+                                return_when=concurrent.futures.FIRST_COMPLETED)
+        done = [key for key, future in self.running.items() if future.done()]
+        results = []
+        for key in done:
+            examples, steps, worker = self.running.pop(key).result()
+            results.append(Trained(key, int(examples), int(steps), int(worker)))
+        return results
+
+    def all_finished(self, timeout_s: float) -> list[Trained]:
+        """Waits up to `timeout_s` for every running piece; returns those that finished (the rest keep running)."""
+        concurrent.futures.wait(self.running.values(), timeout=timeout_s)
+        return self.finished(0.0)
+
+
+def _piece_function(distribution, model, data, global_batch: int, seed: int):
+    """The traced closure: a piece's examples, shuffled within the piece, in global batches (the last may be
+    smaller: every example trains), each one step of the model's own train_step (both optimizers of a
+    recommender)."""
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64),
+                                  tf.TensorSpec([], tf.int64)])
+    def train_piece(path, begin, end):
+        batches = data.examples(path, begin, end).shuffle(SHUFFLE_BUFFER, seed=seed).batch(global_batch)
+        examples, steps = tf.constant(0, tf.int64), tf.constant(0, tf.int64)
+        for features, labels in batches.prefetch(2):
+            distribution.run(model.train_step, args=((features, labels),))
+            examples += tf.shape(labels, out_type=tf.int64)[0]
+            steps += 1
+        worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+        return examples, steps, tf.cast(worker, tf.int64)
+
+    return train_piece
