@@ -10,6 +10,7 @@ by the next run.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import time
@@ -34,9 +35,9 @@ class FollowLoop:
         self.known = {entry.name: (entry.size, entry.mtime) for entry in self.ledger.files}
         self.examples = sum(entry.examples for entry in self.ledger.files)
         now = time.monotonic()
-        self.last_save = self.last_version = self.last_activity = now
+        self.started = self.last_save = self.last_version = self.last_activity = now
         self.unsaved = self.unserved = False
-        self.last_piece = None
+        self.last_piece, self.pieces_by_worker = None, collections.Counter()
         self.saved_json, self.saved_number = self.ledger.to_json(), parts.resumed_number
         parts.report.line_examples = self.examples
 
@@ -53,7 +54,7 @@ class FollowLoop:
             if not training:
                 time.sleep(BEAT_S)  # nothing to wait on: a quiet beat
             self.p.report.beat(Phase.TRAIN if training else Phase.WAIT)
-            self.p.report.progress(self.ledger, self.examples, training=training)
+            self.p.report.progress(self.ledger, self.examples, self.pieces_by_worker, training=training)
             if self._save_due():
                 self._save_and_serve(serve=self._serve_due())
             if self._idle_long_enough(training):
@@ -89,9 +90,10 @@ class FollowLoop:
     def _record(self, results) -> None:
         for result in results:
             piece = self.ledger.piece(result.key)
-            if self.ledger.finish(result.key, result.examples, time.time()):
+            if self.ledger.finish(result.key, result.examples, time.time(), steps=result.steps):
                 self.p.report.done(self.ledger.files[result.key[0]])
             self.examples += result.examples
+            self.pieces_by_worker[result.worker] += 1
             self.unsaved = self.unserved = True
             self.last_piece, self.last_activity = piece, time.monotonic()
 
@@ -186,6 +188,7 @@ class FollowLoop:
         finished = dataclasses.replace(summary, status=RunStatus.COMPLETE,
                                        optimizer_steps=int(self.p.model.optimizer.iterations.numpy()),
                                        global_batch=self.p.run.global_batch, strategy=self.p.run.options.strategy,
+                                       train_seconds=round(time.monotonic() - self.started, 2),
                                        checkpoint=self.p.checkpoints.latest_path(),
                                        model={"serving": str(self.p.run.files.serving)},
                                        tensorboard=str(self.p.run.files.tensorboard),

@@ -30,6 +30,7 @@ class FileEntry:
     done: list[int] = dataclasses.field(default_factory=list)
     piece_count: int = 0
     examples: int = 0
+    steps: int = 0
     started: float | None = None
     finished: float | None = None
     served_version: int | None = None
@@ -81,13 +82,14 @@ class Ledger:
         entry.started = now if first else entry.started
         return first
 
-    def finish(self, key: tuple[int, int], examples: int, now: float) -> bool:
-        """Marks a piece done with the examples it trained; True when that completes its file."""
+    def finish(self, key: tuple[int, int], examples: int, now: float, steps: int = 0) -> bool:
+        """Marks a piece done with the examples and steps it trained; True when that completes its file."""
         entry = self.files[key[0]]
         if entry.complete or key[1] in entry.done:
             return False
         entry.done.append(key[1])
         entry.examples += examples
+        entry.steps += steps
         if len(entry.done) == len(entry.pieces):
             entry.finished, entry.pieces, entry.done = now, [], []
             return True
@@ -132,22 +134,25 @@ class Ledger:
 def trained_through(ledger: Ledger, *, version: int, written: float, checkpoint: str, step: int) -> dict:
     """What a serving version has trained on: each file done, and each file it stands inside (and where)."""
     return {"version": version, "written": written, "checkpoint": checkpoint, "optimizer_step": step,
-            "files_done": [{"name": e.name, "examples": e.examples, "landed": e.landed, "done": e.finished}
-                           for e in ledger.files if e.complete],
+            "files_done": [{"name": e.name, "examples": e.examples, "steps": e.steps, "landed": e.landed,
+                            "done": e.finished} for e in ledger.files if e.complete],
             "in_progress": [{"name": e.name, "pieces_done": len(e.done), "pieces": e.piece_count,
-                             "through_byte": e.through_byte(), "size": e.size, "examples": e.examples}
+                             "through_byte": e.through_byte(), "size": e.size, "examples": e.examples,
+                             "steps": e.steps}
                             for e in ledger.files if not e.complete and e.done],
             "not_started": [e.name for e in ledger.files if not e.complete and not e.done]}
 
 
 def freshness_summary(ledger: Ledger) -> dict:
-    """Per file and overall: seconds from landing to the first serving version that trained on all of it."""
+    """Per file and overall: examples and steps trained, and seconds from landing to the first serving version
+    that trained on all of it (its freshness); in a healthy run the steps of the files add up to the optimizer's."""
     served = [entry.freshness_s for entry in ledger.files if entry.freshness_s is not None]
-    return {"files_done": ledger.done_count(), "files": len(ledger.files),
+    freshness = {"last": round(served[-1], 1), "median": round(statistics.median(served), 1),
+                 "max": round(max(served), 1)} if served else {}
+    return {"files_done": ledger.done_count(), "files": len(ledger.files), "freshness_s": freshness,
             "examples": sum(entry.examples for entry in ledger.files),
-            "freshness_s": {"last": round(served[-1], 1), "median": round(statistics.median(served), 1),
-                            "max": round(max(served), 1)} if served else {},
-            "per_file": [{"name": e.name, "examples": e.examples, "landed": e.landed, "done": e.finished,
-                          "served_version": e.served_version,
+            "steps": sum(entry.steps for entry in ledger.files),
+            "per_file": [{"name": e.name, "examples": e.examples, "steps": e.steps, "landed": e.landed,
+                          "done": e.finished, "served_version": e.served_version,
                           "freshness_s": None if e.freshness_s is None else round(e.freshness_s, 1)}
                          for e in ledger.files]}

@@ -45,7 +45,7 @@ def test_a_version_records_what_it_trained_on_and_the_first_version_of_each_file
     record = trained_through(ledger, version=1, written=130.0, checkpoint="ckpt-0-9", step=9)
     assert [f["name"] for f in record["files_done"]] == ["day_1.gz"]
     assert record["in_progress"] == [{"name": "day_0", "pieces_done": 1, "pieces": 3, "through_byte": 100,
-                                      "size": 300, "examples": 30}]
+                                      "size": 300, "examples": 30, "steps": 0}]
     assert [e.name for e in ledger.serve(1, 130.0, names={"day_1.gz"})] == ["day_1.gz"]
     for key in ((0, 1), (0, 2)):
         ledger.finish(key, 30, now=140.0)
