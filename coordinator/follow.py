@@ -9,6 +9,7 @@ continues where the last checkpoint stands, with the files that landed in betwee
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 
 import tensorflow as tf
@@ -16,6 +17,7 @@ import tensorflow as tf
 from cluster.config import PROJECT_ROOT, ClusterConfig
 from cluster.run_files import RunFiles, RunSummary
 from cluster.training_options import TrainingOptions
+from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE
 from coordinator import setup, strategy
 from coordinator.checkpoints import EpochCheckpoints, Position
 from coordinator.compiled import ps_report
@@ -79,7 +81,13 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
         report=FollowReport(log, run.files, model, every_s=options.progress_every_s, device=strategy.CHIEF_CPU,
                             folder=str(data.root), poll_s=options.data_poll_s),
         watch=watch, stop=stop, device=strategy.CHIEF_CPU, resumed_number=position.steps)
-    return FollowLoop(parts).run()
+    try:
+        return FollowLoop(parts).run()
+    except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError) as error:
+        reason = ((error.message or "").strip().splitlines() or [""])[0]
+        log.error("lost part of the cluster (%s: %s); exiting so the run resumes from the last checkpoint (pieces "
+                  "done since are trained again)", type(error).__name__, reason[:200])
+        sys.exit(CLUSTER_UNAVAILABLE_EXIT_CODE)
 
 
 def _restored_ledger(state: tf.Variable, files: RunFiles, options: TrainingOptions, log) -> Ledger:

@@ -58,12 +58,11 @@ class PieceTrainer:
             return []
         concurrent.futures.wait(self.running.values(), timeout=timeout_s,
                                 return_when=concurrent.futures.FIRST_COMPLETED)
-        done = [key for key, future in self.running.items() if future.done()]
-        results = []
-        for key in done:
-            examples, steps, worker = self.running.pop(key).result()
-            results.append(Trained(key, int(examples), int(steps), int(worker)))
-        return results
+        done = {key: self.running.pop(key) for key, future in list(self.running.items()) if future.done()}
+        errors = [future.exception() for future in done.values() if future.exception() is not None]
+        if errors:  # the root cause first: a failed piece cancels the others, which then fail as cancelled
+            raise min(errors, key=lambda error: isinstance(error, tf.errors.CancelledError))
+        return [Trained(key, *(int(value) for value in future.result())) for key, future in done.items()]
 
     def all_finished(self, timeout_s: float) -> list[Trained]:
         """Waits up to `timeout_s` for every running piece; returns those that finished (the rest keep running)."""

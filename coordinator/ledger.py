@@ -153,6 +153,6 @@ def freshness_summary(ledger: Ledger) -> dict:
             "examples": sum(entry.examples for entry in ledger.files),
             "steps": sum(entry.steps for entry in ledger.files),
             "per_file": [{"name": e.name, "examples": e.examples, "steps": e.steps, "landed": e.landed,
-                          "done": e.finished, "served_version": e.served_version,
+                          "started": e.started, "done": e.finished, "served_version": e.served_version,
                           "freshness_s": None if e.freshness_s is None else round(e.freshness_s, 1)}
                          for e in ledger.files]}

@@ -5,8 +5,8 @@ A file is data when its path under the folder matches the pattern and no part of
 that writes `.day_5.gz.tmp` and renames it). It is complete, and lands, at the first look where its size and
 modification time are what the previous look saw and its format says it is whole (data/whole_files.py).
 Files that land at the same look are taken in natural name order (day_2 before day_10). A file's landing
-time is when it appeared: no later than the look that first saw it, no earlier than the look before (or its
-modification time, for files already there at the first look). Pure Python: no TensorFlow.
+time is when its last byte was written (its modification time, which a rename keeps), no earlier than the
+look before the one that first saw it (a file moved in keeps an older time). Pure Python: no TensorFlow.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class Landing:
             if why:
                 incomplete[name] = why
                 continue
-            landed.append(Landed(name, size, mtime, _landing_time(mtime, *before[2:])))
+            landed.append(Landed(name, size, mtime, _landing_time(mtime, now, before[3])))
             self.taken[name] = (size, mtime)
             del self.seen[name]
         self.seen = {name: seen for name, seen in self.seen.items() if name in found}
@@ -118,7 +118,8 @@ class Landing:
         return changed
 
 
-def _landing_time(mtime: float, first_seen: float, look_before: float | None) -> float:
-    """When a file appeared: no later than the look that first saw it, no earlier than the look before that (a
-    file renamed into the folder keeps an older time); at a process's first look, its modification time."""
-    return min(first_seen, mtime if look_before is None else max(mtime, look_before))
+def _landing_time(mtime: float, now: float, look_before: float | None) -> float:
+    """When a file landed: when its last byte was written (its modification time; a rename keeps it), but no
+    earlier than the look before the one that first saw it (a file moved in from elsewhere keeps an older time),
+    and no later than the look that took it."""
+    return min(now, mtime if look_before is None else max(mtime, look_before))

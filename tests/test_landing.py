@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import time
 
 import pytest
 
@@ -27,14 +28,22 @@ def test_a_file_lands_once_its_size_stood_still_over_one_look_and_hidden_names_n
     for name in ("day_10", "day_2", ".day_3.tmp", "_SUCCESS", "_temporary/part-0", "sub/.part-1.crc"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x\n")
+    os.utime(tmp_path / ".day_3.tmp", (1000.0, 1000.0))  # written long ago elsewhere, then moved in
+    now = time.time()
     landing = Landing(tmp_path, "**/*", whole)
-    assert names(landing.look(now=100.0)) == []  # seen once: it may still be growing
-    assert names(landing.look(now=110.0)) == ["day_2", "day_10"]  # natural order
-    assert names(landing.look(now=120.0)) == []  # each lands once
+    assert names(landing.look(now=now)) == []  # seen once: it may still be growing
+    assert names(landing.look(now=now + 10)) == ["day_2", "day_10"]  # natural order
+    assert names(landing.look(now=now + 20)) == []  # each lands once
     (tmp_path / ".day_3.tmp").rename(tmp_path / "day_3")  # the safe producer: write hidden, then rename
-    assert names(landing.look(now=130.0)) == []
-    [landed] = landing.look(now=140.0).landed
-    assert landed.name == "day_3" and 120.0 <= landed.landed <= 130.0  # appeared between the two looks
+    assert names(landing.look(now=now + 30)) == []
+    [landed] = landing.look(now=now + 40).landed
+    assert landed.name == "day_3" and landed.landed == now + 20  # no earlier than the look before it appeared
+    fresh = Landing(tmp_path / "sub", "*", whole)
+    fresh.look(now=time.time() - 1)
+    (tmp_path / "sub" / "day_4").write_text("x\n")
+    written = (tmp_path / "sub" / "day_4").stat().st_mtime
+    fresh.look(now=written + 5)
+    assert fresh.look(now=written + 6).landed[0].landed == written  # when its last byte was written
 
 
 def test_a_growing_file_waits_and_a_taken_file_that_changes_is_reported_once(tmp_path):
