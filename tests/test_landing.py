@@ -138,3 +138,21 @@ def test_a_file_that_is_not_criteo_stops_the_run_naming_it(tmp_path):
         landing.look(now=2.0)
     assert "README.md" in str(raised.value) and "follow_pattern" in str(raised.value)
     assert len(str(raised.value).splitlines()) == 1
+
+
+def test_tfrecord_files_are_followed_whole_and_decoded_like_the_fixed_source(tmp_path):
+    import datakit
+    from data import followed_for
+
+    written = datakit.write_tfrecords(tmp_path, {"part": [5, 3]}, size=(8, 8))
+    options = parse_training_options({"model": "mlp", "dataset": "tfrecord", "data_dir": str(tmp_path),
+                                      "follow_data": True, "tfrecord_num_classes": 3, "image_size": [8, 8]})
+    data = followed_for(options, tmp_path)
+    landing = data.landing()
+    landing.look(now=1.0)
+    landed = landing.look(now=2.0).landed
+    pieces = [piece for file in landed for piece in data.pieces(file)]
+    assert [(p.name, p.whole) for p in pieces] == [("part-00000-of-00002", True), ("part-00001-of-00002", True)]
+    images = [image.numpy() for piece in pieces for image, _ in data.piece_examples(piece)]
+    assert [datakit.fingerprint(i) for i in images] == [datakit.fingerprint(i / 255) for i in written["part"]]
+    assert data.input_shape == (8, 8, 3) and data.num_classes == 3
