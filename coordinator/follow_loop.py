@@ -37,7 +37,7 @@ class FollowLoop:
         now = time.monotonic()
         self.started = self.last_save = self.last_version = self.last_activity = now
         self.unsaved = self.unserved = False
-        self.last_piece, self.pieces_by_worker = None, collections.Counter()
+        self.last_piece, self.pieces_by_worker, self.metrics = None, collections.Counter(), {}
         self.saved_json, self.saved_number = self.ledger.to_json(), parts.resumed_number
         parts.report.line_examples = self.examples
 
@@ -54,7 +54,7 @@ class FollowLoop:
             if not training:
                 time.sleep(BEAT_S)  # nothing to wait on: a quiet beat
             self.p.report.beat(Phase.TRAIN if training else Phase.WAIT)
-            self.p.report.progress(self.ledger, self.examples, self.pieces_by_worker, training=training)
+            self.p.report.progress(self.ledger, self.examples, self.pieces_by_worker, self.metrics, training=training)
             if self._save_due():
                 self._save_and_serve(serve=self._serve_due())
             if self._idle_long_enough(training):
@@ -94,6 +94,7 @@ class FollowLoop:
                 self.p.report.done(self.ledger.files[result.key[0]])
             self.examples += result.examples
             self.pieces_by_worker[result.worker] += 1
+            self.metrics = result.metrics
             self.unsaved = self.unserved = True
             self.last_piece, self.last_activity = piece, time.monotonic()
 
@@ -120,6 +121,7 @@ class FollowLoop:
         self._drain()
         checkpoint = self._save() if self.unsaved else self.p.checkpoints.latest_path()
         self.p.report.reset_metrics()  # nothing runs now: each line's metrics are those since this checkpoint
+        self.metrics = {}
         if not serve or self.last_piece is None:
             return
         inputs = export.reference_inputs(self.p.data.piece_examples(self.last_piece))

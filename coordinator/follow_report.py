@@ -44,7 +44,6 @@ class FollowReport:
             self.writer = tf.summary.create_file_writer(str(files.train_events))
         self.last_beat = self.last_line = self.last_waiting_line = 0.0
         self.line_step, self.line_examples, self.said = self._step(), 0, set()
-        self.metrics_step = self.line_step  # metrics are shown once a step ran since they were last reset
 
     def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
@@ -65,7 +64,6 @@ class FollowReport:
         """Starts the training metrics afresh (called where no piece runs: a reset would race their updates)."""
         for metric in self.model.metrics:
             metric.reset_state()
-        self.metrics_step = self._step()
 
     def once(self, key: str, message: str, *args) -> None:
         """A line said once per key (a file still being written, a file changed after it was trained)."""
@@ -80,23 +78,24 @@ class FollowReport:
             write_progress(self.files, TrainingProgress(pid=os.getpid(), phase=phase, epoch=0, step=self._step(),
                                                         time=time.time()))
 
-    def progress(self, ledger: Ledger, examples: int, pieces: dict[int, int], *, training: bool) -> None:
-        """A progress line when one is due while training (`examples`: trained in all so far); while caught up,
-        a waiting line when training stops and then every WAITING_LINE_EVERY_S."""
+    def progress(self, ledger: Ledger, examples: int, pieces: dict[int, int], metrics: dict, *,
+                 training: bool) -> None:
+        """A progress line when one is due while training (`examples`: trained in all so far; `metrics`: as the
+        newest finished piece left them); while caught up, a waiting line when training stops and then every
+        WAITING_LINE_EVERY_S."""
         now = time.monotonic()
         if (training and now - self.last_line >= self.every_s) or (not training and self.line_examples != examples):
-            self._line(ledger, examples, pieces, now)  # due, or the last of a stretch of training that just ended
+            self._line(ledger, examples, pieces, metrics, now)  # due, or the last of a stretch that just ended
         elif not training and now - self.last_waiting_line >= WAITING_LINE_EVERY_S:
             self.last_waiting_line = now
             newest = ledger.files and f", the newest landed {duration(time.time() - ledger.files[-1].landed)} ago"
             self.log.info("waiting for data: %d files done%s; looking at %s every %g s", ledger.done_count(),
                           newest or "", self.folder, self.poll_s)
 
-    def _line(self, ledger: Ledger, examples: int, pieces: dict[int, int], now: float) -> None:
+    def _line(self, ledger: Ledger, examples: int, pieces: dict[int, int], metrics: dict, now: float) -> None:
         step, elapsed = self._step(), max(now - self.last_line, 1e-9)
         steps_per_s, examples_per_s = (step - self.line_step) / elapsed, (examples - self.line_examples) / elapsed
         waiting, behind_s = ledger.behind(time.time())
-        metrics = {m.name: float(m.result().numpy()) for m in self.model.metrics} if step > self.metrics_step else {}
         self.log.info(follow_line(done=ledger.done_count(), files=len(ledger.files), step=step,
                                   steps_per_s=steps_per_s, examples_per_s=examples_per_s, waiting=waiting,
                                   behind_s=behind_s, pieces=pieces, metrics=metrics))

@@ -5,8 +5,8 @@ dataset on its worker and trains on all of it.
 takes fewer pieces; a closure whose worker fails is queued again and run by another (at-least-once: the steps
 the lost worker had taken stay in the model). One traced function serves every piece (the piece is its
 argument), and a piece holds many steps, as building a dataset per closure has a cost. The closure returns the
-examples and steps it trained and its worker's index; each is waited for on a thread, so the chief's loop
-never blocks on one piece.
+examples and steps it trained, its worker's index and the training metrics; each is waited for on a thread, so
+the chief's loop never blocks on one piece.
 """
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ PIECES_AHEAD_PER_WORKER = 2  # queued or running per worker: a worker that finis
 
 
 class Trained(NamedTuple):
-    """One piece's result: `key` as handed out, examples and steps trained, the worker that ran it last."""
+    """One piece's result: `key` as handed out, examples and steps trained, the worker that ran it last, and the
+    model's training metrics as that worker saw them after its last step (as Keras fit reports them)."""
 
     key: tuple[int, int]
     examples: int
     steps: int
     worker: int
+    metrics: dict
 
 
 class PieceTrainer:
@@ -62,7 +64,9 @@ class PieceTrainer:
         errors = [future.exception() for future in done.values() if future.exception() is not None]
         if errors:  # the root cause first: a failed piece cancels the others, which then fail as cancelled
             raise min(errors, key=lambda error: isinstance(error, tf.errors.CancelledError))
-        return [Trained(key, *(int(value) for value in future.result())) for key, future in done.items()]
+        return [Trained(key, *(int(value) for value in future.result()[:3]),
+                        {name: float(value) for name, value in future.result()[3].items()})
+                for key, future in done.items()]
 
     def all_finished(self, timeout_s: float) -> list[Trained]:
         """Waits up to `timeout_s` for every running piece; returns those that finished (the rest keep running)."""
@@ -85,6 +89,7 @@ def _piece_function(distribution, model, data, global_batch: int, seed: int):
             examples += tf.shape(labels, out_type=tf.int64)[0]
             steps += 1
         worker = tf.distribute.coordinator.experimental_get_current_worker_index()
-        return examples, steps, tf.cast(worker, tf.int64)
+        metrics = {metric.name: metric.result() for metric in model.metrics}  # read on the worker, as fit does
+        return examples, steps, tf.cast(worker, tf.int64), metrics
 
     return train_piece

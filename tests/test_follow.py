@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -68,12 +69,12 @@ def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(share
         lines = [criteokit.line(r) for r in criteokit.rows(rows["day_2"], first=500)]
         (data / "day_2").write_text("\n".join(lines[:120]) + "\n" + lines[120][:40])  # a writer mid-line
         write_day(data, "day_3", 150, 750)
-        assert wait_for_line(log, "day_3: done", 120, chief), log.read_text()[-3000:]
-        assert wait_for_line(log, "day_2: not taken yet: its last line has no newline", 30, chief)
+        assert wait_for_line(log, "day_3: done", 300, chief), log.read_text()[-3000:]
+        assert wait_for_line(log, "day_2: not taken yet: its last line has no newline", 60, chief)
         (data / "day_2").write_text("\n".join(lines) + "\n")  # now whole
-        assert wait_for_line(log, "day_2: done", 120, chief), log.read_text()[-3000:]
+        assert wait_for_line(log, "day_2: done", 300, chief), log.read_text()[-3000:]
         write_day(data, "day_4", 900, 900)
-        assert wait_for_line(log, "day_4: started", 120, chief), log.read_text()[-3000:]
+        assert wait_for_line(log, "day_4: started", 300, chief), log.read_text()[-3000:]
         chief.send_signal(signal.SIGKILL)  # mid-file: the resumed chief trains again what its checkpoint lacks
         chief.wait(timeout=30)
         resumed = start_module("coordinator.train", "--cluster", str(cluster), "--stop_when_idle_s", "4",
@@ -107,8 +108,8 @@ def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(share
 def test_a_worker_killed_mid_piece_and_a_new_run_after_two_more_files(tmp_path):
     data, logs, output = tmp_path / "data", tmp_path / "logs", tmp_path / "output"
     data.mkdir()
-    write_day(data, "day_0.gz", 3000, 0)  # gzip files are whole pieces: each worker takes one, 94 steps each
-    write_day(data, "day_1.gz", 3000, 3000)
+    write_day(data, "day_0.gz", 6000, 0)  # gzip files are whole pieces: each worker takes one, 188 steps each
+    write_day(data, "day_1.gz", 6000, 6000)
     training = {**FOLLOW, "data_dir": str(data), "output_dir": str(output)}
     document = cluster_document(workers=2, ps=1, evaluator=False, logs_dir=str(logs), training=training)
     document["launcher"].update(restart_backoff_s=0.5, poll_s=0.5)
@@ -117,15 +118,19 @@ def test_a_worker_killed_mid_piece_and_a_new_run_after_two_more_files(tmp_path):
         started = subprocess.run(["sh", str(ROOT / "run.sh"), "--detach", str(path)], capture_output=True,
                                  text=True, timeout=120, stdin=subprocess.DEVNULL)
         assert started.returncode == 0, started.stderr
-        wait_for_steps(output, 96)  # more than one piece's steps: worker 1 has taken some of its piece's 94
-        assert (logs / "chief-0.log").read_text().count("done, 3000 examples") < 2, "both pieces ended too soon"
-        os.killpg(process.PidRecord.read(logs / "worker-1.pid").pid, signal.SIGKILL)
+        assert wait_for_line(logs / "chief-0.log", "day_1.gz: started", 240)  # both pieces handed out
+        slow = process.PidRecord.read(logs / "worker-1.pid").pid
+        with Throttle(slow, share=0.1):  # worker 1 at a tenth of the speed: the other piece ends first
+            assert wait_for_line(logs / "chief-0.log", "done, 6000 examples", 300)
+            wait_for_steps(output, 190)  # more than the other piece's 188: worker 1 has taken steps of its own
+            assert (logs / "chief-0.log").read_text().count("done, 6000 examples") == 1
+            os.killpg(slow, signal.SIGKILL)
         assert wait_for_pattern(logs / "chief-0.log", r"files 2/2 done", 300)
         stopped = subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, text=True,
                                  timeout=180)
         assert stopped.returncode == 0, stopped.stderr
-        write_day(data, "day_2", 300, 6000)
-        write_day(data, "day_3.gz", 300, 6300)
+        write_day(data, "day_2", 300, 12000)
+        write_day(data, "day_3.gz", 300, 12300)
         document["training"]["stop_when_idle_s"] = 4
         write_cluster(tmp_path, document)
         again = subprocess.run(["sh", str(ROOT / "run.sh"), "--detach", str(path)], capture_output=True,
@@ -137,12 +142,44 @@ def test_a_worker_killed_mid_piece_and_a_new_run_after_two_more_files(tmp_path):
     assert "worker:1 died; restarting" in launcher_log and "followed the data: 4 of 4 files" in launcher_log
     summary = json.loads((output / "summary.json").read_text())
     per_file = {f["name"]: f["examples"] for f in summary["follow"]["per_file"]}
-    assert per_file == {"day_0.gz": 3000, "day_1.gz": 3000, "day_2": 300, "day_3.gz": 300}  # none skipped
+    assert per_file == {"day_0.gz": 6000, "day_1.gz": 6000, "day_2": 300, "day_3.gz": 300}  # none skipped
     redone = summary["optimizer_steps"] - summary["follow"]["steps"]
-    assert 0 < redone < 94  # the steps worker 1 took before it died stay in the model; its piece ran again whole
+    assert 0 < redone < 188  # the steps worker 1 took before it died stay in the model; its piece ran again whole
     status = subprocess.run(["sh", str(ROOT / "run.sh"), "status", str(path)], capture_output=True, text=True,
                             timeout=60)
     assert "files done 4/4" in status.stdout and "freshness" in status.stdout, status.stdout
+
+
+class Throttle:
+    """Holds a process group to about `share` of the time by SIGSTOP and SIGCONT: a CPU limit any user can set."""
+
+    def __init__(self, pid: int, share: float, period_s: float = 0.2):
+        self.pid, self.share, self.period_s = pid, share, period_s
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "Throttle":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, number: int) -> bool:
+        try:
+            os.killpg(self.pid, number)
+            return True
+        except ProcessLookupError:  # killed meanwhile
+            return False
+
+    def _run(self) -> None:
+        while not self.stopped.is_set() and self._signal(signal.SIGCONT):
+            self.stopped.wait(self.share * self.period_s)
+            if self.stopped.is_set() or not self._signal(signal.SIGSTOP):
+                return
+            self.stopped.wait((1 - self.share) * self.period_s)
 
 
 def wait_for_steps(output, steps: int, timeout_s: float = 240) -> None:
