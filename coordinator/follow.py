@@ -17,7 +17,7 @@ import tensorflow as tf
 from cluster.config import PROJECT_ROOT, ClusterConfig
 from cluster.run_files import RunFiles, RunSummary
 from cluster.training_options import TrainingOptions
-from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE
+from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, Problem, UserError
 from coordinator import setup, strategy
 from coordinator.checkpoints import EpochCheckpoints, Position
 from coordinator.compiled import ps_report
@@ -83,6 +83,10 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
         watch=watch, stop=stop, device=strategy.CHIEF_CPU, resumed_number=position.steps)
     try:
         return FollowLoop(parts).run()
+    except tf.errors.NotFoundError as error:  # removed while its piece was read (before, the loop says which)
+        raise UserError(Problem("data file", ((error.message or "").strip().splitlines() or [""])[0][-300:],
+                                "was removed (or renamed) before it was trained", "put it back: a file may go once "
+                                "a serving version lists it in trained_through.json")) from None
     except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError) as error:
         reason = ((error.message or "").strip().splitlines() or [""])[0]
         log.error("lost part of the cluster (%s: %s); exiting so the run resumes from the last checkpoint (pieces "

@@ -13,9 +13,11 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import os
 import time
 
 from cluster.run_files import Phase, RunStatus, read_summary, write_summary
+from common.errors import Problem, UserError
 from coordinator import export
 from coordinator.checkpoints import Position
 from coordinator.follow_report import duration
@@ -83,6 +85,10 @@ class FollowLoop:
         room = self.p.trainer.room
         for key in itertools.islice(self.ledger.pending(set(self.p.trainer.running)), max(room, 0)):
             piece = self.ledger.piece(key)
+            if not os.path.exists(self.p.data.path(piece.name)):
+                raise UserError(Problem("data file", self.p.data.path(piece.name), "was removed (or renamed) before "
+                                        "it was trained", "put it back: a file may go once a serving version lists "
+                                        "it in trained_through.json"))
             if self.ledger.start(key, time.time()):
                 self.p.report.started(self.ledger.files[key[0]], time.time())
             self.p.trainer.hand_out(key, self.p.data.path(piece.name), piece.begin, piece.end)

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.cluster
 
 FOLLOW = {"model": "dlrm", "table_rows": 64, "embedding_dim": 4, "bottom_mlp": [8], "top_mlp": [8],
           "per_worker_batch": 16, "min_shard_bytes": 256, "dataset": "criteo", "follow_data": True,
-          "data_poll_s": 0.5, "piece_mb": 0.01, "checkpoint_every_s": 3, "serving_export_every_s": 3,
+          "data_poll_s": 0.5, "piece_mb": 0.03, "checkpoint_every_s": 4, "serving_export_every_s": 4,
           "progress_every_s": 2, "keep_serving_versions": 3}
 
 LOAD_VERSION = """
@@ -79,7 +79,7 @@ def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(share
         chief.wait(timeout=30)
         resumed = start_module("coordinator.train", "--cluster", str(cluster), "--stop_when_idle_s", "4",
                                log_path=tmp_path / "resumed.log")
-        codes = finish(resumed, evaluator)
+        codes = finish(resumed, evaluator, timeout_s=600)
     finally:
         finish(chief, evaluator, timeout_s=1)
     assert codes == [0, 0], (tmp_path / "resumed.log").read_text()[-3000:]
