@@ -58,7 +58,7 @@ def follow_problems(options: TrainingOptions, prefix: str) -> list[Problem]:
     if options.steps_per_epoch is not None:
         problems.append(Problem(f"{prefix}steps_per_epoch", options.steps_per_epoch, "follow mode has no epochs: "
                                 "it trains each file once as it lands", "use null"))
-    if options.dataset == "tfrecord" and options.tfrecord_num_classes is None:
+    if options.dataset == "tfrecord" and not options.tfrecord_features and options.tfrecord_num_classes is None:
         problems.append(Problem(f"{prefix}tfrecord_num_classes", None, "cannot be counted from data that has not "
                                 "landed yet", "give the number of classes"))
     return problems

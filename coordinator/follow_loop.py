@@ -20,9 +20,11 @@ from cluster.run_files import Phase, RunStatus, read_summary, write_summary
 from common.errors import Problem, UserError
 from coordinator import export
 from coordinator.checkpoints import Position
+from coordinator.compiled import exportable
 from coordinator.follow_report import duration
 from coordinator.ledger import Ledger, freshness_summary, trained_through
 from coordinator.preemption import exit_preempted
+from coordinator.raw_export import servable, signatures
 
 BEAT_S = 1.0  # the loop's pace: pieces finished, SIGTERM, heartbeat, looks at the folder
 STOP_WAIT_S = 20.0  # on SIGTERM, running pieces get this long to finish (the launcher waits stop_grace_s, 60 s)
@@ -130,10 +132,10 @@ class FollowLoop:
         self.metrics = {}
         if not serve or self.last_piece is None:
             return
-        inputs = export.reference_inputs(self.p.data.piece_examples(self.last_piece))
-        trained = self.p.model(inputs, training=False).numpy()  # the model as checkpointed: nothing runs
+        raw = export.reference_inputs(self.p.data.piece_examples(self.last_piece, raw=True))  # as a reader sends
+        trained = self.p.model(export.model_inputs(self.p.data, raw), training=False).numpy()  # nothing runs now
         self._hand_out()  # the workers go on while the version is written
-        self._write_version(checkpoint, inputs, trained)
+        self._write_version(checkpoint, raw, trained)
 
     def _save(self) -> str:
         started, step = time.monotonic(), int(self.p.model.optimizer.iterations.numpy())
@@ -148,16 +150,20 @@ class FollowLoop:
                             time.monotonic() - started)
         return path
 
-    def _write_version(self, checkpoint: str, inputs, trained) -> None:
-        run, snapshot = self.p.run, Ledger.from_json(self.saved_json)
+    def _write_version(self, checkpoint: str, raw, trained) -> None:
+        """The checkpoint restored whole, as exported (taking raw features), checked against the trained model's
+        predictions at that checkpoint, written as the next serving version."""
+        run, data, snapshot = self.p.run, self.p.data, Ledger.from_json(self.saved_json)
         self.p.report.beat(Phase.EXPORT, force=True)
-        whole = export.restore_whole(run.options, self.p.data.input_shape, self.p.data.num_classes, checkpoint,
-                                     device=self.p.device, io_device=self.p.device)
-        largest = export.check_export(trained, whole(inputs, training=False).numpy())
+        whole = export.restore_whole(run.options, data, checkpoint, device=self.p.device, io_device=self.p.device)
+        exported = servable(exportable(whole), data)
+        largest = export.check_export(trained, exported(raw, training=False).numpy())
         step = int(self.p.model.optimizer.iterations.numpy())
-        version, path = self.p.serving.write(whole, inputs=inputs, predictions=trained, describe=lambda v, t: (
-            trained_through(snapshot, version=v, written=t, checkpoint=Position(0, self.saved_number).name,
-                            step=self.saved_number)))
+        version, path = self.p.serving.write(
+            exported, inputs=raw, predictions=trained, signatures=signatures(exported, data),
+            describe=lambda v, t: trained_through(snapshot, version=v, written=t,
+                                                  checkpoint=Position(0, self.saved_number).name,
+                                                  step=self.saved_number))
         served = self.ledger.serve(version, self.p.serving.trained_through(version)["written"],
                                    names={e.name for e in snapshot.files if e.complete})
         freshness = duration(served[-1].freshness_s) if served else "-"

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from data import contract
 from data.source import SHUFFLE_BUFFER
 
 PIECES_AHEAD_PER_WORKER = 2  # queued or running per worker: a worker that finishes one finds the next waiting
@@ -82,7 +83,7 @@ def _piece_function(distribution, model, data, global_batch: int, seed: int):
     @tf.function(input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64),
                                   tf.TensorSpec([], tf.int64)])
     def train_piece(path, begin, end):
-        batches = data.examples(path, begin, end).shuffle(SHUFFLE_BUFFER, seed=seed).batch(global_batch)
+        batches = contract.batch(data.examples(path, begin, end).shuffle(SHUFFLE_BUFFER, seed=seed), global_batch)
         examples, steps = tf.constant(0, tf.int64), tf.constant(0, tf.int64)
         for features, labels in batches.prefetch(2):
             distribution.run(model.train_step, args=((features, labels),))

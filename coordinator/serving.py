@@ -1,11 +1,12 @@
 """Serving versions: `output/serving/<version>/`, the layout TensorFlow Serving watches, written while training goes on.
 
-Each version is a SavedModel whose `serving_default` signature takes what `servable` says (today the model's own
-inputs), with `assets.extra/trained_through.json` (what it has trained on: each file done, and the file and
-position it stands in) and `assets.extra/reference_predictions.npz` (inputs and the trained model's predictions
-on them, so a reader can check what it loaded). A version is written under a hidden name and renamed into
-place, so a reader never sees half of one; versions are increasing integers (the largest is the newest, as
-TensorFlow Serving reads them); the newest `keep` stay.
+Each version is a SavedModel of the exported model, which takes the features as they are in the data (the
+raw-feature export, coordinator/raw_export.py: Criteo's integers and hex strings, a TFRecord schema's features
+or its serialized records), with `assets.extra/trained_through.json` (what it has trained on: each file done,
+and the file and position it stands in) and `assets.extra/reference_predictions.npz` (raw inputs and the trained
+model's predictions on them, so a reader can check what it loaded). A version is written under a hidden name
+and renamed into place, so a reader never sees half of one; versions are increasing integers (the largest is
+the newest, as TensorFlow Serving reads them); the newest `keep` stay.
 """
 
 from __future__ import annotations
@@ -19,19 +20,12 @@ from typing import Callable
 import numpy as np
 import tf_keras
 
-from coordinator.compiled import exportable
 from coordinator.export import saved_inputs
 
 WRITING_PREFIX = ".writing-"  # not an integer: TensorFlow Serving ignores it, and so does `versions`
 EXTRA = "assets.extra"
 TRAINED_THROUGH = "trained_through.json"
 REFERENCE = "reference_predictions.npz"
-
-
-def servable(model: tf_keras.Model) -> tf_keras.Model:
-    """What a serving version saves: the model a reader calls, without training parts (one seam: the raw-feature
-    export, which hashes inside the model, replaces it here)."""
-    return exportable(model)
 
 
 class ServingVersions:
@@ -50,11 +44,12 @@ class ServingVersions:
         return json.loads((self.directory / str(version) / EXTRA / TRAINED_THROUGH).read_text())
 
     def write(self, model: tf_keras.Model, *, describe: Callable[[int, float], dict], inputs,
-              predictions: np.ndarray) -> tuple[int, Path]:
-        """Writes the next version of `model`; `describe(version, written)` gives its trained_through record."""
+              predictions: np.ndarray, signatures: dict | None = None) -> tuple[int, Path]:
+        """Writes the next version of `model` (as exported: the model a reader calls, with `signatures` beside
+        Keras' own); `describe(version, written)` gives its trained_through record."""
         version = max(self.versions(), default=0) + 1
         writing = self.directory / f"{WRITING_PREFIX}{version}"
-        servable(model).save(writing, save_format="tf", include_optimizer=False)
+        model.save(writing, save_format="tf", include_optimizer=False, signatures=signatures)
         extra = writing / EXTRA
         extra.mkdir(exist_ok=True)
         (extra / TRAINED_THROUGH).write_text(json.dumps(describe(version, time.time()), indent=1))

@@ -18,7 +18,8 @@ from cluster.same_run import differences
 from cluster.training_options import TrainingOptions
 from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, PREEMPTED_EXIT_CODE, Problem, UserError
 from coordinator import export
-from coordinator.compiled import build_compiled
+from coordinator.compiled import build_compiled, exportable
+from coordinator.raw_export import raw_description, servable
 from coordinator.callbacks import Checkpointing, EpochEndedEarly, FirstStepReport, StepDecay
 from coordinator.checkpoints import EpochCheckpoints, Position
 from coordinator.preemption import Preempted, StopRequest, exit_preempted
@@ -53,7 +54,8 @@ def plan(config: ClusterConfig, options: TrainingOptions, log, *, workers: int, 
     pipelines = pipelines or workers
     global_batch = options.per_worker_batch * workers
     steps_per_epoch = options.steps_per_epoch or source.steps_per_epoch(global_batch)
-    log.info("%s: %d training examples; %s; %d steps per epoch", source.name, source.sizes["train"],
+    log.info("%s: %s training examples; %s; %d steps per epoch", source.name,
+             source.sizes.get("train", "an unknown number of"),
              batch_note.format(global_batch=global_batch, per_worker=options.per_worker_batch, workers=workers),
              steps_per_epoch)
     if source.note:
@@ -77,8 +79,7 @@ def build_model(run: TrainingRun, distribution):
     options = run.options
     tf_keras.utils.set_random_seed(options.seed)
     with distribution.scope():
-        model = build_compiled(options, run.source.input_shape, run.source.num_classes,
-                               steps_per_execution=options.steps_per_execution)
+        model = build_compiled(options, run.source, steps_per_execution=options.steps_per_execution)
     for name, devices in variable_placement(model).items():
         if len(devices) > 1:
             run.log.info("%s split into %d shards on %s", name, len(devices),
@@ -128,8 +129,7 @@ def _check_resharded(run: TrainingRun, model, checkpoint: str, before: int, afte
     """After a change in the number of ps, compares the restored (resharded) model's predictions with those of
     the checkpoint read whole, on 16 test inputs: the model just before and just after the change."""
     device = "/job:chief/replica:0/task:0/device:CPU:0"
-    whole = export.restore_whole(run.options, run.source.input_shape, run.source.num_classes, checkpoint,
-                                 device=device, io_device=device)
+    whole = export.restore_whole(run.options, run.source, checkpoint, device=device, io_device=device)
     inputs = export.reference_inputs(run.source.split("test"))
     largest = float(np.abs(model(inputs, training=False).numpy() - whole(inputs, training=False).numpy()).max())
     run.log.info("ps %d -> %d: %s restored over %d ps, model and optimizer slots; predictions before and after "
@@ -197,16 +197,16 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
     options, files = run.options, run.files
     steps = int(model.optimizer.iterations.numpy())
     _exporting(run, steps)  # a heartbeat per stage: exporting is not a stall, for the launcher or the evaluator
-    whole = export.restore_whole(options, run.source.input_shape, run.source.num_classes, checkpoint,
-                                 device=device, io_device=device)
-    inputs = export.reference_inputs(run.source.split("test"))
-    trained = model(inputs, training=False).numpy()
-    exported = whole(inputs, training=False).numpy()
-    run.log.info("export check: largest difference between trained and exported predictions %.2e (at most %.0e)",
-                 export.check_export(trained, exported), export.TOLERANCE)
+    whole = export.restore_whole(options, run.source, checkpoint, device=device, io_device=device)
+    raw = export.reference_inputs(run.source.split("test", raw=True))  # as an exported model takes them
+    trained = model(export.model_inputs(run.source, raw), training=False).numpy()
+    exported = servable(exportable(whole), run.source)(raw, training=False).numpy()
+    run.log.info("export check: largest difference between trained and exported predictions %.2e (at most %.0e), "
+                 "the exported model taking %s", export.check_export(trained, exported), export.TOLERANCE,
+                 raw_description(run.source))
     _exporting(run, steps)
-    paths = export.export(whole, files.model_dir)
-    np.savez(files.reference_predictions, predictions=trained, **export.saved_inputs(inputs))
+    paths = export.export(whole, files.model_dir, run.source)
+    np.savez(files.reference_predictions, predictions=trained, **export.saved_inputs(raw))
     strategy = run.config.strategy
     summary = RunSummary(
         status=RunStatus.COMPLETE, options=dataclasses.asdict(options), epochs=options.epochs,

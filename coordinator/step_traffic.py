@@ -19,9 +19,11 @@ import tensorflow as tf
 
 from cluster.training_options import TrainingOptions
 from coordinator.compiled import build_compiled
+from coordinator.pooling import table_ids
 from coordinator.shard_report import shard_report
 from coordinator.sparse import SparseDenseModel
 from coordinator.strategy import partitioner_for
+from data import contract
 
 SAMPLE_BATCHES = 3
 COMPUTE_STEPS = 5
@@ -52,7 +54,7 @@ def built_on_cpu(options: TrainingOptions, source) -> tuple[object, list]:
     """The run's model built and compiled here without a strategy, and its variables in creation order."""
     created: list = []
     with tf.device("/cpu:0"), recording(created):
-        model = build_compiled(options, source.input_shape, source.num_classes)
+        model = build_compiled(options, source)
         if isinstance(model, SparseDenseModel):
             model.build_optimizers()
     return model, created
@@ -89,7 +91,8 @@ def _index(device: str) -> int | None:
 
 def sample_ids(source, global_batch: int, batches: int = SAMPLE_BATCHES) -> list[np.ndarray]:
     """Ids of a few real training batches, for a recommender's lookups."""
-    return [features["ids"].numpy() for features, _ in source.split("train").batch(global_batch).take(batches)]
+    return [table_ids(features["ids"]).numpy()
+            for features, _ in contract.batch(source.split("train"), global_batch).take(batches)]
 
 
 def bytes_per_ps(model, num_ps: int, ids: list[np.ndarray], shards_of=_real_shards) -> tuple[float, ...]:

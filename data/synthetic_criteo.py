@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from data.criteo_layout import CATEGORICAL_FEATURES, NUMERIC_FEATURES
+from data.preprocessing import CriteoPreprocessing
 from data.source import DataSource
 
 BLOCK = 256
@@ -78,6 +79,6 @@ def load(table_rows: tuple[int, ...], *, seed: int = 0, train_examples: int = SI
 
     units = {name: (np.arange(-(-size // BLOCK), dtype=np.int64) + position * SPLIT_STRIDE,)
              for position, (name, size) in enumerate(sizes.items())}
-    return DataSource(name="synthetic_criteo", input_shape=(NUMERIC_FEATURES + CATEGORICAL_FEATURES,),
-                      num_classes=2, sizes={k: len(v[0]) * BLOCK for k, v in units.items()}, units=units,
-                      units_are_files=True, read=read)
+    return DataSource(name="synthetic_criteo", features=CriteoPreprocessing().feature_spec, num_classes=2,
+                      sizes={k: len(v[0]) * BLOCK for k, v in units.items()}, units=units, units_are_files=True,
+                      read=read)

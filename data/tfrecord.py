@@ -14,7 +14,7 @@ from common.errors import Problem, UserError
 CYCLE_LENGTH = 8  # files one worker reads at once
 
 
-def _read(units: tf.data.Dataset) -> tf.data.Dataset:
+def read_records(units: tf.data.Dataset) -> tf.data.Dataset:
     """File names -> (file, record number, serialized example), files interleaved in parallel."""
 
     def records(path):
@@ -67,6 +67,6 @@ def image_source(*, image_size: tuple[int, int], image_key: str, label_key: str,
 
     return DataSource(name="tfrecord", input_shape=(*image_size, CHANNELS), num_classes=num_classes,
                       sizes={split: 0 for split in SPLITS}, units={split: ((),) for split in SPLITS},
-                      units_are_files=True, read=_read, decode=decode,
+                      units_are_files=True, read=read_records, decode=decode,
                       record_name=lambda path, number, record: tf.strings.join(
                           [path, " record ", tf.strings.as_string(number)]))

@@ -38,9 +38,9 @@ class SidecarEvaluator:
     def __init__(self, *, training: TrainingOptions, evaluation: EvaluationOptions, source, files: RunFiles, log):
         """`source`: a DataSource (its validation split scores every checkpoint) or, in follow mode, a FollowedData
         (each checkpoint is scored on the newest data it has not trained on: evaluator/progressive.py)."""
-        self.training, self.evaluation, self.files, self.log = training, evaluation, files, log
+        self.training, self.evaluation, self.files, self.log, self.source = training, evaluation, files, log, source
         self.checkpoint_dir = files.checkpoints
-        self.model = build_compiled(training, source.input_shape, source.num_classes)
+        self.model = build_compiled(training, source)
         self.validation = (ProgressiveValidation(source, examples=evaluation.progressive_examples,
                                                  batch=evaluation.batch) if training.follow_data
                            else FixedValidation(source.eval_dataset("validation", evaluation.batch)))
@@ -149,7 +149,7 @@ class SidecarEvaluator:
         return value > best if self.evaluation.best_mode == "max" else value < best
 
     def _export_best(self, name: str, step: int, metrics: dict) -> None:
-        paths = export.export(self.model, self.files.best_dir)
+        paths = export.export(self.model, self.files.best_dir, self.source)
         write_best(self.files, BestRecord(checkpoint=name, epoch=checkpoint_epoch(name), step=step, metrics=metrics,
                                           best_metric=self.evaluation.best_metric,
                                           best_mode=self.evaluation.best_mode, model=paths))

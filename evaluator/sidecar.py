@@ -54,13 +54,14 @@ def _evaluate_once(config: ClusterConfig, log, *, checkpoint: str | None, model:
         if not Path(checkpoint + ".index").exists():
             raise UserError(Problem("--checkpoint", checkpoint, "is not a checkpoint prefix",
                                     "give e.g. output/checkpoints/ckpt-6 (the part before .index)"))
-        loaded = export.restore_whole(options, source.input_shape, source.num_classes, checkpoint)
-    results = loaded.evaluate(source.eval_dataset(split, config.evaluation.batch), verbose=0, return_dict=True)
+        loaded = export.restore_whole(options, source, checkpoint)
+    inputs = source.eval_dataset(split, config.evaluation.batch, raw=bool(model))  # an export takes raw features
+    results = loaded.evaluate(inputs, verbose=0, return_dict=True)
     metrics = {f"{split}_{name}": float(value) for name, value in results.items()}
     log.info(metrics_line(f"{split} | {Path(model or checkpoint).name}", metrics))
     if output_json:
         Path(output_json).write_text(json.dumps({"split": split, "source": model or checkpoint,
-                                                 "examples": source.sizes[split], "metrics": metrics}, indent=2))
+                                                 "examples": source.sizes.get(split), "metrics": metrics}, indent=2))
 
 
 @exit_on_user_error()

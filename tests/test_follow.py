@@ -15,8 +15,8 @@ import time
 import pytest
 
 import criteokit
-from clusterkit import (PYTHON, ROOT, cluster_document, derive_cluster, finish, read_scalars, start_module,
-                        wait_for_launcher, wait_for_line, write_cluster)
+from clusterkit import (PYTHON, ROOT, cluster_document, derive_cluster, finish, read_scalars, served_predictions,
+                        start_module, wait_for_launcher, wait_for_line, write_cluster)
 from launcher import process
 
 pytestmark = pytest.mark.cluster
@@ -33,6 +33,7 @@ path = sys.argv[1]
 serve = tf.saved_model.load(path).signatures["serving_default"]
 reference = np.load(path + "/assets.extra/reference_predictions.npz")
 inputs = {key.removeprefix("inputs_"): tf.constant(reference[key]) for key in reference if key != "predictions"}
+assert set(inputs) == {"integers", "categories"}, set(inputs)  # the features as they are in Criteo's files
 predicted = next(iter(serve(**inputs).values())).numpy()
 print(json.dumps({"largest": float(np.abs(predicted - reference["predictions"]).max()),
                   "trained_through": json.load(open(path + "/assets.extra/trained_through.json"))}))
@@ -96,7 +97,9 @@ def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(share
     kept = sorted(p.name for p in (output / "serving").iterdir())  # no half-written (hidden) one left either
     assert kept == [str(per_file["day_4"]["served_version"])]  # the newest only: keep_serving_versions 1
     newest = load_in_another_process(output / "serving" / kept[0])
-    assert newest["largest"] < 1e-5
+    assert newest["largest"] < 1e-5  # the version predicts as the trained model did, on raw features
+    served = served_predictions(output / "serving" / kept[0], "criteo", data / "day_4", 16)  # rows as in the file
+    assert served.shape == (16,) and ((0 < served) & (served < 1)).all()
     through = newest["trained_through"]
     assert {f["name"]: f["examples"] for f in through["files_done"]} == rows and through["in_progress"] == []
     assert through["optimizer_step"] == sum(f["steps"] for f in through["files_done"])

@@ -20,12 +20,14 @@ def test_versions_increase_past_pruned_ones_and_a_half_written_one_is_cleared(tm
     (tmp_path / ".writing-9").mkdir(parents=True)  # a write that died midway
     versions = ServingVersions(tmp_path, keep=2)
     assert not (tmp_path / ".writing-9").exists()
-    model, inputs = tiny_model(), np.ones((2, 3), np.float32)
+    import tensorflow as tf
+
+    model, inputs = tiny_model(), tf.ones((2, 3))
     for _ in range(3):
         number, path = versions.write(model, describe=lambda v, t: {"version": v, "written": t}, inputs=inputs,
                                       predictions=model(inputs).numpy())
     assert (number, versions.versions()) == (3, [2, 3])  # the oldest pruned
     assert json.loads((path / EXTRA / TRAINED_THROUGH).read_text())["version"] == 3
     assert set(np.load(path / EXTRA / REFERENCE)) == {"inputs", "predictions"}
-    assert versions.write(model, describe=lambda v, t: {}, inputs=inputs, predictions=inputs)[0] == 4
+    assert versions.write(model, describe=lambda v, t: {}, inputs=inputs, predictions=inputs.numpy())[0] == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["3", "4"]
