@@ -27,6 +27,7 @@ from coordinator.follow_report import FollowReport, duration
 from coordinator.handout import PieceTrainer
 from coordinator.ledger import CHECKPOINT_NAME, Ledger
 from coordinator.preemption import StopRequest
+from coordinator.raw_export import raw_description
 from coordinator.serving import ServingVersions
 from data import followed_for
 
@@ -64,6 +65,8 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
     strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     distribution = strategy.build(config, options)
     model = setup.build_model(run, distribution)
+    log.info("serving versions every %g s in %s, taking %s", options.serving_export_every_s, run.files.serving,
+             raw_description(data))
     if next(iter(data.split("train").take(1)), None) is not None:
         ps_report(model, data, run.global_batch, log)  # logged now: `sh run.sh status` shows it
     with tf.device(strategy.CHIEF_CPU):
