@@ -30,8 +30,7 @@ class Piece:
 
 
 def cut_into_pieces(root: Path, name: str, size: int, piece_bytes: int) -> list[Piece]:
-    """`name`'s pieces in file order: a plain file of `size` bytes in ranges of about `piece_bytes` (none when
-    empty), a gzip or TFRecord file whole (`splittable` tells them apart by name and the caller's data kind)."""
+    """A plain text file's pieces in file order: `size` bytes in ranges of about `piece_bytes` (none when empty)."""
     if size == 0:
         return []
     count = max(1, math.ceil(size / piece_bytes))
@@ -40,4 +39,5 @@ def cut_into_pieces(root: Path, name: str, size: int, piece_bytes: int) -> list[
 
 
 def whole_file(name: str) -> list[Piece]:
+    """A gzip or TFRecord file's one piece: it cannot be entered in the middle."""
     return [Piece(name, 0, WHOLE)]
