@@ -25,6 +25,8 @@ class EvaluationOptions:
     poll_s: float = _option(2.0, "seconds between looks at the checkpoint directory")
     batch: int = _option(256, "batch size of each evaluation (the validation split, or a one-off --split)")
     read_retries: int = _option(3, "attempts to read a checkpoint that is being written or removed")
+    progressive_examples: int = _option(10_000, "training.follow_data: each checkpoint is scored on up to this many "
+                                                "examples of the newest data it has not trained on yet")
 
 
 CHECKS = {
@@ -35,6 +37,7 @@ CHECKS = {
     "poll_s": seconds_check("2"),
     "batch": Check(positive_int, f"must be an integer from 1 to {INT32_MAX}", "use e.g. 256"),
     "read_retries": Check(int_in(1, 1000), "must be an integer from 1 to 1000", "use e.g. 3"),
+    "progressive_examples": Check(positive_int, f"must be an integer from 1 to {INT32_MAX}", "use e.g. 10000"),
 }
 
 

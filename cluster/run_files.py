@@ -70,6 +70,11 @@ class RunFiles:
         return self.tensorboard / "validation"
 
     @property
+    def serving(self) -> Path:
+        """Follow mode's serving versions, output/serving/<version> (TensorFlow Serving's layout)."""
+        return self.output / "serving"
+
+    @property
     def backup(self) -> Path:
         return self.output / "backup"
 
@@ -124,6 +129,7 @@ class RunSummary:
     variable_placement: dict = dataclasses.field(default_factory=dict)
     ps_report: dict = dataclasses.field(default_factory=dict)  # recommenders: per ps, bytes held and moved per step
     capacity: dict = dataclasses.field(default_factory=dict)  # predicted and measured steps/s, the bound (PSS)
+    follow: dict = dataclasses.field(default_factory=dict)  # follow mode: files done, examples, freshness per file
 
     @property
     def complete(self) -> bool:
@@ -148,6 +154,7 @@ def training_finished(files: RunFiles, planned_epochs: int) -> bool:
 class Phase(str, enum.Enum):
     TRAIN = "train"
     EXPORT = "export"
+    WAIT = "wait"  # follow mode, caught up: waiting for data to land (not a stall)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

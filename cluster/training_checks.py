@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cluster import data_options
+from cluster import data_options, follow_checks
 from cluster import dynamic_table_options as tables
 from cluster import recommender_options as clicks
 from cluster.strategies import STRATEGY_NAMES, StrategyName
@@ -103,6 +103,7 @@ CHECKS = {
     "seed": Check(int_in(0, SEED_LIMIT - 1), f"must be an integer from 0 to {SEED_LIMIT - 1}",
                   "use e.g. 0 (numpy takes seeds in [0, 2**32))"),
     "progress_every_s": seconds_check("30"),
+    **follow_checks.CHECKS,
     **clicks.CHECKS,
     **data_options.CHECKS,
     **tables.CHECKS,
@@ -113,7 +114,7 @@ def cross_field_problems(options: TrainingOptions, prefix: str) -> list[Problem]
     """What no single field shows: a loop the strategy cannot run, data the model cannot read, mismatched metrics."""
     return [*_loop_problems(options, prefix), *clicks.fit_problems(options, prefix),
             *_metric_problems(options, prefix), *_shape_problems(options, prefix),
-            *data_options.problems(options, prefix),
+            *data_options.problems(options, prefix), *follow_checks.follow_problems(options, prefix),
             *tables.cross_field_problems(options, prefix)]
 
 

@@ -100,6 +100,26 @@ class TrainingOptions:
     seed: int = _option(0, "random seed for model initialisation and shuffling")
     progress_every_s: float = _option(30.0, "seconds between progress lines (and TensorBoard points) within an "
                                             "epoch; a line also ends each epoch")
+    follow_data: bool = _option(False, "train on files as they land in data_dir (criteo, tfrecord): each once, in "
+                                       "landing order, handed to workers in pieces as they are free, then wait for "
+                                       "more; no epochs, steps or held-out split; parameter_server only "
+                                       "(docs/online-training.md)")
+    follow_pattern: str = _option("*", "follow_data: the files under data_dir that are data, a glob relative to it "
+                                       "(e.g. part-*.gz or */part-*); names beginning with . or _ never are, so "
+                                       "write to .name.tmp and rename")
+    data_poll_s: float = _option(10.0, "follow_data: seconds between looks at data_dir; a file is taken once it is "
+                                       "complete (a newline at its end, a whole gzip stream, whole TFRecord "
+                                       "records) and its size and time stood still over one look")
+    stop_when_idle_s: float = _option(0.0, "follow_data: stop (checkpoint, last serving version, summary, exit 0) "
+                                           "after this many seconds with no new data; 0 follows until sh kill.sh "
+                                           "or SIGTERM")
+    piece_mb: float = _option(16.0, "follow_data: plain files are handed out in byte ranges of about this many MB "
+                                    "(gzip and TFRecord files whole), each to the next free worker; a lost "
+                                    "worker's piece is trained again by another")
+    serving_export_every_s: float = _option(600.0, "follow_data: seconds between serving versions: "
+                                                   "output/serving/<version>, a SavedModel in TensorFlow Serving's "
+                                                   "layout with assets.extra/trained_through.json")
+    keep_serving_versions: int = _option(5, "follow_data: newest serving versions kept")
     embedding_dim: int = _option(16, "dlrm, wide_deep: width of each categorical feature's embedding")
     table_rows: int | tuple[int, ...] = _option(clicks.DEFAULT_TABLE_ROWS, "dlrm, wide_deep: rows (hash buckets) "
                                                 "of every table, or a list, one per categorical feature (26 for "

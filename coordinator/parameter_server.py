@@ -22,6 +22,9 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     SIGTERM writes a checkpoint at once and exits with PREEMPTED_EXIT_CODE; checkpoints are also written every
     `checkpoint_every_s` within epochs, so a failure costs at most that much work.
     """
+    if options.follow_data:
+        from coordinator.follow import run_following
+        return run_following(config, options, log, batch_workers=_batch_workers(config))
     stop = StopRequest(log).install()
     workers = config.input_pipelines  # the workers training now: the launcher may have left lost ones out
     run = setup.plan(config, options, log, workers=_batch_workers(config), batch_note=BATCH_NOTE, pipelines=workers)

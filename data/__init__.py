@@ -39,7 +39,9 @@ def preflight(options, base_dir: Path) -> None:
     from a split; a CIFAR-10 file that is not a whole number of records; an idx file with a wrong magic number or
     size; an npz without MNIST's arrays; no train-* or validation-* TFRecord files. Images are not decoded here.
     """
-    if options.dataset in FILE_DATASETS:
+    if options.follow_data:  # files land later: only the folder must be there
+        layouts.data_root(options.dataset, options.data_dir, base_dir)
+    elif options.dataset in FILE_DATASETS:
         _layout(options.dataset, layouts.data_root(options.dataset, options.data_dir, base_dir),
                 criteo_validation=options.criteo_validation, validation_fraction=options.validation_fraction)
 
@@ -114,3 +116,10 @@ def source_for(options, base_dir: Path):
                        num_classes=options.num_classes,
                        synthetic_drift=(options.synthetic_new_ids, options.synthetic_id_lifetime,
                                         options.synthetic_period_examples))
+
+
+def followed_for(options, base_dir: Path):
+    """The FollowedData (data/followed.py) of a follow-mode run's TrainingOptions `options` (imports TensorFlow)."""
+    from data.followed import FollowedData
+
+    return FollowedData(options, layouts.data_root(options.dataset, options.data_dir, base_dir))

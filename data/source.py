@@ -128,6 +128,12 @@ class DataSource:
 
         return dataset_fn
 
+    def unit_examples(self, units: tf.data.Dataset, *, raw: bool = False) -> tf.data.Dataset:
+        """Every example of these read units (a dataset of unit columns, any units of this source), in order;
+        with `raw`, its features as they are in the data (before `preprocessing`)."""
+        read = self.read_raw if raw and self.read_raw is not None else self.read
+        return self._labelled(self._decoded(read(units)))
+
     def eval_dataset(self, split: str, batch: int, *, raw: bool = False) -> tf.data.Dataset:
         """Every example of `split` once, in order, batched for evaluation (`raw`: as an exported model takes them)."""
         return self._labelled(contract.batch(self.split(split, raw=raw), batch)).prefetch(tf.data.AUTOTUNE)

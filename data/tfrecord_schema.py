@@ -11,13 +11,15 @@ against the schema before anything starts.
 
 from __future__ import annotations
 
+import dataclasses
+
 import tensorflow as tf
 
 from common.errors import Problem, UserError
 from data import failures
 from data.layouts import tfrecord_counts
 from data.preprocessing import DTYPES, VARIABLE, SchemaPreprocessing, feature_spec
-from data.source import DataSource
+from data.source import SPLITS, DataSource
 from data.tfrecord import read_records
 
 CHUNK = 256  # records parsed together
@@ -64,7 +66,7 @@ def serving_parser(schema: dict, names):
     return parse_examples
 
 
-def _check_first(path: str, schema: dict) -> None:
+def check_first(path: str, schema: dict) -> None:
     """The first record must hold every feature of the schema, of its type and (fixed-length) size."""
     first = next(iter(tf.data.TFRecordDataset(path).take(1)))
     held = tf.train.Example.FromString(first.numpy()).features.feature
@@ -85,7 +87,13 @@ def load(files: dict[str, tuple[str, ...]], *, schema: dict, numeric=None, categ
          num_classes: int | None = None) -> DataSource:
     """Each file is a read unit, as for image TFRecords; with numeric and categorical named, click features."""
     sizes = tfrecord_counts(files)
-    _check_first(files["train"][0], schema)
+    check_first(files["train"][0], schema)
+    source = schema_source(schema=schema, numeric=numeric, categorical=categorical, num_classes=num_classes)
+    return dataclasses.replace(source, sizes=sizes, units={split: (paths,) for split, paths in files.items()})
+
+
+def schema_source(*, schema: dict, numeric=None, categorical=None, num_classes: int | None = None) -> DataSource:
+    """A source of no files yet that reads any TFRecord file of this schema (follow mode hands it files)."""
     label = label_name(schema)
     preprocessing = SchemaPreprocessing(schema, tuple(numeric or ()), tuple(categorical or ())) \
         if numeric is not None or categorical is not None else None
@@ -105,8 +113,8 @@ def load(files: dict[str, tuple[str, ...]], *, schema: dict, numeric=None, categ
         return read
 
     features = preprocessing.feature_spec if preprocessing else {name: feature_spec(schema[name]) for name in names}
-    return DataSource(name="tfrecord", num_classes=num_classes, sizes=sizes,
-                      units={split: (paths,) for split, paths in files.items()}, units_are_files=True,
+    return DataSource(name="tfrecord", num_classes=num_classes, sizes={split: 0 for split in SPLITS},
+                      units={split: ((),) for split in SPLITS}, units_are_files=True,
                       read=reader(preprocessing), read_raw=reader(None), features=features,
                       preprocessing=preprocessing, parse_examples=serving_parser(schema, names))
 

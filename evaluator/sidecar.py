@@ -88,8 +88,13 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
         raise UserError(Problem("--split", split, "applies to a one-off evaluation only (following training "
                                 "always reads the validation split)", "add --checkpoint PATH or --model PATH"))
     config = cluster_config.load(cluster)
+    if config.training.follow_data and (checkpoint or model):
+        raise UserError(Problem("--checkpoint" if checkpoint else "--model", checkpoint or model, "a followed run "
+                                "(training.follow_data) has no fixed split to score it on",
+                                "load a serving version (output/serving/<version>) with tf.saved_model.load and "
+                                "score it on files of your choice"))
     log = _prepare_process(config)
-    from data import source_for
+    from data import followed_for, source_for
     from data import bad_records_named
     from evaluator.loop import SidecarEvaluator
 
@@ -98,7 +103,7 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
             _evaluate_once(config, log, checkpoint=checkpoint, model=model, split=split, output_json=output_json)
             return
         options = config.training
-        source = source_for(options, PROJECT_ROOT)
+        source = (followed_for if options.follow_data else source_for)(options, PROJECT_ROOT)
         evaluator = SidecarEvaluator(training=options, evaluation=config.evaluation, source=source,
                                      files=RunFiles(config.path(options.output_dir)), log=log)
         sys.exit(evaluator.run())

@@ -41,6 +41,8 @@ def summary_lines(outputs: RunOutputs, where: str, wall_s: float, lead_failed: s
         return [f"no summary in {output}: training did not finish"], False
     if not summary.complete:
         return [f"training did not finish: {output}/summary.json says {summary.status}"], False
+    if summary.follow:
+        return _follow_lines(summary, output), True
     metrics = ", ".join(f"{k} {v:.4f}" for k, v in summary.final_metrics.items())
     if not _this_run(outputs.summary_age_s, wall_s):
         earlier = (f"the complete run of {summary.epochs} epochs (summary written {outputs.summary_age_s:.0f} s ago, "
@@ -57,6 +59,15 @@ def summary_lines(outputs: RunOutputs, where: str, wall_s: float, lead_failed: s
     return [f"trained {summary.epochs} epochs, {summary.optimizer_steps} steps in {summary.train_seconds:.0f} s; "
             f"last epoch: {metrics}",
             f"model: {where}{summary.model['h5']} (also saved_model/ and model.keras)"], True
+
+
+def _follow_lines(summary, output: str) -> list[str]:
+    """A followed run (training.follow_data) that stopped after idling: files, examples and freshness."""
+    follow, fresh = summary.follow, summary.follow.get("freshness_s") or {}
+    freshness = (f"; freshness (landed to first served): last {fresh['last']:.0f} s, median {fresh['median']:.0f} s, "
+                 f"max {fresh['max']:.0f} s" if fresh else "")
+    return [f"followed the data: {follow['files_done']} of {follow['files']} files, {follow['examples']} examples, "
+            f"{summary.optimizer_steps} steps{freshness}", f"serving versions: {output}/serving"]
 
 
 def best_line(outputs: RunOutputs, where: str, wall_s: float) -> list[str]:

@@ -138,3 +138,13 @@ def start_module(module: str, *args: str, log_path: Path) -> subprocess.Popen:
     with open(log_path, "wb") as log:
         return subprocess.Popen([PYTHON, "-m", module, *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
+
+
+def finish(*processes: subprocess.Popen, timeout_s: float = 300) -> list[int]:
+    """Each process's exit code, waiting up to `timeout_s` for each; whatever is left is killed."""
+    try:
+        return [p.wait(timeout=timeout_s) for p in processes]
+    finally:
+        for p in processes:
+            p.kill()
+            p.wait()
