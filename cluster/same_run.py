@@ -17,8 +17,9 @@ from cluster.strategies import StrategyName
 from cluster.training_options import TrainingOptions
 
 WHAT_IS_TRAINED = ("model", "dataset", "data_dir", "image_size", "synthetic_shape", "synthetic_examples",
-                   "tfrecord_image_key", "tfrecord_label_key", "tfrecord_num_classes", "loss", "metrics",
-                   "optimizer", "per_worker_batch", "strategy", "loop")
+                   "tfrecord_image_key", "tfrecord_label_key", "tfrecord_num_classes", "tfrecord_features",
+                   "numeric_features", "categorical_features", "num_classes", "loss", "metrics",
+                   "optimizer", "per_worker_batch", "strategy", "loop", "embedding_kind", "follow_data")
 
 
 def _comparable(value: Any) -> Any:

@@ -49,8 +49,7 @@ class Supervisor:
             for name, host in self.hosts.items():
                 rules = host.firewall_on([t for t in self.config.tasks() if t.address.host == name])
                 self.say(f"firewall on {name}: table {rules.table} guards ports {rules.ports}")
-        servers = self._jobs(*self.strategy.server_jobs)
-        if servers:
+        if servers := self._jobs(*self.strategy.server_jobs):
             self.start_records(servers)
 
     def start_cluster(self) -> None:
@@ -143,6 +142,7 @@ class Supervisor:
             record.state = TaskState.EXITED
             if record is self.lead:
                 self.chief_done_at = time.monotonic()
+                self.membership.lead_finished(self.chief_done_at)
         elif decision.action == Action.DROP:
             record.state = TaskState.FAILED
         elif decision.action == Action.HOLD:  # shown held, as a lead waiting for its ps; stopped at the end

@@ -21,13 +21,17 @@ pytestmark = pytest.mark.cluster
 
 EPOCHS = 3
 SLOW_EPOCHS = {"epochs": EPOCHS, "steps_per_epoch": 100, "steps_per_execution": 1, "lr_decay_epochs": []}
+DYNAMIC_DLRM = {"model": "dlrm", "dataset": "synthetic_criteo", "table_rows": 64, "embedding_dim": 4, "bottom_mlp": [8],
+                "top_mlp": [8], "per_worker_batch": 32, "synthetic_examples": 1024, "min_shard_bytes": 256,
+                "embedding_kind": "dynamic", "embedding_capacity": 4000}
 
 
 @pytest.fixture
-def detached_run(tmp_path):
-    """Starts `sh run.sh --detach` on a fresh loopback cluster; yields helpers; always ends with kill.sh."""
+def detached_run(tmp_path, request):
+    """Starts `sh run.sh --detach` on a fresh loopback cluster (the CNN, or the training options the test gives as
+    the fixture's parameter); yields helpers; always ends with kill.sh."""
     logs = tmp_path / "logs"
-    training = {**SLOW_EPOCHS, "output_dir": str(tmp_path / "output")}
+    training = {**SLOW_EPOCHS, **getattr(request, "param", {}), "output_dir": str(tmp_path / "output")}
     document = {**cluster_document(logs_dir=str(logs), training=training),
                 "evaluation": {"poll_s": 0.5, "idle_timeout_s": 120},
                 }
@@ -69,7 +73,9 @@ def test_killed_worker_is_replaced_and_the_run_completes(detached_run, tmp_path)
     assert processes_mentioning(str(path)) == []
 
 
+@pytest.mark.parametrize("detached_run", [DYNAMIC_DLRM], indirect=True, ids=["dlrm with dynamic tables"])
 def test_killed_ps_restarts_ps_and_chief_losing_at_most_an_epoch(detached_run, tmp_path):
+    """The lost ps held a partition of each dynamic table (its index, rows and slots): all come back from ckpt-1."""
     path, logs = detached_run
     assert wait_for_line(logs / "chief-0.log", f"train | epoch 1/{EPOCHS}", 240)  # now in epoch 2
     kill_task(logs, "ps-0")
@@ -79,6 +85,8 @@ def test_killed_ps_restarts_ps_and_chief_losing_at_most_an_epoch(detached_run, t
     assert "resuming after epoch 1 from ckpt-1 (optimizer step 100)" in chief_log  # ckpt-1: epoch 2's work was redone
     summary = completed_summary(tmp_path)
     assert summary["optimizer_steps"] == 300
+    assert "export check: largest difference between trained and exported predictions" in chief_log
+    assert all(summary["ps_report"][ps]["ids_held"] > 0 for ps in ("ps:0", "ps:1"))
     assert processes_mentioning(str(path)) == []
 
 

@@ -146,6 +146,16 @@ def test_a_rerun_resumes_only_the_same_run_and_fresh_starts_over(tmp_path):
     assert summary["epochs"] == 2 and summary["global_batch"] == 64  # the batch of the 2 workers it started with
     assert processes_mentioning(str(tmp_path)) == []
 
+    (output / "checkpoints" / "ckpt-2.index").write_bytes(b"not a checkpoint")  # every start fails to restore it
+    broken = sh("run.sh", str(tmp_path / "cluster.json"))
+    assert broken.returncode == 1, broken.stderr[-3000:]
+    assert re.search(r"run failed: chief:0 exited with code 1 again before training a step, with the same error as "
+                     r"at its last start \(a restart cannot help\): \S+Error: .*sstable", broken.stderr), broken.stderr
+    assert "restart 2 of" not in broken.stderr, broken.stderr[-3000:]  # stopped at the second failure
+    assert re.search(r"training did not finish: chief:0 failed \(exit 1: \S+Error: .*sstable\); \S+ holds an "
+                     r"earlier run's summary", broken.stderr), broken.stderr[-3000:]  # never "trained nothing"
+    assert processes_mentioning(str(tmp_path)) == []
+
 
 def test_the_worker_count_is_a_runs_shape_under_parameter_server_and_its_batch_when_synchronous(tmp_path):
     """The workers the global batch is counted for: a resized parameter_server run keeps its batch (the same run
