@@ -96,20 +96,22 @@ def _result(process: subprocess.Popen, log: Path, timeout_s: float) -> dict:
 
 
 def run_measured(mode: str, config: dict, directory: Path, *, ps: int = 1, workers: int = 1,
-                 caps: dict[str, MemoryCap] | None = None, timeout_s: float = 1200) -> dict:
-    """One run of bench.embedding_run in `mode` (single, ps or mwms), with the servers it needs; adds load and RSS."""
+                 caps: dict[str, MemoryCap] | None = None, timeout_s: float = 1200,
+                 module: str = "bench.embedding_run", wait_quiet: bool = True) -> dict:
+    """One run of `module` (bench.embedding_run's contract) in `mode` (single, ps or mwms), with the servers it
+    needs, after waiting (bounded) for a quiet machine unless `wait_quiet` is off; adds load and RSS."""
     caps = caps or {}
     directory.mkdir(parents=True, exist_ok=True)
-    others = wait_for_quiet()
+    others = wait_for_quiet() if wait_quiet else ["not waited for (a smoke run)"]
     load_before, started = load_average(), time.monotonic()
     servers, tasks = [], []
     try:
         if mode == "ps":
-            result = _run_ps(config, directory, ps, workers, caps, servers, timeout_s)
+            result = _run_ps(config, directory, ps, workers, caps, servers, timeout_s, module)
         elif mode == "mwms":
             result = _run_mwms(config, directory, workers, caps, tasks, timeout_s)
         else:
-            chief = _start([PYTHON, "-m", "bench.embedding_run", json.dumps({**config, "mode": mode})],
+            chief = _start([PYTHON, "-m", module, json.dumps({**config, "mode": mode})],
                            {"TF_CONFIG": ""}, directory / "single.log", caps.get("chief"))
             tasks.append(chief)
             result = _result(chief, directory / "single.log", timeout_s)
@@ -120,7 +122,7 @@ def run_measured(mode: str, config: dict, directory: Path, *, ps: int = 1, worke
             "run_s": round(time.monotonic() - started, 1)}
 
 
-def _run_ps(config, directory, ps, workers, caps, servers, timeout_s) -> dict:
+def _run_ps(config, directory, ps, workers, caps, servers, timeout_s, module="bench.embedding_run") -> dict:
     ports = free_ports(1 + workers + ps)
     spec = {"chief": [f"localhost:{ports[0]}"], "worker": [f"localhost:{p}" for p in ports[1:1 + workers]],
             "ps": [f"localhost:{p}" for p in ports[1 + workers:]]}
@@ -134,7 +136,7 @@ def _run_ps(config, directory, ps, workers, caps, servers, timeout_s) -> dict:
     tf_config = json.dumps({"cluster": spec, "task": {"type": "chief", "index": 0}})
     run_config = {**config, "mode": "ps", "workers": workers, "ps_ports": ports[1 + workers:],
                   "worker_ports": ports[1:1 + workers]}
-    chief = _start([PYTHON, "-m", "bench.embedding_run", json.dumps(run_config)], {"TF_CONFIG": tf_config},
+    chief = _start([PYTHON, "-m", module, json.dumps(run_config)], {"TF_CONFIG": tf_config},
                    directory / "chief.log", caps.get("chief"))
     servers.append(chief)
     result = _result(chief, directory / "chief.log", timeout_s)

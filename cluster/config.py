@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from cluster import crosschecks, job_sizes, jsonfile
+from cluster import dynamic_table_options as dynamic_tables
 from cluster import kubernetes_settings as k8s
 from cluster import recommender_options as clicks
 from cluster.addresses import Address, Task, ip_of, parse_address
@@ -172,7 +173,7 @@ def _placed_by_backend(cluster: Any, strategy: Strategy, backend: str, slurm: Sl
 def _cross_section_problems(jobs, hosts, training, evaluation, launcher) -> list[Problem]:
     return [*crosschecks.unknown_host_problems(hosts, jobs), *crosschecks.duplicate_gpu_problems(hosts),
             *([] if launcher.backend == "kubernetes" else crosschecks.evaluator_placement_problems(jobs, training)),
-            *crosschecks.best_metric_problems(training, evaluation),
+            *crosschecks.best_metric_problems(training, evaluation), *dynamic_tables.ps_count_problems(training, jobs),
             *crosschecks.directory_problems(training, launcher.logs_dir, PROJECT_ROOT)]
 
 

@@ -16,12 +16,17 @@ def _option(default, help_text: str):
 class EvaluationOptions:
     """How the sidecar evaluator follows training."""
 
-    best_metric: str = _option("val_accuracy", "metric that picks the best checkpoint (val_<metric> or val_loss)")
-    best_mode: str = _option("max", "max or min: whether a larger best_metric is better")
-    idle_timeout_s: float = _option(600.0, "give up when no new checkpoint arrives for this long during training")
+    best_metric: str = _option("val_accuracy", "metric that picks the best checkpoint: val_loss or val_<name> of "
+                                               "one of training.metrics, as tf_keras logs it")
+    best_mode: str = _option("max", "max or min: whether a larger best_metric is better (max for accuracies and "
+                                    "auc, min for val_loss and crossentropies)")
+    idle_timeout_s: float = _option(600.0, "give up (exit 1) when no new checkpoint arrives for this long while "
+                                           "the lead's heartbeat stands still and its process is gone")
     poll_s: float = _option(2.0, "seconds between looks at the checkpoint directory")
-    batch: int = _option(256, "evaluation batch size")
+    batch: int = _option(256, "batch size of each evaluation (the validation split, or a one-off --split)")
     read_retries: int = _option(3, "attempts to read a checkpoint that is being written or removed")
+    progressive_examples: int = _option(10_000, "training.follow_data: each checkpoint is scored on up to this many "
+                                                "examples of the newest data it has not trained on yet")
 
 
 CHECKS = {
@@ -32,6 +37,7 @@ CHECKS = {
     "poll_s": seconds_check("2"),
     "batch": Check(positive_int, f"must be an integer from 1 to {INT32_MAX}", "use e.g. 256"),
     "read_retries": Check(int_in(1, 1000), "must be an integer from 1 to 1000", "use e.g. 3"),
+    "progressive_examples": Check(positive_int, f"must be an integer from 1 to {INT32_MAX}", "use e.g. 10000"),
 }
 
 

@@ -21,12 +21,12 @@ def _sizes(value: Any) -> bool:
 
 
 def _table_rows(value: Any) -> bool:
-    return positive_int(value) or (_sizes(value) and len(value) == CATEGORICAL_FEATURES)
+    return positive_int(value) or _sizes(value)  # a list's length is checked against the features (data_options)
 
 
 CHECKS = {
     "embedding_dim": Check(positive_int, "must be a positive integer", "use e.g. 16"),
-    "table_rows": Check(_table_rows, f"must be a positive integer or a list of {CATEGORICAL_FEATURES}",
+    "table_rows": Check(_table_rows, "must be a positive integer or a list of them, one per categorical feature",
                         "use e.g. 100000 (rows, i.e. hash buckets, of every table)"),
     "bottom_mlp": Check(_sizes, "must be a non-empty list of layer widths", "use e.g. [64]"),
     "top_mlp": Check(_sizes, "must be a non-empty list of layer widths", "use e.g. [64, 32]"),
@@ -57,15 +57,20 @@ def with_click_evaluation(raw: Mapping[str, Any], model: str | None) -> dict:
 
 
 def fit_problems(options, prefix: str) -> list[Problem]:
-    """A recommender needs a Criteo source and a Criteo source a recommender; clicks take their own loss."""
-    recommender, clicks = options.model in RECOMMENDER_MODELS, options.dataset in CLICK_DATASETS
-    if recommender and not clicks:
+    """A recommender needs click data (Criteo, a TFRecord schema, or a dataset function whose features it
+    checks when built) and a Criteo source a click model; clicks take their own loss."""
+    recommender = options.model in RECOMMENDER_MODELS
+    schema = options.dataset == "tfrecord" and options.tfrecord_features is not None
+    clicks, own = options.dataset in CLICK_DATASETS or schema, ":" in options.dataset
+    if recommender and not (clicks or own):
         return [Problem(f"{prefix}dataset", options.dataset, f"is not click data, which {options.model} needs",
-                        'use "dataset": "criteo" (with data_dir) or "synthetic_criteo"')]
+                        'use "dataset": "criteo" (with data_dir), "synthetic_criteo", "tfrecord" with '
+                        "tfrecord_features, or your own dataset function (docs/your-data.md)")]
     if clicks and not recommender and ":" not in options.model:
         return [Problem(f"{prefix}model", options.model, f"cannot read {options.dataset}'s numeric and categorical "
-                        "features", f"use one of {', '.join(RECOMMENDER_MODELS)}")]
-    if options.loss == CLICK_LOSS and not clicks:
+                        "features", f"use one of {', '.join(RECOMMENDER_MODELS)}, or your own model "
+                        "(package.module:function)")]
+    if options.loss == CLICK_LOSS and not (clicks or own):
         return [Problem(f"{prefix}loss", options.loss, "needs click labels (0 or 1), not classes",
                         "use sparse_categorical_crossentropy, or a click data set with dlrm or wide_deep")]
     if recommender and options.loss != CLICK_LOSS:

@@ -70,6 +70,11 @@ class RunFiles:
         return self.tensorboard / "validation"
 
     @property
+    def serving(self) -> Path:
+        """Follow mode's serving versions, output/serving/<version> (TensorFlow Serving's layout)."""
+        return self.output / "serving"
+
+    @property
     def backup(self) -> Path:
         return self.output / "backup"
 
@@ -124,6 +129,7 @@ class RunSummary:
     variable_placement: dict = dataclasses.field(default_factory=dict)
     ps_report: dict = dataclasses.field(default_factory=dict)  # recommenders: per ps, bytes held and moved per step
     capacity: dict = dataclasses.field(default_factory=dict)  # predicted and measured steps/s, the bound (PSS)
+    follow: dict = dataclasses.field(default_factory=dict)  # follow mode: files done, examples, freshness per file
 
     @property
     def complete(self) -> bool:
@@ -148,17 +154,24 @@ def training_finished(files: RunFiles, planned_epochs: int) -> bool:
 class Phase(str, enum.Enum):
     TRAIN = "train"
     EXPORT = "export"
+    WAIT = "wait"  # follow mode, caught up: waiting for data to land (not a stall)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainingProgress:
-    """`progress.json`: the lead's heartbeat while it trains, so stalls are judged by the optimizer step."""
+    """`progress.json`: the lead's heartbeat while it trains, so stalls are judged by the optimizer step.
+
+    It also carries what a restarted lead must not lose: `train_s`, the seconds every lead of this output has spent
+    training (each up to its last beat), and `epoch_metrics`, those of the last epoch that ended, in whichever life.
+    """
 
     pid: int
     phase: str
     epoch: int
     step: int
     time: float
+    train_s: float = 0.0
+    epoch_metrics: dict = dataclasses.field(default_factory=dict)
 
 
 def read_progress(files: RunFiles) -> TrainingProgress | None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from cluster import data_options, follow_checks
+from cluster import dynamic_table_options as tables
 from cluster import recommender_options as clicks
 from cluster.strategies import STRATEGY_NAMES, StrategyName
-from cluster.training_names import (COLLECTIVE_NAMES, CONVOLUTIONAL_MODELS, DATASET_NAMES, LOOP_NAMES, LOSS_NAMES,
+from cluster.training_names import (COLLECTIVE_NAMES, CONVOLUTIONAL_MODELS, LOOP_NAMES, LOSS_NAMES,
                                     MAX_SIDE, METRIC_NAMES, MODEL_NAMES, ONE_HOT_LABEL_METRICS, ONE_HOT_LOSSES,
                                     OPTIMIZER_NAMES, RESIZED_DATASETS, SEED_LIMIT, SPARSE_LABEL_METRICS,
                                     TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY, USER_MODEL_PATTERN)
@@ -48,7 +50,6 @@ def _held_out(value: Any) -> bool:
 CHECKS = {
     "model": Check(_model_name, "unknown model",
                    f"use one of {', '.join(MODEL_NAMES)} or 'package.module:function'"),
-    "dataset": Check(lambda v: v in DATASET_NAMES, "unknown dataset", f"use one of {', '.join(DATASET_NAMES)}"),
     "data_dir": Check(lambda v: v is None or _non_empty_text(v), "must be a path", "give a directory or null"),
     "image_size": Check(lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(_side(n) for n in v),
                         f"must be [height, width] in pixels, each 1 to {MAX_SIDE}", "use e.g. [224, 224]"),
@@ -102,14 +103,19 @@ CHECKS = {
     "seed": Check(int_in(0, SEED_LIMIT - 1), f"must be an integer from 0 to {SEED_LIMIT - 1}",
                   "use e.g. 0 (numpy takes seeds in [0, 2**32))"),
     "progress_every_s": seconds_check("30"),
+    **follow_checks.CHECKS,
     **clicks.CHECKS,
+    **data_options.CHECKS,
+    **tables.CHECKS,
 }
 
 
 def cross_field_problems(options: TrainingOptions, prefix: str) -> list[Problem]:
     """What no single field shows: a loop the strategy cannot run, data the model cannot read, mismatched metrics."""
     return [*_loop_problems(options, prefix), *clicks.fit_problems(options, prefix),
-            *_metric_problems(options, prefix), *_shape_problems(options, prefix)]
+            *_metric_problems(options, prefix), *_shape_problems(options, prefix),
+            *data_options.problems(options, prefix), *follow_checks.follow_problems(options, prefix),
+            *tables.cross_field_problems(options, prefix)]
 
 
 def _loop_problems(options: TrainingOptions, prefix: str) -> list[Problem]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from cluster import dynamic_table_options as tables
 from cluster import recommender_options as clicks
 from cluster.training_checks import CHECKS, cross_field_problems
 from cluster.training_names import (IMAGE_SIZE, SYNTHETIC_EXAMPLES, SYNTHETIC_SHAPE, TFRECORD_IMAGE_KEY,
@@ -23,8 +24,10 @@ class TrainingOptions:
 
     model: str = _option("cnn", "cnn, mlp, resnet, mobilenet_v2, dlrm, wide_deep (click data), or "
                                 "package.module:function returning a tf_keras model")
-    dataset: str = _option("digits", "digits (embedded, real), synthetic, synthetic_criteo, or from data_dir: "
-                                     "image_folder, cifar10, mnist, tfrecord, criteo")
+    dataset: str = _option("digits", "digits (embedded, real), synthetic, synthetic_criteo, from data_dir: "
+                                     "image_folder, cifar10, mnist, tfrecord, criteo; or package.module:function "
+                                     "called as function(split, input_context), returning an unbatched "
+                                     "tf.data.Dataset of (features, label) (docs/your-data.md)")
     data_dir: str | None = _option(None, "directory of a file-based data set (relative: from the project directory); "
                                          "workers read it at the same path on their own hosts")
     image_size: tuple[int, ...] = _option(IMAGE_SIZE, "[height, width] image_folder and tfrecord images are resized to")
@@ -43,6 +46,19 @@ class TrainingOptions:
     tfrecord_label_key: str = _option(TFRECORD_LABEL_KEY, "tf.train.Example feature holding the integer label")
     tfrecord_num_classes: int | None = _option(None, "classes of a tfrecord data set; null reads every label once "
                                                      "to find the largest")
+    tfrecord_features: dict | None = _option(None, "tfrecord: the schema of the tf.train.Example records, one "
+                                                   "entry per feature: {dtype: int64, float32 or string, shape: [n] "
+                                                   "or \"variable\", label: true for the label (exactly one)}; "
+                                                   "null: image records (tfrecord_image_key, tfrecord_label_key)")
+    numeric_features: tuple[str, ...] | None = _option(None, "tfrecord schema: the int64 or float32 features dlrm "
+                                                             "and wide_deep feed to the bottom MLP (as dense; int64 "
+                                                             "counts as log(1 + max(x, 0)))")
+    categorical_features: tuple[str, ...] | None = _option(None, "tfrecord schema: the string or int64 features "
+                                                                 "dlrm and wide_deep look up in tables (as ids, "
+                                                                 "hashed; several values per example pooled by "
+                                                                 "mean)")
+    num_classes: int | None = _option(None, "classes of a dataset function's or TFRecord schema's labels, given to "
+                                            "the model (the zoo models need it); null when unknown")
     strategy: str = _option("parameter_server", "parameter_server (chief, workers and ps), multi_worker_mirrored "
                                               "(every worker trains, worker 0 leads; no ps), mirrored (the chief "
                                               "alone, all its GPUs) or one_device (the chief alone, one device)")
@@ -60,12 +76,20 @@ class TrainingOptions:
     steps_per_epoch: int | None = _option(None, "steps per epoch; null derives it as train examples // global batch")
     steps_per_execution: int = _option(10, "steps each worker runs per remote call")
     optimizer: str = _option("adam", "adam, sgd or rmsprop")
-    learning_rate: float = _option(1e-3, "initial learning rate")
+    learning_rate: float = _option(1e-3, "initial learning rate of the optimizer (for dlrm and wide_deep, of the "
+                                         "dense layers); multiplied by lr_decay_factor from each of lr_decay_epochs")
     lr_decay_epochs: tuple[int, ...] = _option((4, 6), "epochs (1-based) from which the rate is multiplied by "
                                                        "lr_decay_factor")
     lr_decay_factor: float = _option(0.1, "factor applied at each of lr_decay_epochs")
-    loss: str = _option("sparse_categorical_crossentropy", "Keras loss name")
-    metrics: tuple[str, ...] = _option(("accuracy",), "Keras metric names")
+    loss: str = _option("sparse_categorical_crossentropy", "Keras loss name: categorical_* losses train on one-hot "
+                                                           "labels, sparse_categorical_crossentropy on class "
+                                                           "indices; binary_crossentropy (the default for dlrm and "
+                                                           "wide_deep) on clicks")
+    metrics: tuple[str, ...] = _option(("accuracy",), "Keras metric names: sparse_* metrics go with "
+                                                      "sparse_categorical_crossentropy, the others with the "
+                                                      "categorical losses; accuracy and acc with both; auc and "
+                                                      "log_loss with binary_crossentropy (the default for dlrm and "
+                                                      "wide_deep)")
     output_dir: str = _option("output", "checkpoints, TensorBoard logs, exported model and summary (chief's disk)")
     min_shard_bytes: int = _option(256 * 1024, "MinSizePartitioner: smallest shard of a variable, in bytes")
     max_shards: int | None = _option(None, "MinSizePartitioner: most shards per variable; null means one per ps")
@@ -76,14 +100,51 @@ class TrainingOptions:
     seed: int = _option(0, "random seed for model initialisation and shuffling")
     progress_every_s: float = _option(30.0, "seconds between progress lines (and TensorBoard points) within an "
                                             "epoch; a line also ends each epoch")
+    follow_data: bool = _option(False, "train on files as they land in data_dir (criteo, tfrecord): each once, in "
+                                       "landing order, handed to workers in pieces as they are free, then wait for "
+                                       "more; no epochs, steps or held-out split; parameter_server only "
+                                       "(docs/online-training.md)")
+    follow_pattern: str = _option("*", "follow_data: the files under data_dir that are data, a glob relative to it "
+                                       "(e.g. part-*.gz or */part-*); names beginning with . or _ never are, so "
+                                       "write to .name.tmp and rename")
+    data_poll_s: float = _option(10.0, "follow_data: seconds between looks at data_dir; a file is taken once it is "
+                                       "complete (a newline at its end, a whole gzip stream, whole TFRecord "
+                                       "records) and its size and time stood still over one look")
+    stop_when_idle_s: float = _option(0.0, "follow_data: stop (checkpoint, last serving version, summary, exit 0) "
+                                           "after this many seconds with no new data; 0 follows until sh kill.sh "
+                                           "or SIGTERM")
+    piece_mb: float = _option(16.0, "follow_data: plain files are handed out in byte ranges of about this many MB "
+                                    "(gzip and TFRecord files whole), each to the next free worker; a lost "
+                                    "worker's piece is trained again by another")
+    serving_export_every_s: float = _option(600.0, "follow_data: seconds between serving versions: "
+                                                   "output/serving/<version>, a SavedModel in TensorFlow Serving's "
+                                                   "layout with assets.extra/trained_through.json")
+    keep_serving_versions: int = _option(5, "follow_data: newest serving versions kept")
     embedding_dim: int = _option(16, "dlrm, wide_deep: width of each categorical feature's embedding")
     table_rows: int | tuple[int, ...] = _option(clicks.DEFAULT_TABLE_ROWS, "dlrm, wide_deep: rows (hash buckets) "
-                                                "of every table, or a list of 26, one per categorical feature")
+                                                "of every table, or a list, one per categorical feature (26 for "
+                                                "Criteo)")
     bottom_mlp: tuple[int, ...] = _option((64,), "dlrm: layer widths on the numeric features")
     top_mlp: tuple[int, ...] = _option((64, 32), "dlrm: layer widths after the interaction; wide_deep: the deep part")
     embedding_optimizer: str = _option("adagrad", "dlrm, wide_deep: the tables' optimizer, one that updates only "
                                                   "looked-up rows: adagrad, sgd or ftrl")
     embedding_learning_rate: float = _option(0.05, "dlrm, wide_deep: the tables' learning rate")
+    embedding_kind: str = _option(tables.DEFAULT_KIND, "dlrm, wide_deep: hashed (each id takes the row of its value "
+                                  "modulo table_rows: ids may share rows) or dynamic (each id a row of its own, "
+                                  "admitted and expired; see docs/dynamic-embeddings.md)")
+    embedding_capacity: int = _option(tables.DEFAULT_CAPACITY, "dynamic tables: rows in all, spread evenly over "
+                                      "the ps")
+    admit_after: int = _option(tables.DEFAULT_ADMIT_AFTER, "dynamic tables: an id gets a row of its own at this "
+                               "sighting; before, and when the rows are full, it reads and trains its feature's "
+                               "shared row")
+    expire_after_steps: int = _option(tables.DEFAULT_EXPIRE_AFTER_STEPS, "dynamic tables: a row whose id was not "
+                                      "looked up for this many optimizer steps is freed for another id; 0 never")
+    synthetic_new_ids: int = _option(tables.DEFAULT_NEW_IDS, "synthetic_criteo: ids born per period in each "
+                                     "categorical feature (0: a fixed vocabulary of table_rows values each)")
+    synthetic_id_lifetime: int = _option(tables.DEFAULT_ID_LIFETIME, "synthetic_criteo with new ids: periods an id "
+                                         "occurs in before it dies")
+    synthetic_period_examples: int = _option(tables.DEFAULT_PERIOD_EXAMPLES, "synthetic_criteo with new ids: "
+                                             "training examples per period")
 
 
 FIELD_NAMES = tuple(f.name for f in dataclasses.fields(TrainingOptions))

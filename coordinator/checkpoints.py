@@ -55,6 +55,15 @@ def checkpoint_step(path: str) -> int:
     raise ValueError(f"{path} holds no optimizer step")
 
 
+def stored_text(path: str, name: str) -> str | None:
+    """The string variable a checkpoint saved as object `name` (an `extra` of EpochCheckpoints), or None."""
+    key = f"{name}/.ATTRIBUTES/VARIABLE_VALUE"
+    if key not in dict(tf.train.list_variables(path)):
+        return None
+    value = tf.train.load_variable(path, key)
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def listed_checkpoints(directory: Path) -> list[str]:
     """Complete checkpoints in save order, as named by the `checkpoint` state file (written after the data)."""
     state = tf.train.get_checkpoint_state(str(directory))
@@ -65,15 +74,16 @@ class EpochCheckpoints:
     """Writes, lists, restores and prunes checkpoints through the chief's CPU, so ps never write files."""
 
     def __init__(self, files: RunFiles, *, model, optimizer, keep: int, has_evaluator: bool, io_device: str | None,
-                 scratch: Path | None = None):
+                 scratch: Path | None = None, extra: dict | None = None):
         """`scratch`: a worker that is not the lead (multi_worker_mirrored) writes there, as every worker must
-        take part in a save, and removes what it wrote; it reads the lead's checkpoints."""
+        take part in a save, and removes what it wrote; it reads the lead's checkpoints. `extra`: more objects
+        saved beside the model (follow mode: where the data stands)."""
         self.files, self.directory, self.scratch = files, files.checkpoints, scratch
         directory = self.directory
         self.keep = keep
         self.has_evaluator = has_evaluator
         self.options = tf.train.CheckpointOptions(experimental_io_device=io_device)
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, **(extra or {}))
         if scratch is None:
             directory.mkdir(parents=True, exist_ok=True)
 

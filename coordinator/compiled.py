@@ -6,18 +6,25 @@ import tf_keras
 
 from cluster.recommender_options import RECOMMENDER_MODELS
 from cluster.training_options import TrainingOptions
-from coordinator import models, recommenders
+from coordinator import input_contract, models, recommenders
+from coordinator.dynamic.upkeep import dynamic_layers, table_stats
+from coordinator.pooling import table_ids
+from coordinator.raw_export import RawFeatures
 from coordinator.shard_report import report_lines, shard_report
 from coordinator.sparse import SparseDenseModel
+from data import contract
 
 
-def build_compiled(options: TrainingOptions, input_shape, num_classes: int, **compile_kwargs) -> tf_keras.Model:
-    """A zoo, user or recommender model (dlrm, wide_deep: two optimizers); call under the strategy's scope."""
+def build_compiled(options: TrainingOptions, source, **compile_kwargs) -> tf_keras.Model:
+    """A zoo, user or recommender model (dlrm, wide_deep: two optimizers) for the features of `source` (a data
+    source: feature_spec, num_classes, name); a model that cannot take them is refused. Call under the
+    strategy's scope."""
     if options.model in RECOMMENDER_MODELS:
         return recommenders.build_and_compile(options.model, recommenders.from_training(options),
-                                              models.make_optimizer(options), metric_names=options.metrics,
-                                              **compile_kwargs)
-    model = models.build(options.model, input_shape, num_classes)
+                                              models.make_optimizer(options), features=source.feature_spec,
+                                              metric_names=options.metrics, **compile_kwargs)
+    model = models.build(options.model, source.feature_spec, source.num_classes, source.name)
+    input_contract.check(model, source.feature_spec, model_name=options.model, source_name=source.name)
     models.compile_model(model, options, **compile_kwargs)
     model.optimizer.build(model.trainable_variables)
     return model
@@ -28,7 +35,7 @@ def exportable(model: tf_keras.Model) -> tf_keras.Model:
     return recommenders.inference_model(model) if isinstance(model, SparseDenseModel) else model
 
 
-CUSTOM_OBJECTS = recommenders.CUSTOM_OBJECTS  # what loading an exported recommender needs
+CUSTOM_OBJECTS = {**recommenders.CUSTOM_OBJECTS, "RawFeatures": RawFeatures}  # what loading an export needs
 
 
 def ps_report(model: tf_keras.Model, source, global_batch: int, log) -> dict:
@@ -36,8 +43,15 @@ def ps_report(model: tf_keras.Model, source, global_batch: int, log) -> dict:
     logged one line per ps; {} for other models."""
     if not isinstance(model, SparseDenseModel):
         return {}
-    features, _ = next(iter(source.split("train").batch(global_batch).take(1)))
-    report = shard_report(model, features["ids"].numpy())
+    features, _ = next(iter(contract.batch(source.split("train"), global_batch).take(1)))
+    report = with_table_stats(shard_report(model, table_ids(features["ids"]).numpy()), model)
     for line in report_lines(report):
         log.info("per ps: %s", line)
+    return report
+
+
+def with_table_stats(report: dict, model) -> dict:
+    """The per-ps report with each ps's dynamic table rows merged in (as they stand now)."""
+    for name, stats in table_stats(dynamic_layers(model)).items():
+        report.setdefault(name, {"lookups_per_step": 0, "bytes_moved_per_step": 0}).update(stats)
     return report

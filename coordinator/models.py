@@ -8,6 +8,8 @@ from tf_keras import layers
 from cluster import user_model
 from cluster.training_options import TrainingOptions
 from common.errors import Problem, UserError
+from coordinator import recommenders
+from data import contract
 
 
 def _as_image(inputs, input_shape):
@@ -77,12 +79,18 @@ def mobilenet_v2(input_shape, num_classes):
 ZOO = {"cnn": cnn, "mlp": mlp, "resnet": resnet, "mobilenet_v2": mobilenet_v2}
 
 
-def build(name: str, input_shape, num_classes: int) -> tf_keras.Model:
-    """Builds the named model; a user function gets input_shape and num_classes if it takes them."""
+def build(name: str, spec, num_classes: int | None, source_name: str = "the data") -> tf_keras.Model:
+    """Builds the named model for features `spec` (data/contract.py); a user function gets input_shape,
+    num_classes and feature_spec if it takes them."""
     if name in ZOO:
-        return ZOO[name](tuple(input_shape), num_classes)
+        if isinstance(spec, dict):
+            raise UserError(Problem("training.model", name, f"takes one image tensor but {source_name} gives "
+                                    f"{contract.describe(spec)}", "use dlrm, wide_deep or your own model "
+                                    "(docs/your-data.md)"))
+        return ZOO[name](contract.shapes(spec), num_classes)
     function = user_model.load(name)
-    model = function(**user_model.keyword_arguments(function, input_shape, num_classes))
+    model = function(**user_model.keyword_arguments(function, input_shape=contract.shapes(spec),
+                                                    num_classes=num_classes, feature_spec=spec))
     if not isinstance(model, tf_keras.Model):
         raise UserError(Problem("training.model", name, f"returned {type(model).__name__}, not a tf_keras model",
                                 "build the model with `import tf_keras` (Keras 3 cannot train under "
@@ -97,7 +105,10 @@ def make_optimizer(options: TrainingOptions):
 
 
 def compile_model(model, options: TrainingOptions, **kwargs) -> None:
-    """Compiles with the options' optimizer, loss and metrics (a user model's own optimizer and loss are kept)."""
+    """Compiles with the options' optimizer, loss and metrics (a user model's own optimizer and loss are kept;
+    auc and log_loss, which Keras does not know by name, are made as for the click models)."""
     optimizer = model.optimizer if getattr(model, "optimizer", None) is not None else make_optimizer(options)
     loss = getattr(model, "loss", None) or options.loss
-    model.compile(optimizer=optimizer, loss=loss, metrics=list(options.metrics), **kwargs)
+    metrics = [recommenders.click_metrics([name])[0] if name in recommenders.METRICS_FOR_CLICKS else name
+               for name in options.metrics]
+    model.compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)

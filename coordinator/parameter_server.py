@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from cluster.config import ClusterConfig
 from cluster.run_files import RunFiles, RunSummary, read_summary
+from cluster.same_run import batch_workers
 from cluster.training_options import TrainingOptions
 from coordinator import capacity_watch, setup, strategy
 from coordinator.compiled import ps_report
+from coordinator.dynamic.upkeep import upkeep_for
+from coordinator.lost_tasks import exit_when_a_task_is_lost
 from coordinator.pacing import CHUNKS_AHEAD_PER_WORKER, SchedulePacing
 from coordinator.preemption import StopRequest
 
@@ -20,13 +23,26 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     SIGTERM writes a checkpoint at once and exits with PREEMPTED_EXIT_CODE; checkpoints are also written every
     `checkpoint_every_s` within epochs, so a failure costs at most that much work.
     """
+    summary = read_summary(RunFiles(config.path(options.output_dir)))
+    if options.follow_data:
+        from coordinator.follow import run_following
+        return run_following(config, options, log, batch_workers=batch_workers(config, summary and summary.workers))
     stop = StopRequest(log).install()
     workers = config.input_pipelines  # the workers training now: the launcher may have left lost ones out
-    run = setup.plan(config, options, log, workers=_batch_workers(config), batch_note=BATCH_NOTE, pipelines=workers)
+    run = setup.plan(config, options, log, workers=batch_workers(config, summary and summary.workers),
+                     batch_note=BATCH_NOTE, pipelines=workers)
     if config.trainer_workers is not None:
         log.info("training with %s (launcher: the others are lost)",
                  ", ".join(f"worker:{i}" for i in config.trainer_workers))
     strategy.wait_for_cluster(config, options.probe_timeout_s, log)
+    with exit_when_a_task_is_lost(log, "a ps or worker this chief needs was lost", "the run resumes from the last "
+                                  "checkpoint once it is back"):
+        return _train(config, options, run, stop, log)
+
+
+def _train(config: ClusterConfig, options: TrainingOptions, run: setup.TrainingRun, stop: StopRequest,
+           log) -> RunSummary | None:
+    workers = config.input_pipelines
     model = setup.build_model(run, strategy.build(config, options))
     shards = ps_report(model, run.source, run.global_batch, log)  # logged now: `sh run.sh status` shows it
     watch = capacity_watch.watch(config, model, run.source, run.global_batch, log)
@@ -41,14 +57,8 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     pacing = SchedulePacing(CHUNKS_AHEAD_PER_WORKER * workers)  # first: later hooks see steps done, not queued
     callback_list = [pacing, *setup.callbacks(run, checkpoints, device=strategy.CHIEF_CPU, stop=stop,
                                               resume_steps=start.steps, checkpoint_every_s=options.checkpoint_every_s,
-                                              capacity=watch)]
+                                              capacity=watch, tables=upkeep_for(model))]
     final_metrics, seconds = setup.fit(run, model, dataset_fn, callback_list, start, stop)
     return setup.finish(run, model, final_metrics=final_metrics, train_seconds=seconds,
                         checkpoint=checkpoints.latest_path(), device=strategy.CHIEF_CPU, shards=shards, capacity=watch)
 
-
-def _batch_workers(config: ClusterConfig) -> int:
-    """The workers the global batch is counted for: those the run started with (its summary says), so workers
-    that leave or join change the speed of training, never its batch, steps or learning-rate schedule."""
-    summary = read_summary(RunFiles(config.path(config.training.output_dir)))
-    return summary.workers if summary and summary.workers else len(config.jobs["worker"])

@@ -1,6 +1,7 @@
 """Progress a person can watch and a launcher can judge: a line at least every `progress_every_s` and at each
 epoch's end (epoch, step, steps/s, examples/s, loss, metrics, ETA), the same scalars in TensorBoard, and a
-heartbeat file with the optimizer step (the lead's `progress.json`) every few seconds.
+heartbeat file with the optimizer step (the lead's `progress.json`) every few seconds. The heartbeat carries the
+training time of every lead of this output and the last epoch's metrics, so a restarted lead reports the run's.
 
 Under ParameterServerStrategy a batch hook fires when a step is scheduled, not done; the optimizer's step
 counter lives on a ps and says how many steps really ran, so rates and the heartbeat come from it. Batch
@@ -17,7 +18,7 @@ from pathlib import Path
 import tensorflow as tf
 import tf_keras
 
-from cluster.run_files import Phase, RunFiles, TrainingProgress, write_progress
+from cluster.run_files import Phase, RunFiles, TrainingProgress, read_progress, write_progress
 
 HEARTBEAT_EVERY_S = 2.0
 
@@ -42,10 +43,11 @@ class ProgressReport(tf_keras.callbacks.Callback):
     """Progress lines and TensorBoard scalars during and after each epoch; the lead's heartbeat file."""
 
     def __init__(self, log, summary_dir: Path, files: RunFiles | None, *, epochs: int, steps_per_epoch: int,
-                 global_batch: int, every_s: float, device: str | None, capacity=None):
+                 global_batch: int, every_s: float, device: str | None, capacity=None, notes=None):
         super().__init__()
         self._supports_tf_logs = True
         self.log, self.files, self.device, self.capacity = log, files, device, capacity  # capacity: CapacityWatch
+        self.notes = notes  # a callable whose text ends each progress line (dynamic tables' rows)
         self.epochs, self.steps_per_epoch, self.global_batch, self.every_s = epochs, steps_per_epoch, global_batch, \
             every_s
         with tf.device(device):
@@ -53,11 +55,17 @@ class ProgressReport(tf_keras.callbacks.Callback):
         self.epoch = 0
         self.last_beat = self.last_line = 0.0
         self.line_step = 0
+        earlier = read_progress(files) if files is not None else None  # the previous lead's last beat, if any
+        self.earlier_s = earlier.train_s if earlier else 0.0
+        self.epoch_metrics = dict(earlier.epoch_metrics) if earlier else {}
+        self.training_since: float | None = None
 
     def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
 
     def on_epoch_begin(self, epoch, logs=None):
+        if self.training_since is None:
+            self.training_since = time.monotonic()
         self.epoch = epoch
         self.last_line = time.monotonic()
         self.line_step = self._step()
@@ -73,19 +81,24 @@ class ProgressReport(tf_keras.callbacks.Callback):
             self._report(step, _fetched(logs))
 
     def on_epoch_end(self, epoch, logs=None):
-        step = self._step()
-        self._report(step, _fetched(logs), epoch_end=True)
+        step, self.epoch_metrics = self._step(), _fetched(logs)
+        self._report(step, self.epoch_metrics, epoch_end=True)
         self._beat(step)
 
     def on_train_end(self, logs=None):
         self._beat(self._step(), Phase.EXPORT)
+
+    def train_s(self) -> float:
+        """Seconds of training in this output: the earlier leads' and this one's since its first epoch began."""
+        return self.earlier_s + (time.monotonic() - self.training_since if self.training_since is not None else 0.0)
 
     def _beat(self, step: int, phase: Phase = Phase.TRAIN) -> None:
         """Writes the heartbeat the launcher and evaluator judge progress by (the lead only)."""
         self.last_beat = time.monotonic()
         if self.files is not None:
             write_progress(self.files, TrainingProgress(pid=os.getpid(), phase=phase, epoch=self.epoch + 1, step=step,
-                                                        time=time.time()))
+                                                        time=time.time(), train_s=round(self.train_s(), 2),
+                                                        epoch_metrics=self.epoch_metrics))
 
     def _report(self, step: int, metrics: dict, *, epoch_end: bool = False) -> None:
         now = time.monotonic()
@@ -93,10 +106,11 @@ class ProgressReport(tf_keras.callbacks.Callback):
         self.last_line, self.line_step = now, step
         learning_rate = float(self.model.optimizer.learning_rate.numpy())
         total = self.epochs * self.steps_per_epoch
-        self.log.info(progress_line(
+        line = progress_line(
             epoch=self.epoch + 1, epochs=self.epochs, step=step, total_steps=total, steps_per_s=steps_per_s,
             examples_per_s=steps_per_s * self.global_batch, metrics=metrics, learning_rate=learning_rate,
-            eta_s=(total - step) / steps_per_s if steps_per_s > 0 else 0.0))
+            eta_s=(total - step) / steps_per_s if steps_per_s > 0 else 0.0)
+        self.log.info("%s", f"{line} | {self.notes()}" if self.notes else line)
         if self.capacity is not None:
             self.capacity.observe(steps_per_s)
         with tf.device(self.device), self.writer.as_default(step=step):

@@ -1,8 +1,11 @@
-"""Click-through models over Criteo-style features (13 numeric, 26 categorical): dlrm and wide_deep, with their options.
+"""Click-through models over numeric and categorical features: dlrm and wide_deep, with their options.
 
-Inputs are a dict: `dense` float32 [batch, 13] (already log(1 + x)) and `ids` int64 [batch, 26] (each below its
-table's rows). Output: the click probability [batch, 1]. Build and compile under the strategy's scope so the
-partitioner splits the tables over the ps.
+Inputs are a dict as the data describes it (data/preprocessing.py): `dense` float32 [batch, numeric columns]
+(Criteo: 13, already log(1 + x)) and `ids` int64 [batch, categorical features] (Criteo: 26; 62-bit ids keyed by
+feature and value: hashed tables take them modulo their rows, dynamic tables give each its own row), or ragged
+[batch, features, None] when a feature holds several values (their vectors pooled by mean). Output: the click
+probability [batch, 1]. Build and compile under the strategy's scope so the partitioner splits the tables over
+the ps.
 """
 
 from __future__ import annotations
@@ -14,13 +17,22 @@ import tensorflow as tf
 import tf_keras
 from tf_keras import layers
 
+from coordinator.input_contract import keras_inputs
 from coordinator.packed import PackedMLP
+from coordinator.pooling import MeanPooled
 from coordinator.sparse import SparseDenseModel, check_tables_sparse, make_embedding_optimizer
+from coordinator.dynamic.layer import DynamicTables
+from coordinator.dynamic.serving import ServingTables, serving_twin
 from coordinator.tables import FusedTables, SeparateTables, make_tables
-from data.criteo_layout import CATEGORICAL_FEATURES, NUMERIC_FEATURES
+from data.contract import describe
+from data.criteo_layout import CATEGORICAL_FEATURES
+from data.preprocessing import CriteoPreprocessing
+from cluster import dynamic_table_options as dynamic_options
+from common.errors import Problem, UserError
 from common.fields import Check, is_int, parse_or_raise, positive_int, positive_number
 
 METRICS_FOR_CLICKS = ("auc", "log_loss")  # the evaluator picks the best model by val_auc (mode max)
+CRITEO_FEATURES = CriteoPreprocessing().feature_spec  # {dense: float32 [13], ids: int64 [26]}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -37,11 +49,19 @@ class RecommenderOptions:
     deduplicate_ids: bool = True  # tf.unique before the lookup: a hot id moves once per step
     packed_mlp: bool = True  # each MLP's weights in one variable: one transfer each way per step, not 2 per layer
     hash_salt: int = 0  # criteo: salt of the categorical hashing
+    embedding_kind: str = dynamic_options.DEFAULT_KIND  # hashed (rows by id modulo table_rows) or dynamic
+    embedding_capacity: int = dynamic_options.DEFAULT_CAPACITY  # dynamic: rows in all, spread over the ps
+    admit_after: int = dynamic_options.DEFAULT_ADMIT_AFTER  # dynamic: sightings before an id gets its own row
+    expire_after_steps: int = dynamic_options.DEFAULT_EXPIRE_AFTER_STEPS  # dynamic: idle steps before a row is freed
 
     @property
     def rows_per_table(self) -> tuple[int, ...]:
+        return self.rows_for(CATEGORICAL_FEATURES)
+
+    def rows_for(self, tables: int) -> tuple[int, ...]:
+        """One size per table, for `tables` categorical features."""
         rows = self.table_rows
-        return tuple(rows) if isinstance(rows, (list, tuple)) else (rows,) * CATEGORICAL_FEATURES
+        return tuple(rows) if isinstance(rows, (list, tuple)) else (rows,) * tables
 
 
 def _sizes(value) -> bool:
@@ -61,6 +81,7 @@ CHECKS = {
     "deduplicate_ids": Check(lambda v: isinstance(v, bool), "must be true or false", "use true"),
     "packed_mlp": Check(lambda v: isinstance(v, bool), "must be true or false", "use true"),
     "hash_salt": Check(is_int, "must be an integer", "use e.g. 0"),
+    **{name: check for name, check in dynamic_options.CHECKS.items() if not name.startswith("synthetic_")},
 }
 
 
@@ -72,9 +93,35 @@ def parse_recommender_options(raw, field_prefix: str = "training.") -> Recommend
     return options
 
 
-def _inputs():
-    return {"dense": tf_keras.Input((NUMERIC_FEATURES,), name="dense"),
-            "ids": tf_keras.Input((CATEGORICAL_FEATURES,), dtype=tf.int64, name="ids")}
+def _inputs(features: dict, model: str) -> dict:
+    """Inputs for the data's `dense` and `ids`; other data is refused with one line naming both."""
+    dense, ids = (features.get(name) if isinstance(features, dict) else None for name in ("dense", "ids"))
+    if not (isinstance(dense, tf.TensorSpec) and dense.dtype == tf.float32 and dense.shape.rank == 1
+            and ids is not None and ids.dtype == tf.int64 and ids.shape.rank == (2 if _pooled(ids) else 1)):
+        raise UserError(Problem("training.model", model, "takes dict {dense: float32 [numeric columns], ids: int64 "
+                                f"[categorical features]}} but the data gives {describe(features)}",
+                                "give it criteo, synthetic_criteo or a tfrecord schema with numeric_features and "
+                                "categorical_features (docs/your-data.md)"))
+    return keras_inputs(features, ("dense", "ids"))
+
+
+def _pooled(ids) -> bool:
+    return isinstance(ids, tf.RaggedTensorSpec)
+
+
+def _tables(options: RecommenderOptions, features: dict, dim: int, name: str, splits=None):
+    """The table layer for the data's categorical features, as the options choose: hashed (fused, or one per
+    feature) or dynamic (always fused: one index for every feature, whose ids are keyed by feature); wrapped to
+    pool several values per feature."""
+    ids = features["ids"]
+    if options.embedding_kind == "dynamic":
+        layer = DynamicTables(options.embedding_capacity, dim, admit_after=options.admit_after,
+                              expire_after_steps=options.expire_after_steps, deduplicate=options.deduplicate_ids,
+                              splits=splits, name=name)
+    else:
+        layer = make_tables(options.rows_for(ids.shape[0]), dim, fused=options.fused_tables,
+                            deduplicate=options.deduplicate_ids, name=name)
+    return MeanPooled(layer, ids.shape[0], name=f"{name}_pooled") if _pooled(ids) else layer
 
 
 def _mlp(x, widths, prefix: str, *, packed: bool, final_activation: str | None):
@@ -104,29 +151,29 @@ class SumOverTables(layers.Layer):
         return tf.reduce_sum(weights, axis=1)
 
 
-def dlrm(options: RecommenderOptions) -> SparseDenseModel:
+def dlrm(options: RecommenderOptions, features: dict = CRITEO_FEATURES) -> SparseDenseModel:
     """Bottom MLP on the numeric features, one embedding per categorical feature, dot interaction, top MLP."""
-    inputs = _inputs()
+    inputs = _inputs(features, "dlrm")
     bottom = _mlp(inputs["dense"], (*options.bottom_mlp, options.embedding_dim), "bottom",
                   packed=options.packed_mlp, final_activation="relu")
-    embedded = make_tables(options.rows_per_table, options.embedding_dim, fused=options.fused_tables,
-                           deduplicate=options.deduplicate_ids, name="embeddings")(inputs["ids"])
+    embedded = _tables(options, features, options.embedding_dim, "embeddings")(inputs["ids"])
     vectors = layers.Concatenate(axis=1)([layers.Reshape((1, options.embedding_dim))(bottom), embedded])
     x = layers.Concatenate()([bottom, DotInteraction(name="interaction")(vectors)])
     output = _mlp(x, (*options.top_mlp, 1), "top", packed=options.packed_mlp, final_activation="sigmoid")
     return SparseDenseModel(inputs, output, name="dlrm")
 
 
-def wide_deep(options: RecommenderOptions) -> SparseDenseModel:
+def wide_deep(options: RecommenderOptions, features: dict = CRITEO_FEATURES) -> SparseDenseModel:
     """A linear (wide) part on the categorical ids and numeric features plus a deep MLP on embeddings and numerics."""
-    inputs = _inputs()
-    rows = options.rows_per_table
-    weights = make_tables(rows, 1, fused=options.fused_tables, deduplicate=options.deduplicate_ids,
-                          name="wide_weights")(inputs["ids"])
+    inputs = _inputs(features, "wide_deep")
+    if options.embedding_kind == "dynamic" and not _pooled(features["ids"]):  # one row holds both of an id's parts
+        weights, embedded = _tables(options, features, 1 + options.embedding_dim, "tables",
+                                    splits=(1, options.embedding_dim))(inputs["ids"])
+    else:
+        weights = _tables(options, features, 1, "wide_weights")(inputs["ids"])
+        embedded = _tables(options, features, options.embedding_dim, "embeddings")(inputs["ids"])
     wide = layers.Add()([SumOverTables(name="wide_sum")(weights),
                          layers.Dense(1, name="wide_numeric")(inputs["dense"])])
-    embedded = make_tables(rows, options.embedding_dim, fused=options.fused_tables,
-                           deduplicate=options.deduplicate_ids, name="embeddings")(inputs["ids"])
     deep = layers.Concatenate()([layers.Flatten()(embedded), inputs["dense"]])
     deep = _mlp(deep, (*options.top_mlp, 1), "deep", packed=options.packed_mlp, final_activation=None)
     output = layers.Activation("sigmoid", name="click")(layers.Add()([wide, deep]))
@@ -137,13 +184,20 @@ RECOMMENDERS = {"dlrm": dlrm, "wide_deep": wide_deep}
 
 
 CUSTOM_OBJECTS = {"FusedTables": FusedTables, "SeparateTables": SeparateTables, "DotInteraction": DotInteraction,
-                  "SumOverTables": SumOverTables, "PackedMLP": PackedMLP}
+                  "SumOverTables": SumOverTables, "PackedMLP": PackedMLP, "MeanPooled": MeanPooled,
+                  "ServingTables": ServingTables}
 
 
 def inference_model(model: SparseDenseModel) -> tf_keras.Model:
-    """The same layers and weights as a plain functional model (no second optimizer): what export saves.
+    """The same layers and weights as a plain functional model (no second optimizer): what export saves; a dynamic
+    table becomes its serving twin (the ids it holds and their rows, as weights: coordinator/dynamic/serving.py).
     Load it with `tf_keras.models.load_model(path, custom_objects=CUSTOM_OBJECTS)`."""
-    plain = tf_keras.Model(model.inputs, model.outputs, name=model.name)
+    if any(isinstance(layer, DynamicTables) for layer in model.layers):
+        plain = tf_keras.models.clone_model(model, clone_function=lambda layer: serving_twin(layer) if isinstance(
+            layer, DynamicTables) else layer)
+        plain = tf_keras.Model(plain.inputs, plain.outputs, name=model.name)
+    else:
+        plain = tf_keras.Model(model.inputs, model.outputs, name=model.name)
     plain.compile(loss="binary_crossentropy", metrics=click_metrics())  # evaluable as loaded, e.g. --model
     return plain
 
@@ -160,10 +214,11 @@ def from_training(training) -> RecommenderOptions:
     return RecommenderOptions(**{k: v for k, v in dataclasses.asdict(training).items() if k in fields})
 
 
-def build_and_compile(name: str, options: RecommenderOptions, dense_optimizer, *, metric_names=METRICS_FOR_CLICKS,
-                      **compile_kwargs) -> SparseDenseModel:
-    """The named recommender, compiled with both optimizers and their slots created (call under strategy.scope())."""
-    model = RECOMMENDERS[name](options)
+def build_and_compile(name: str, options: RecommenderOptions, dense_optimizer, *, features=CRITEO_FEATURES,
+                      metric_names=METRICS_FOR_CLICKS, **compile_kwargs) -> SparseDenseModel:
+    """The named recommender for the data's `features` (data/contract.py), compiled with both optimizers and their
+    slots created (call under strategy.scope())."""
+    model = RECOMMENDERS[name](options, features)
     check_tables_sparse(model)
     model.embedding_optimizer = make_embedding_optimizer(options.embedding_optimizer,
                                                          options.embedding_learning_rate)

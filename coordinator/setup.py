@@ -12,13 +12,16 @@ import numpy as np
 import tf_keras
 
 from cluster.config import PROJECT_ROOT, ClusterConfig
-from cluster.run_files import (Phase, RunFiles, RunStatus, RunSummary, TrainingProgress, read_summary,
-                               write_progress, write_summary)
+from cluster.run_files import (Phase, RunFiles, RunStatus, RunSummary, TrainingProgress, read_progress,
+                               read_summary, write_progress, write_summary)
 from cluster.same_run import differences
 from cluster.training_options import TrainingOptions
 from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, PREEMPTED_EXIT_CODE, Problem, UserError
 from coordinator import export
-from coordinator.compiled import build_compiled
+from coordinator.compiled import build_compiled, exportable, with_table_stats
+from coordinator.dynamic.checkpoint import held_difference
+from coordinator.dynamic.upkeep import dynamic_layers
+from coordinator.raw_export import raw_description, servable
 from coordinator.callbacks import Checkpointing, EpochEndedEarly, FirstStepReport, StepDecay
 from coordinator.checkpoints import EpochCheckpoints, Position
 from coordinator.preemption import Preempted, StopRequest, exit_preempted
@@ -53,7 +56,8 @@ def plan(config: ClusterConfig, options: TrainingOptions, log, *, workers: int, 
     pipelines = pipelines or workers
     global_batch = options.per_worker_batch * workers
     steps_per_epoch = options.steps_per_epoch or source.steps_per_epoch(global_batch)
-    log.info("%s: %d training examples; %s; %d steps per epoch", source.name, source.sizes["train"],
+    log.info("%s: %s training examples; %s; %d steps per epoch", source.name,
+             source.sizes.get("train", "an unknown number of"),
              batch_note.format(global_batch=global_batch, per_worker=options.per_worker_batch, workers=workers),
              steps_per_epoch)
     if source.note:
@@ -77,8 +81,7 @@ def build_model(run: TrainingRun, distribution):
     options = run.options
     tf_keras.utils.set_random_seed(options.seed)
     with distribution.scope():
-        model = build_compiled(options, run.source.input_shape, run.source.num_classes,
-                               steps_per_execution=options.steps_per_execution)
+        model = build_compiled(options, run.source, steps_per_execution=options.steps_per_execution)
     for name, devices in variable_placement(model).items():
         if len(devices) > 1:
             run.log.info("%s split into %d shards on %s", name, len(devices),
@@ -128,13 +131,18 @@ def _check_resharded(run: TrainingRun, model, checkpoint: str, before: int, afte
     """After a change in the number of ps, compares the restored (resharded) model's predictions with those of
     the checkpoint read whole, on 16 test inputs: the model just before and just after the change."""
     device = "/job:chief/replica:0/task:0/device:CPU:0"
-    whole = export.restore_whole(run.options, run.source.input_shape, run.source.num_classes, checkpoint,
-                                 device=device, io_device=device)
+    whole = export.restore_whole(run.options, run.source, checkpoint, device=device, io_device=device)
     inputs = export.reference_inputs(run.source.split("test"))
     largest = float(np.abs(model(inputs, training=False).numpy() - whole(inputs, training=False).numpy()).max())
     run.log.info("ps %d -> %d: %s restored over %d ps, model and optimizer slots; predictions before and after "
                  "differ by at most %.1e (allowed %.0e)", before, after, Path(checkpoint).name, after, largest,
                  RESHARD_TOLERANCE)
+    for spread, read_whole in zip(dynamic_layers(model), dynamic_layers(whole), strict=True):
+        ids, differ = held_difference(spread, read_whole)
+        run.log.info("ps %d -> %d: table %s: %d ids spread again over %d partitions; their rows, slots and last "
+                     "steps differ from the checkpoint's by at most %.1e", before, after, spread.name, ids,
+                     len(spread.partitions), differ)
+        largest = max(largest, differ)
     if not largest <= RESHARD_TOLERANCE:
         raise UserError(Problem("cluster.ps", after, f"restoring {Path(checkpoint).name} over {after} ps changed "
                                 f"the model's predictions by {largest:.1e}", f"go back to {before} ps and report it"))
@@ -142,16 +150,18 @@ def _check_resharded(run: TrainingRun, model, checkpoint: str, before: int, afte
 
 def callbacks(run: TrainingRun, checkpoints: EpochCheckpoints, *, device: str | None,
               stop: StopRequest | None = None, resume_steps: int = 0, checkpoint_every_s: float = 0.0,
-              capacity=None) -> list:
+              capacity=None, tables=None) -> list:
     """Learning-rate decay, checkpoints (each epoch; with `checkpoint_every_s` and `stop`, within epochs too),
-    the first-step report and the progress lines (with `capacity`, a CapacityWatch, beside the prediction)."""
+    the first-step report and the progress lines (with `capacity`, a CapacityWatch, beside the prediction; with
+    `tables`, dynamic tables' TableUpkeep, their sweeps and rows)."""
     events = (run.scratch or run.files.output) / "tensorboard" / "train"
     saving = Checkpointing(checkpoints, run.steps_per_epoch, run.log, every_s=checkpoint_every_s, stop=stop,
                            resume_steps=resume_steps)
-    return [StepDecay(run.options), saving, FirstStepReport(run.log),
+    return [StepDecay(run.options), saving, FirstStepReport(run.log), *([tables] if tables else []),
             ProgressReport(run.log, events, run.files if run.lead else None, epochs=run.options.epochs,
                            steps_per_epoch=run.steps_per_epoch, global_batch=run.global_batch,
-                           every_s=run.options.progress_every_s, device=device, capacity=capacity)]
+                           every_s=run.options.progress_every_s, device=device, capacity=capacity,
+                           notes=tables.line if tables else None)]
 
 
 def fit(run: TrainingRun, model, dataset_fn, callback_list: list, start: Position,
@@ -193,20 +203,25 @@ def fit(run: TrainingRun, model, dataset_fn, callback_list: list, start: Positio
 
 def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float, checkpoint: str,
            device: str | None, shards: dict | None = None, capacity=None) -> RunSummary:
-    """Exports the last checkpoint's whole weights, checks them against `model`, and writes the run summary."""
+    """Exports the last checkpoint's whole weights, checks them against `model`, and writes the run summary (the
+    per-ps report with dynamic tables' final rows)."""
     options, files = run.options, run.files
     steps = int(model.optimizer.iterations.numpy())
-    _exporting(run, steps)  # a heartbeat per stage: exporting is not a stall, for the launcher or the evaluator
-    whole = export.restore_whole(options, run.source.input_shape, run.source.num_classes, checkpoint,
-                                 device=device, io_device=device)
-    inputs = export.reference_inputs(run.source.split("test"))
-    trained = model(inputs, training=False).numpy()
-    exported = whole(inputs, training=False).numpy()
-    run.log.info("export check: largest difference between trained and exported predictions %.2e (at most %.0e)",
-                 export.check_export(trained, exported), export.TOLERANCE)
-    _exporting(run, steps)
-    paths = export.export(whole, files.model_dir)
-    np.savez(files.reference_predictions, predictions=trained, **export.saved_inputs(inputs))
+    recorded = read_progress(files)  # every lead's training time; the last epoch's metrics if this one trained none
+    if recorded is not None:
+        train_seconds, final_metrics = max(train_seconds, recorded.train_s), final_metrics or recorded.epoch_metrics
+    _exporting(run, steps, recorded)  # a heartbeat per stage: exporting is not a stall, for the launcher or evaluator
+    whole = exportable(export.restore_whole(options, run.source, checkpoint, device=device,
+                                            io_device=device))  # what export saves (a dynamic table's twin)
+    raw = export.reference_inputs(run.source.split("test", raw=True))  # as an exported model takes them
+    trained = model(export.model_inputs(run.source, raw), training=False).numpy()
+    exported = servable(whole, run.source)(raw, training=False).numpy()
+    run.log.info("export check: largest difference between trained and exported predictions %.2e (at most %.0e), "
+                 "the exported model taking %s", export.check_export(trained, exported), export.TOLERANCE,
+                 raw_description(run.source))
+    _exporting(run, steps, recorded)
+    paths = export.export(whole, files.model_dir, run.source)
+    np.savez(files.reference_predictions, predictions=trained, **export.saved_inputs(raw))
     strategy = run.config.strategy
     summary = RunSummary(
         status=RunStatus.COMPLETE, options=dataclasses.asdict(options), epochs=options.epochs,
@@ -215,12 +230,14 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
         ps=len(run.config.jobs.get("ps", ())) if "ps" in strategy.server_jobs else 0,
         train_seconds=round(train_seconds, 2), final_metrics=final_metrics, checkpoint=checkpoint, model=paths,
         tensorboard=str(files.tensorboard), variable_placement=variable_placement(model),
-        ps_report=shards or {}, capacity=capacity.summary() if capacity else {})
+        ps_report=with_table_stats(dict(shards or {}), model), capacity=capacity.summary() if capacity else {})
     write_summary(files, summary)
     run.log.info("model exported to %s (.h5, SavedModel, .keras); summary %s", files.model_dir, files.summary)
     return summary
 
 
-def _exporting(run: TrainingRun, steps: int) -> None:
-    write_progress(run.files, TrainingProgress(pid=os.getpid(), phase=Phase.EXPORT, epoch=run.options.epochs,
-                                               step=steps, time=time.time()))
+def _exporting(run: TrainingRun, steps: int, recorded: TrainingProgress | None) -> None:
+    beat = TrainingProgress(pid=os.getpid(), phase=Phase.EXPORT, epoch=run.options.epochs, step=steps, time=time.time())
+    if recorded is not None:  # a lead restarted while exporting still finds the run's time and metrics
+        beat = dataclasses.replace(beat, train_s=recorded.train_s, epoch_metrics=recorded.epoch_metrics)
+    write_progress(run.files, beat)

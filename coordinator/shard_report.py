@@ -1,15 +1,20 @@
 """Per-ps report of a recommendation model: bytes held, and rows looked up and bytes moved per step, so a hot ps shows.
 
-Bytes held count every variable on the ps: model weights and both optimizers' slots. Per-step figures come
-from a sample batch of ids: the rows each shard of each table serves (after de-duplication when the model
-de-duplicates), times the row size twice (rows out, gradient rows back) plus the ids both ways, plus every
-dense variable on that ps read and its gradient written back once per step.
+Bytes held count every variable on the ps: model weights and both optimizers' slots (and a dynamic table's
+bookkeeping, reported apart: `bookkeeping_bytes`; its index's own memory is measured in bench/). Per-step
+figures come from a sample batch of ids: the rows each shard of each table serves (after de-duplication when
+the model de-duplicates), times the row size twice (rows out, gradient rows back) plus the ids both ways, plus
+every dense variable on that ps read and its gradient written back once per step. A dynamic table's rows in use
+and ids admitted, expired and turned away per ps are merged in by the chief (coordinator/dynamic/upkeep.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import tensorflow as tf
 
+from coordinator.dynamic.layer import DynamicTables
+from coordinator.dynamic.mixing import partition_of
 from coordinator.tables import FusedTables, hashed_rows, table_layers
 
 ID_BYTES = 8
@@ -45,6 +50,9 @@ def bytes_held(model) -> dict[str, int]:
 
 def _table_traffic(layer, sample_ids: np.ndarray, report: dict, shards_of=_shards) -> None:
     """Adds the rows each shard of the layer's tables serves for one batch of ids [batch, tables]."""
+    if isinstance(layer, DynamicTables):
+        _dynamic_traffic(layer, sample_ids, report, shards_of)
+        return
     rows = hashed_rows(sample_ids, layer.table_rows)
     if isinstance(layer, FusedTables):
         pairs = [(layer.table, (rows + layer.offsets).reshape(-1))]
@@ -59,6 +67,22 @@ def _table_traffic(layer, sample_ids: np.ndarray, report: dict, shards_of=_shard
             entry = report.setdefault(ps_of(shard.device), {"lookups_per_step": 0, "bytes_moved_per_step": 0})
             entry["lookups_per_step"] += rows
             entry["bytes_moved_per_step"] += rows * (2 * shard.shape[1] * shard.dtype.size + 2 * ID_BYTES)
+
+
+def _dynamic_traffic(layer, sample_ids: np.ndarray, report: dict, shards_of) -> None:
+    """A dynamic table's rows per shard for one batch: each id is looked up on the partition its hash names (the
+    index sends its row number back beside the row), and held bytes add the index's bookkeeping."""
+    shards = shards_of(layer.rows_variable)
+    ids = np.unique(sample_ids) if layer.deduplicate else sample_ids.reshape(-1)
+    owners = partition_of(tf.constant(ids, tf.int64), len(shards)).numpy()
+    for number, shard in enumerate(shards):
+        rows = int(np.count_nonzero(owners == number))
+        entry = report.setdefault(ps_of(shard.device), {"lookups_per_step": 0, "bytes_moved_per_step": 0})
+        entry["lookups_per_step"] += rows
+        entry["bytes_moved_per_step"] += rows * (2 * shard.shape[1] * shard.dtype.size + 3 * ID_BYTES)
+    for partition in layer.partitions:
+        entry = report.setdefault(ps_of(partition.device), {"lookups_per_step": 0, "bytes_moved_per_step": 0})
+        entry["bookkeeping_bytes"] = entry.get("bookkeeping_bytes", 0) + partition.nbytes()
 
 
 def shard_report(model, sample_ids: np.ndarray, shards_of=_shards) -> dict[str, dict[str, int]]:
@@ -80,7 +104,15 @@ def shard_report(model, sample_ids: np.ndarray, shards_of=_shards) -> dict[str, 
 
 
 def report_lines(report: dict[str, dict[str, int]]) -> list[str]:
-    """One aligned line per ps, for the log and `run.sh status`."""
-    return [f"{name:>6} | held {entry.get('bytes_held', 0) / 2 ** 20:9.1f} MiB | lookups/step "
-            f"{entry['lookups_per_step']:7d} | moved/step {entry['bytes_moved_per_step'] / 2 ** 20:7.2f} MiB"
+    """One aligned line per ps, for the log and `run.sh status` (with dynamic tables, their rows on that ps)."""
+    return [f"{name:>6} | held {(entry.get('bytes_held', 0) + entry.get('bookkeeping_bytes', 0)) / 2 ** 20:9.1f} "
+            f"MiB | lookups/step {entry['lookups_per_step']:7d} | moved/step "
+            f"{entry['bytes_moved_per_step'] / 2 ** 20:7.2f} MiB" + _table_segment(entry)
             for name, entry in report.items()]
+
+
+def _table_segment(entry: dict) -> str:
+    if "rows" not in entry:
+        return ""
+    return (f" | table rows {entry['rows_in_use']}/{entry['rows']}, ids admitted {entry['admitted']}, expired "
+            f"{entry['expired']}, turned away {entry['turned_away']}")

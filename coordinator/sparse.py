@@ -14,20 +14,10 @@ import functools
 import tensorflow as tf
 import tf_keras
 
+from coordinator.dynamic.layer import DynamicTables
+from coordinator.table_init import filled
 from coordinator.tables import table_layers
 from common.errors import Problem, UserError
-
-
-
-@tf.function
-def _filled(shape, dtype, value):
-    return tf.fill(shape, tf.cast(value, dtype))
-
-
-def _filled_slot(shape, dtype, value, **_):
-    """The value goes in as a tensor: as a Python number Grappler would fold the fill into a constant that the
-    cached function keeps alive, so the first update copied the slot (found as one extra table-sized buffer)."""
-    return _filled(tf.TensorShape(shape), tf.as_dtype(dtype), tf.constant(value, tf.as_dtype(dtype)))
 
 
 class StableShardedSlots:
@@ -57,7 +47,7 @@ class LeanAdagrad(StableShardedSlots, tf_keras.optimizers.legacy.Adagrad):
 
     def _create_slots(self, var_list):
         for var in var_list:
-            self.add_slot(var, "accumulator", functools.partial(_filled_slot, value=self._initial_accumulator_value))
+            self.add_slot(var, "accumulator", functools.partial(filled, value=self._initial_accumulator_value))
 
 
 class StableSGD(StableShardedSlots, tf_keras.optimizers.legacy.SGD):
@@ -122,6 +112,9 @@ class SparseDenseModel(tf_keras.Model):
         tables, dense = self.split_variables()
         self.embedding_optimizer._create_all_weights(tables)
         self.optimizer.build(dense)
+        for layer in table_layers(self):
+            if isinstance(layer, DynamicTables):  # new rows start from its slots' initial values
+                layer.bind_optimizer(self.embedding_optimizer)
 
     def train_step(self, data):
         x, y, sample_weight = tf_keras.utils.unpack_x_y_sample_weight(data)

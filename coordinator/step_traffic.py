@@ -19,9 +19,12 @@ import tensorflow as tf
 
 from cluster.training_options import TrainingOptions
 from coordinator.compiled import build_compiled
+from coordinator.pooling import table_ids
+from coordinator.dynamic.partition import COLOCATED_SCOPE
 from coordinator.shard_report import shard_report
 from coordinator.sparse import SparseDenseModel
 from coordinator.strategy import partitioner_for
+from data import contract
 
 SAMPLE_BATCHES = 3
 COMPUTE_STEPS = 5
@@ -52,7 +55,7 @@ def built_on_cpu(options: TrainingOptions, source) -> tuple[object, list]:
     """The run's model built and compiled here without a strategy, and its variables in creation order."""
     created: list = []
     with tf.device("/cpu:0"), recording(created):
-        model = build_compiled(options, source.input_shape, source.num_classes)
+        model = build_compiled(options, source)
         if isinstance(model, SparseDenseModel):
             model.build_optimizers()
     return model, created
@@ -63,9 +66,12 @@ def _rows(total: int, parts: int) -> list[int]:
 
 
 def placed(created: list, partitioner, num_ps: int) -> dict:
-    """{variable ref: [Shard]}: where ParameterServerStrategy with `partitioner` would put each variable."""
+    """{variable ref: [Shard]}: where ParameterServerStrategy with `partitioner` would put each variable (a dynamic
+    table's bookkeeping is colocated with its rows: it takes no turn)."""
     shards, count = {}, 0
     for variable in created:
+        if COLOCATED_SCOPE in variable.name.split("/"):
+            continue
         shape = tuple(variable.shape)
         parts = min(partitioner(shape=tf.TensorShape(shape), dtype=variable.dtype)[0], shape[0]) if shape else 1
         rows = _rows(shape[0], parts) if parts > 1 else [shape[0] if shape else None]
@@ -89,7 +95,8 @@ def _index(device: str) -> int | None:
 
 def sample_ids(source, global_batch: int, batches: int = SAMPLE_BATCHES) -> list[np.ndarray]:
     """Ids of a few real training batches, for a recommender's lookups."""
-    return [features["ids"].numpy() for features, _ in source.split("train").batch(global_batch).take(batches)]
+    return [table_ids(features["ids"]).numpy()
+            for features, _ in contract.batch(source.split("train"), global_batch).take(batches)]
 
 
 def bytes_per_ps(model, num_ps: int, ids: list[np.ndarray], shards_of=_real_shards) -> tuple[float, ...]:

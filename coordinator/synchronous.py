@@ -8,18 +8,15 @@ All workers resume from the lead's files, so on several hosts `output_dir` must 
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-import sys
 import time
-
-import tensorflow as tf
 
 from cluster.config import ClusterConfig
 from cluster.run_files import RunFiles, RunSummary, read_summary
 from cluster.training_options import TrainingOptions
-from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE
 from coordinator import custom_loop, setup, strategy
+from coordinator.dynamic.upkeep import upkeep_for
+from coordinator.lost_tasks import exit_when_a_task_is_lost
 
 BATCH_NOTE = "global batch {global_batch} ({per_worker} per worker, {workers} worker(s), split over the replicas)"
 
@@ -37,8 +34,9 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     start = setup.resume(run, checkpoints, model)
     if start is None:
         return read_summary(run.files)
-    callback_list = setup.callbacks(run, checkpoints, device=None)
-    with _peer_loss_exits(log):
+    callback_list = setup.callbacks(run, checkpoints, device=None, tables=upkeep_for(model))
+    with exit_when_a_task_is_lost(log, "a worker left the collective", "the whole group restarts from the last "
+                                  "backup"):
         if options.loop == "custom":
             started = time.monotonic()
             final_metrics = custom_loop.train(distribution, model, run, callback_list, done_epochs=start.epochs)
@@ -53,17 +51,3 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
         return None
     return setup.finish(run, model, final_metrics=final_metrics, train_seconds=seconds,
                         checkpoint=checkpoints.latest_path(), device=None)
-
-
-@contextlib.contextmanager
-def _peer_loss_exits(log):
-    """A worker that lost a peer mid-collective exits with one line (code 3) instead of a page of traceback."""
-    try:
-        yield
-    except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
-            tf.errors.DeadlineExceededError) as error:
-        lines = (error.message or "").strip().splitlines() or [""]
-        reason = next((line for line in lines if "aborted by" in line), lines[0])
-        log.error("a worker left the collective (%s: %s); exiting so the whole group restarts from the last "
-                  "backup", type(error).__name__, reason[:200])
-        sys.exit(CLUSTER_UNAVAILABLE_EXIT_CODE)

@@ -14,20 +14,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-INIT_SCALE = 0.05  # the range of tf_keras' Embedding default initializer
-
-
-@tf.function
-def _uniform_rows(shape, dtype):
-    return tf.random.uniform(shape, -INIT_SCALE, INIT_SCALE, dtype)
-
-
-def uniform_table(shape, dtype=tf.float32, partition_shape=None, **_):
-    """A table's (or, under a partitioner, one shard's: `partition_shape`) initial value, made in one graph on the
-    variable's device so the random draw, its scaling and shift reuse one buffer: eagerly each was a full-size
-    temporary (a 1 GB table peaked at 3.7 GB). Honouring `partition_shape` matters as much: given a full-size
-    value, ParameterServerStrategy builds the whole table on each shard's ps and slices it."""
-    return _uniform_rows(tf.TensorShape(partition_shape or shape), tf.as_dtype(dtype))
+from coordinator.dynamic.layer import DynamicTables
+from coordinator.table_init import uniform_table
 
 
 def _lookup(table, ids: tf.Tensor, deduplicate: bool, dim: int) -> tf.Tensor:
@@ -98,7 +86,7 @@ def hashed_rows(ids, table_rows) -> tf.Tensor | np.ndarray:
     return tf.math.floormod(tf.cast(ids, tf.int64), tf.constant(table_rows, tf.int64))
 
 
-TABLE_LAYERS = (FusedTables, SeparateTables, tf_keras.layers.Embedding)
+TABLE_LAYERS = (FusedTables, SeparateTables, DynamicTables, tf_keras.layers.Embedding)
 
 
 def make_tables(table_rows, dim: int, *, fused: bool, deduplicate: bool, name: str) -> tf_keras.layers.Layer:

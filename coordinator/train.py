@@ -93,8 +93,10 @@ train.__doc__ = f"""Trains the cluster's model with its strategy (by default Par
 
 Options come from the `training` section of CLUSTER (the defaults below apply where it is silent) and
 can be overridden here, e.g. `--epochs 2`.
-Resumes from the last per-epoch checkpoint in OUTPUT_DIR/checkpoints (the custom loop from OUTPUT_DIR/backup);
-a finished run says so and stops. The lead (the chief, or worker 0) exports the model at the end.
+Resumes from the newest checkpoint in OUTPUT_DIR/checkpoints: under parameter_server mid-epoch, at the step
+it names (written every checkpoint_every_s and on SIGTERM, which then exits with code 4); under the synchronous
+strategies at an epoch's end, and the custom loop from OUTPUT_DIR/backup (every backup_every_steps). A finished
+run says so and stops. The lead (the chief, or worker 0) exports the model at the end.
 
 Args:
   cluster: path of cluster.json.
@@ -115,4 +117,4 @@ if __name__ == "__main__":
     arguments = sys.argv[1:]
     # the catch-all keyword parameter would swallow --help, so hand it to Fire's own flag section
     run_recording_exit(lambda: fire.Fire(train, command=["--", "--help"] if {"--help", "-h"} & set(arguments)
-                                          else arguments))
+                                          else arguments, name="coordinator.train"))

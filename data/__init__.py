@@ -24,10 +24,11 @@ def _layout(name: str, root: Path, *, criteo_validation=None, validation_fractio
 
 
 def bad_records_named():
-    """Undecodable images and malformed Criteo lines alike become one line naming the record (exit 2)."""
-    from data import corrupt, criteo, failures
+    """Undecodable images, malformed Criteo lines and records off their TFRecord schema alike become one line
+    naming the record (exit 2)."""
+    from data import corrupt, criteo, failures, tfrecord_schema
 
-    return failures.named(corrupt.UNDECODABLE, criteo.MALFORMED)
+    return failures.named(corrupt.UNDECODABLE, criteo.MALFORMED, tfrecord_schema.MISMATCHED)
 
 
 def preflight(options, base_dir: Path) -> None:
@@ -38,14 +39,16 @@ def preflight(options, base_dir: Path) -> None:
     from a split; a CIFAR-10 file that is not a whole number of records; an idx file with a wrong magic number or
     size; an npz without MNIST's arrays; no train-* or validation-* TFRecord files. Images are not decoded here.
     """
-    if options.dataset in FILE_DATASETS:
+    if options.follow_data:  # files land later: only the folder must be there
+        layouts.data_root(options.dataset, options.data_dir, base_dir)
+    elif options.dataset in FILE_DATASETS:
         _layout(options.dataset, layouts.data_root(options.dataset, options.data_dir, base_dir),
                 criteo_validation=options.criteo_validation, validation_fraction=options.validation_fraction)
 
 
 def _load_files(name: str, layout, *, image_size, tfrecord_image_key, tfrecord_label_key, tfrecord_num_classes,
-                skip_corrupt: bool):
-    from data import cifar10, criteo, image_folder, mnist, tfrecord
+                skip_corrupt: bool, schema=None):
+    from data import cifar10, criteo, image_folder, mnist, tfrecord, tfrecord_schema
 
     if name == "criteo":
         return criteo.load(layout, skip_corrupt=skip_corrupt)
@@ -55,6 +58,8 @@ def _load_files(name: str, layout, *, image_size, tfrecord_image_key, tfrecord_l
         return cifar10.load(layout)
     if name == "mnist":
         return mnist.load(layout)
+    if schema is not None:
+        return tfrecord_schema.load(layout, **schema)
     return tfrecord.load(layout, image_size=image_size, image_key=tfrecord_image_key,
                          label_key=tfrecord_label_key, num_classes=tfrecord_num_classes)
 
@@ -64,14 +69,23 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
                 tfrecord_image_key: str = TFRECORD_IMAGE_KEY, tfrecord_label_key: str = TFRECORD_LABEL_KEY,
                 tfrecord_num_classes: int | None = None, synthetic_shape=SYNTHETIC_SHAPE,
                 synthetic_examples: int = SYNTHETIC_EXAMPLES, table_rows=DEFAULT_TABLE_ROWS,
-                criteo_validation=None, validation_fraction: float = VALIDATION_FRACTION):
+                criteo_validation=None, validation_fraction: float = VALIDATION_FRACTION, schema: dict | None = None,
+                num_classes: int | None = None, synthetic_drift=None):
     """The DataSource for a dataset name (imports TensorFlow); a relative data_dir starts at `base_dir` (or here).
 
-    The other keywords are the TrainingOptions of the same names (see source_for); `one_hot` makes labels one-hot.
+    The other keywords are the TrainingOptions of the same names (see source_for); `one_hot` makes labels one-hot;
+    `schema` holds tfrecord_features as `schema` and numeric_features and categorical_features as `numeric` and
+    `categorical` (tfrecord of any schema). A "package.module:function" name is a user's dataset function.
+    `synthetic_drift`: (new ids, id lifetime, period examples) of synthetic_criteo's ids born and dying.
     """
+    if ":" in name:
+        from data import user_pipeline
+        return user_pipeline.load(name, num_classes=num_classes, one_hot=one_hot)
     if name == "synthetic_criteo":
         from data import synthetic_criteo
-        return synthetic_criteo.load(rows_per_table(table_rows), seed=seed, train_examples=synthetic_examples)
+        drift = synthetic_criteo.Drift(*synthetic_drift) if synthetic_drift else synthetic_criteo.Drift()
+        return synthetic_criteo.load(rows_per_table(table_rows), seed=seed, train_examples=synthetic_examples,
+                                     drift=drift)
     if name == "digits":
         from data import digits
         source = digits.load()
@@ -83,7 +97,7 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
                          criteo_validation=criteo_validation, validation_fraction=validation_fraction)
         source = _load_files(name, layout, image_size=image_size, tfrecord_image_key=tfrecord_image_key,
                              tfrecord_label_key=tfrecord_label_key, tfrecord_num_classes=tfrecord_num_classes,
-                             skip_corrupt=skip_corrupt)
+                             skip_corrupt=skip_corrupt, schema=schema and {**schema, "num_classes": num_classes})
     return dataclasses.replace(source, one_hot=one_hot, augment=augment, skip_corrupt=skip_corrupt)
 
 
@@ -95,4 +109,17 @@ def source_for(options, base_dir: Path):
                        tfrecord_image_key=options.tfrecord_image_key, tfrecord_label_key=options.tfrecord_label_key,
                        tfrecord_num_classes=options.tfrecord_num_classes, synthetic_shape=options.synthetic_shape,
                        synthetic_examples=options.synthetic_examples, table_rows=options.table_rows,
-                       criteo_validation=options.criteo_validation, validation_fraction=options.validation_fraction)
+                       criteo_validation=options.criteo_validation, validation_fraction=options.validation_fraction,
+                       schema=options.tfrecord_features and {"schema": options.tfrecord_features,
+                                                             "numeric": options.numeric_features,
+                                                             "categorical": options.categorical_features},
+                       num_classes=options.num_classes,
+                       synthetic_drift=(options.synthetic_new_ids, options.synthetic_id_lifetime,
+                                        options.synthetic_period_examples))
+
+
+def followed_for(options, base_dir: Path):
+    """The FollowedData (data/followed.py) of a follow-mode run's TrainingOptions `options` (imports TensorFlow)."""
+    from data.followed import FollowedData
+
+    return FollowedData(options, layouts.data_root(options.dataset, options.data_dir, base_dir))

@@ -1,8 +1,9 @@
 """The Criteo click logs (see data/criteo_layout.py): lines parsed in chunks, numeric features log-scaled, ids hashed.
 
-Preprocessing: each integer feature becomes log(1 + max(x, 0)) (empty: 0); each categorical value (empty
-included, as its own "missing" value) is hashed together with its feature number and `salt` into a 62-bit id (a
-hashed table takes it modulo its rows, so frequent values land anywhere in the table, hence on any ps). Lines are
+Preprocessing (data/preprocessing.py, the function an exported model wraps): each integer feature becomes
+log(1 + max(x, 0)) (empty: 0); each categorical value (empty included, as its own "missing" value) is hashed
+together with its feature number and `salt` into a 62-bit id (a hashed table takes it modulo its rows, so
+frequent values land anywhere in the table, hence on any ps). Lines are
 checked in chunks: a malformed one stops the run with one line naming the file and line number (read again in
 Python to say what is wrong), or with `skip_corrupt` is dropped and counted in the reading task's log.
 """
@@ -18,8 +19,9 @@ import tensorflow as tf
 
 from common.errors import Problem
 from data import failures, line_ranges
-from data.criteo_layout import CATEGORICAL_FEATURES, FIELDS, NUMERIC_FEATURES, line_problem, lines_before, open_text
+from data.criteo_layout import FIELDS, INTEGER, NUMERIC_FEATURES, line_problem, lines_before, open_text
 from data.criteo_splits import CriteoFiles, LineRange, criteo_counts
+from data.preprocessing import CriteoPreprocessing
 from data.source import DataSource
 
 CHUNK = 1024  # lines parsed together
@@ -50,26 +52,23 @@ def _lines(path, begin, end, first, count) -> tf.data.Dataset:
 
 def _well_formed(fields: tf.Tensor, counts: tf.Tensor) -> tf.Tensor:
     """Per line: 40 fields, a 0/1 label, integer (or empty) numerics, hexadecimal (or empty) categories."""
-    numeric = tf.strings.regex_full_match(fields[:, 1:1 + NUMERIC_FEATURES], r"-?[0-9]*")
+    numeric = tf.strings.regex_full_match(fields[:, 1:1 + NUMERIC_FEATURES], INTEGER.pattern)
     categorical = tf.strings.regex_full_match(fields[:, 1 + NUMERIC_FEATURES:], r"[0-9a-fA-F]*")
     return ((counts == FIELDS) & tf.strings.regex_full_match(fields[:, 0], "[01]")
             & tf.reduce_all(numeric, axis=1) & tf.reduce_all(categorical, axis=1))
 
 
-def _features(fields: tf.Tensor, salt: int) -> tuple[dict, tf.Tensor]:
-    """Well-formed fields [n, 40] -> ({dense [n, 13], ids [n, 26]}, labels [n]); each id is the 62-bit hash of
-    feature number, salt and value (the tables take it modulo their rows, or index it)."""
+def _raw_features(fields: tf.Tensor) -> tuple[dict, tf.Tensor]:
+    """Well-formed fields [n, 40] -> ({integers int64 [n, 13] (empty: 0), categories string [n, 26]}, labels
+    [n]): the features as they are in the data, what an exported model takes."""
     numbers = fields[:, 1:1 + NUMERIC_FEATURES]
-    counts = tf.strings.to_number(tf.where(numbers == "", "0", numbers), tf.float32)
-    columns = tf.constant([f"{k}:{salt}:" for k in range(CATEGORICAL_FEATURES)])
-    keyed = tf.strings.join([tf.broadcast_to(columns, tf.shape(fields[:, 1 + NUMERIC_FEATURES:])),
-                             tf.strings.lower(fields[:, 1 + NUMERIC_FEATURES:])])
-    hashed = tf.strings.to_hash_bucket_fast(keyed, (1 << 62))
-    features = {"dense": tf.math.log1p(tf.maximum(counts, 0.0)), "ids": hashed}
-    return features, tf.strings.to_number(fields[:, 0], tf.float32)
+    integers = tf.strings.to_number(tf.where(numbers == "", "0", numbers), tf.int64)
+    return {"integers": integers, "categories": fields[:, 1 + NUMERIC_FEATURES:]}, \
+        tf.strings.to_number(fields[:, 0], tf.float32)
 
 
-def _checked_chunk(skip: bool, salt: int):
+def _checked_chunk(skip: bool, preprocess):
+    """Parses a chunk of lines into examples: raw features, then `preprocess` (None: left raw) on the chunk."""
     def parse(paths, numbers, lines):
         split = tf.strings.split(tf.strings.regex_replace(lines, "\r$", ""), "\t")
         fields = split.to_tensor(default_value="", shape=[None, FIELDS])
@@ -84,7 +83,9 @@ def _checked_chunk(skip: bool, salt: int):
             report = tf.debugging.Assert(tf.reduce_all(ok), [MARKER, named])
         with tf.control_dependencies([report]):
             fields = tf.where(ok[:, tf.newaxis], fields, "0")
-        features, labels = _features(fields, salt)
+        features, labels = _raw_features(fields)
+        if preprocess is not None:
+            features = preprocess(features)
         kept = tf.data.Dataset.from_tensor_slices((features, labels, ok))
         return kept.filter(lambda features, label, ok: ok).map(lambda features, label, ok: (features, label))
 
@@ -96,12 +97,16 @@ def load(files: CriteoFiles, *, salt: int = 0, skip_corrupt: bool = False,
     """Each part is a read unit: with at least as many as workers, workers shard by part; with fewer, plain
     training files are cut by bytes (`byte_ranges`), else every worker reads all and keeps its share."""
     train = files.parts["train"]
+    preprocessing = CriteoPreprocessing(salt)
 
-    def read(units: tf.data.Dataset) -> tf.data.Dataset:
-        lines = units.interleave(_lines, cycle_length=CYCLE_LENGTH, num_parallel_calls=tf.data.AUTOTUNE,
-                                 deterministic=True)
-        return lines.batch(CHUNK).interleave(_checked_chunk(skip_corrupt, salt), cycle_length=2,
-                                             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    def reader(preprocess):
+        def read(units: tf.data.Dataset) -> tf.data.Dataset:
+            lines = units.interleave(_lines, cycle_length=CYCLE_LENGTH, num_parallel_calls=tf.data.AUTOTUNE,
+                                     deterministic=True)
+            return lines.batch(CHUNK).interleave(_checked_chunk(skip_corrupt, preprocess), cycle_length=2,
+                                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+        return read
 
     @functools.lru_cache(maxsize=None)
     def cut(workers: int) -> list[tuple]:
@@ -111,9 +116,10 @@ def load(files: CriteoFiles, *, salt: int = 0, skip_corrupt: bool = False,
     sizes, counted = criteo_counts(files)
     counting = "counted" if counted else "estimated from file sizes and a sample of lines (large files are not counted)"
     cuttable = byte_ranges and not any(isinstance(part, LineRange) for part in train)
-    return DataSource(name="criteo", input_shape=(NUMERIC_FEATURES + CATEGORICAL_FEATURES,), num_classes=2,
-                      sizes=sizes, units={split: _columns(parts) for split, parts in files.parts.items()},
-                      units_are_files=True, read=read, skip_corrupt=skip_corrupt, cut=cut if cuttable else None,
+    return DataSource(name="criteo", num_classes=2, sizes=sizes,
+                      units={split: _columns(parts) for split, parts in files.parts.items()}, units_are_files=True,
+                      read=reader(preprocessing), read_raw=reader(None), features=preprocessing.feature_spec,
+                      preprocessing=preprocessing, skip_corrupt=skip_corrupt, cut=cut if cuttable else None,
                       note=f"{files.note}; examples {counting}")
 
 

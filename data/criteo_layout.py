@@ -20,7 +20,7 @@ from common.errors import Problem
 NUMERIC_FEATURES = 13
 CATEGORICAL_FEATURES = 26
 FIELDS = 1 + NUMERIC_FEATURES + CATEGORICAL_FEATURES
-INTEGER = re.compile(r"-?[0-9]*")  # empty allowed
+INTEGER = re.compile(r"-?[0-9]{0,18}")  # empty allowed; 18 digits always fit an int64
 HEX = re.compile(r"[0-9a-fA-F]*")
 LABEL = re.compile(r"[01]")
 COUNT_CHUNK_BYTES = 1 << 22
@@ -43,7 +43,7 @@ def line_problem(line: str) -> str | None:
         return f"label {fields[0]!r} is not 0 or 1"
     for number, value in enumerate(fields[1:1 + NUMERIC_FEATURES], start=1):
         if not INTEGER.fullmatch(value):
-            return f"integer feature I{number} is {value!r}, not an integer"
+            return f"integer feature I{number} is {value!r}, not an integer of at most 18 digits"
     for number, value in enumerate(fields[1 + NUMERIC_FEATURES:], start=1):
         if not HEX.fullmatch(value):
             return f"categorical feature C{number} is {value!r}, not hexadecimal"

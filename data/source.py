@@ -9,7 +9,7 @@ from typing import Callable, Mapping
 import numpy as np
 import tensorflow as tf
 
-from data import augment, corrupt
+from data import augment, contract, corrupt
 
 SPLITS = ("train", "validation", "test")
 SHUFFLE_BUFFER = 2048
@@ -38,13 +38,19 @@ class DataSource:
     an int32 label. Where decoding can fail (encoded images), `record_name(*records)` names records (given as
     vectors), and a record that does not decode fails the run naming it, or with `skip_corrupt` is skipped and
     counted. `cache_examples` keeps each worker's examples in memory after the first pass (for examples that
-    cost more to make than to keep). A line-oriented source gives `cut(workers)`: each worker's training units
-    (byte ranges that together hold every line once), used when there are fewer units than workers. `note`
-    says for the log which files make which split.
+    cost more to make than to keep). `in_order`: training units are read in their order, not shuffled (a stream
+    whose content changes over time); examples are still shuffled within SHUFFLE_BUFFER. A line-oriented source
+    gives `cut(workers)`: each worker's training units (byte ranges that together hold every line once), used
+    when there are fewer units than workers. `note` says for the log which files make which split.
+
+    What a model receives is `feature_spec` (data/contract.py): `features` where given (a dict of specs), else a
+    float32 tensor of `input_shape`. A click source reads raw features and turns them into the model's with
+    `preprocessing` (data/preprocessing.py); `read_raw` reads the same records without that last step, so
+    `split(..., raw=True)` gives the features as they are in the data (what an exported model takes); a source
+    of tf.train.Example records says how to parse them (`parse_examples`), for serving.
     """
 
     name: str
-    input_shape: tuple[int, ...]
     num_classes: int
     sizes: Mapping[str, int]
     units: Mapping[str, tuple]
@@ -57,7 +63,24 @@ class DataSource:
     skip_corrupt: bool = False
     cache_examples: bool = False
     cut: Callable[[int], list[tuple]] | None = None
+    in_order: bool = False
     note: str = ""
+    input_shape: tuple[int, ...] = ()
+    features: object = None  # a dict of per-example tf.TypeSpecs, when examples are not one image tensor
+    preprocessing: object = None  # raw features -> the model's, on batches (data/preprocessing.py)
+    read_raw: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
+    parse_examples: Callable[[tf.Tensor], dict] | None = None  # serialized tf.train.Example [n] -> raw features
+
+    @property
+    def feature_spec(self):
+        """What a model receives for one example (no batch axis): a dict of specs, or one float32 tensor."""
+        return self.features if self.features is not None else tf.TensorSpec(self.input_shape, tf.float32)
+
+    @property
+    def raw_spec(self):
+        """The features as they are in the data, what an exported model takes (the model's own without
+        preprocessing)."""
+        return self.preprocessing.raw_spec if self.preprocessing is not None else self.feature_spec
 
     def shard_policy(self, workers: int) -> str:
         """BY_FILE when every worker gets whole files of its own, else BY_RANGE when the files can be cut by bytes,
@@ -77,9 +100,11 @@ class DataSource:
         held = f"{files} training file(s) for {workers} workers" if self.units_are_files else "held in memory"
         return f"sharded by element ({held}): each worker reads every example and keeps 1 in {workers}"
 
-    def split(self, name: str) -> tf.data.Dataset:
-        """Every example of split `name` once, in file order, unbatched."""
-        return self._decoded(self.read(self._unit_dataset(name)))
+    def split(self, name: str, *, raw: bool = False) -> tf.data.Dataset:
+        """Every example of split `name` once, in file order, unbatched; with `raw`, its features as they are in
+        the data (before `preprocessing`)."""
+        read = self.read_raw if raw and self.read_raw is not None else self.read
+        return self._decoded(read(self._unit_dataset(name)))
 
     def train_dataset_fn(self, global_batch: int, seed: int, *,
                          workers: int | None = None) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
@@ -96,16 +121,22 @@ class DataSource:
             else:
                 shards, index = workers, tf.distribute.coordinator.experimental_get_current_worker_index()
             examples = self._worker_examples(shards, index, seed).repeat()
-            batches = examples.batch(context.get_per_replica_batch_size(global_batch), drop_remainder=True)
+            batches = contract.batch(examples, context.get_per_replica_batch_size(global_batch), True)
             if self.augment:
                 batches = augment.augment_batches(batches, seed + index)
             return self._labelled(batches).prefetch(tf.data.AUTOTUNE)
 
         return dataset_fn
 
-    def eval_dataset(self, split: str, batch: int) -> tf.data.Dataset:
-        """Every example of `split` once, in order, batched for evaluation."""
-        return self._labelled(self.split(split).batch(batch)).prefetch(tf.data.AUTOTUNE)
+    def unit_examples(self, units: tf.data.Dataset, *, raw: bool = False) -> tf.data.Dataset:
+        """Every example of these read units (a dataset of unit columns, any units of this source), in order;
+        with `raw`, its features as they are in the data (before `preprocessing`)."""
+        read = self.read_raw if raw and self.read_raw is not None else self.read
+        return self._labelled(self._decoded(read(units)))
+
+    def eval_dataset(self, split: str, batch: int, *, raw: bool = False) -> tf.data.Dataset:
+        """Every example of `split` once, in order, batched for evaluation (`raw`: as an exported model takes them)."""
+        return self._labelled(contract.batch(self.split(split, raw=raw), batch)).prefetch(tf.data.AUTOTUNE)
 
     def steps_per_epoch(self, global_batch: int) -> int:
         """Full global batches in one pass over the training split (the global batch already spans all workers)."""
@@ -124,7 +155,8 @@ class DataSource:
     def _shard_examples(self, units: tf.data.Dataset, shards: int, index: int, seed: int) -> tf.data.Dataset:
         """This shard's examples, reshuffled on every pass (shuffling comes before the repeat)."""
         if self.shard_policy(shards) == BY_FILE:
-            records = self.read(units.shard(shards, index).shuffle(len(self.units["train"][0]), seed=seed))
+            mine = units.shard(shards, index)
+            records = self.read(mine if self.in_order else mine.shuffle(len(self.units["train"][0]), seed=seed))
         elif self.shard_policy(shards) == BY_RANGE:
             ranges = self.cut(shards)[index]
             records = self.read(_columns_dataset(ranges).shuffle(max(len(ranges[0]), 1), seed=seed))
@@ -144,7 +176,11 @@ class DataSource:
                                       skip=self.skip_corrupt)
 
     def _labelled(self, batches: tf.data.Dataset) -> tf.data.Dataset:
-        """One-hot labels where the loss wants them (categorical_crossentropy), else the class index."""
-        if not self.one_hot:
-            return batches
-        return batches.map(lambda images, labels: (images, tf.one_hot(labels, self.num_classes)))
+        return labelled(batches, one_hot=self.one_hot, num_classes=self.num_classes)
+
+
+def labelled(batches: tf.data.Dataset, *, one_hot: bool, num_classes: int | None) -> tf.data.Dataset:
+    """One-hot labels where the loss wants them (categorical_crossentropy), else the labels as they are."""
+    if not one_hot:
+        return batches
+    return batches.map(lambda features, labels: (features, tf.one_hot(labels, num_classes)))

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import tensorflow as tf
 
 from data.image_folder import CHANNELS, decode_image
 from data.layouts import tfrecord_counts
-from data.source import DataSource
+from data.source import SPLITS, DataSource
 from common.errors import Problem, UserError
 
 CYCLE_LENGTH = 8  # files one worker reads at once
 
 
-def _read(units: tf.data.Dataset) -> tf.data.Dataset:
+def read_records(units: tf.data.Dataset) -> tf.data.Dataset:
     """File names -> (file, record number, serialized example), files interleaved in parallel."""
 
     def records(path):
@@ -46,18 +48,25 @@ def _count_classes(files: dict[str, tuple[str, ...]], label_key: str) -> int:
 def load(files: dict[str, tuple[str, ...]], *, image_size: tuple[int, int], image_key: str, label_key: str,
          num_classes: int | None) -> DataSource:
     """Each file is one read unit: with at least as many training files as workers, workers shard by file."""
-    image_size = tuple(image_size)
     sizes = tfrecord_counts(files)
     _check_features(files["train"], image_key, label_key)
+    source = image_source(image_size=image_size, image_key=image_key, label_key=label_key,
+                          num_classes=num_classes or _count_classes(files, label_key))
+    return dataclasses.replace(source, sizes=sizes, units={split: (paths,) for split, paths in files.items()})
+
+
+def image_source(*, image_size: tuple[int, int], image_key: str, label_key: str, num_classes: int) -> DataSource:
+    """A source of no files yet whose `read` and `decode` read any TFRecord file of these examples (follow mode
+    hands it files one by one)."""
+    image_size = tuple(image_size)
     features = {image_key: tf.io.FixedLenFeature([], tf.string), label_key: tf.io.FixedLenFeature([], tf.int64)}
 
     def decode(path, number, record):
         example = tf.io.parse_single_example(record, features)
         return decode_image(example[image_key], image_size), tf.cast(example[label_key], tf.int32)
 
-    return DataSource(name="tfrecord", input_shape=(*image_size, CHANNELS),
-                      num_classes=num_classes or _count_classes(files, label_key), sizes=sizes,
-                      units={split: (paths,) for split, paths in files.items()}, units_are_files=True, read=_read,
-                      decode=decode,
+    return DataSource(name="tfrecord", input_shape=(*image_size, CHANNELS), num_classes=num_classes,
+                      sizes={split: 0 for split in SPLITS}, units={split: ((),) for split in SPLITS},
+                      units_are_files=True, read=read_records, decode=decode,
                       record_name=lambda path, number, record: tf.strings.join(
                           [path, " record ", tf.strings.as_string(number)]))

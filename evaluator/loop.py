@@ -16,6 +16,8 @@ from common.proc import has_live_thread
 from coordinator import export
 from coordinator.compiled import build_compiled
 from coordinator.checkpoints import checkpoint_epoch, checkpoint_position, checkpoint_step, listed_checkpoints
+from evaluator.progressive import FixedValidation, ProgressiveValidation
+
 UNREADABLE = (tf.errors.NotFoundError, tf.errors.DataLossError, tf.errors.FailedPreconditionError, OSError)
 
 
@@ -34,10 +36,14 @@ class SidecarEvaluator:
     """
 
     def __init__(self, *, training: TrainingOptions, evaluation: EvaluationOptions, source, files: RunFiles, log):
-        self.training, self.evaluation, self.files, self.log = training, evaluation, files, log
+        """`source`: a DataSource (its validation split scores every checkpoint) or, in follow mode, a FollowedData
+        (each checkpoint is scored on the newest data it has not trained on: evaluator/progressive.py)."""
+        self.training, self.evaluation, self.files, self.log, self.source = training, evaluation, files, log, source
         self.checkpoint_dir = files.checkpoints
-        self.model = build_compiled(training, source.input_shape, source.num_classes)
-        self.dataset = source.eval_dataset("validation", evaluation.batch)
+        self.model = build_compiled(training, source)
+        self.validation = (ProgressiveValidation(source, examples=evaluation.progressive_examples,
+                                                 batch=evaluation.batch) if training.follow_data
+                           else FixedValidation(source.eval_dataset("validation", evaluation.batch)))
         self.state = EvaluationState.load(files)
         self.writer = tf.summary.create_file_writer(str(files.validation_events))
 
@@ -51,13 +57,12 @@ class SidecarEvaluator:
         last_news, last_beat = time.monotonic(), read_progress(self.files)
         while True:
             finished = training_finished(self.files, self.training.epochs)  # read before listing: no race
-            pending = self._pending()
-            for path in pending:
-                self._evaluate(path)
+            pending, newest = self._pending()
+            done = [path for path in pending if self._evaluate(path, newest, finished)]
             beat = read_progress(self.files)  # the lead's heartbeat: it moves while training (or exporting) goes on
-            if pending or beat != last_beat:
+            if done or beat != last_beat:
                 last_news, last_beat = time.monotonic(), beat
-            elif finished:
+            elif finished and not pending:
                 self.log.info("training complete and all %d checkpoints done; best %s", len(self.state.evaluated),
                               self.state.best)
                 return 0
@@ -68,28 +73,29 @@ class SidecarEvaluator:
                 return 1
             time.sleep(self.evaluation.poll_s)
 
-    def _pending(self) -> list[str]:
-        """Listed checkpoints not yet done, oldest first; epochs that vanished unread are reported as skipped."""
+    def _pending(self) -> tuple[list[str], str | None]:
+        """Listed checkpoints not yet done, oldest first, and the newest listed; epochs that vanished unread are
+        reported as skipped."""
         paths = listed_checkpoints(self.checkpoint_dir)
         listed, done = ({p.epochs for p in map(checkpoint_position, names) if not p.steps}  # epoch ends: ckpt-<E>
                         for names in (paths, self.state.evaluated))
         for epoch in range(1, max(listed, default=0)):
             if epoch not in listed and epoch not in done:
                 self._skip(f"ckpt-{epoch}", "deleted before it could be read")
-        return [p for p in paths if Path(p).name not in self.state.evaluated]
+        return [p for p in paths if Path(p).name not in self.state.evaluated], (paths[-1] if paths else None)
 
     def _skip(self, name: str, reason: str) -> None:
         self.log.warning("skipped %s: %s", name, reason)
         self.state.skip(name, reason)
         self.state.save()
 
-    def _read(self, path: str) -> tuple[int, dict] | None:
+    def _read(self, path: str, dataset) -> tuple[int, dict] | None:
         """Restores and evaluates one checkpoint, retrying while it is being written or removed."""
         for attempt in range(1, self.evaluation.read_retries + 1):
             try:
                 export.restore_every_weight(self.model, path)
                 step = checkpoint_step(path)
-                results = self.model.evaluate(self.dataset, verbose=0, return_dict=True)
+                results = self.model.evaluate(dataset, verbose=0, return_dict=True)
                 return step, {f"val_{name}": float(value) for name, value in results.items()}
             except UNREADABLE as error:
                 # the race: the chief may prune or rewrite a prefix between our listing and our read
@@ -98,12 +104,21 @@ class SidecarEvaluator:
                 time.sleep(1.0)
         return None
 
-    def _evaluate(self, path: str) -> None:
+    def _evaluate(self, path: str, newest: str, finished: bool) -> bool:
+        """Evaluates (or skips) one checkpoint; False when it waits for data it has not trained on (follow mode)."""
         name = Path(path).name
-        outcome = self._read(path)
+        try:
+            scored = self.validation.for_checkpoint(path, newest)
+        except UNREADABLE:
+            scored = None  # pruned or rewritten since the listing: read again at the next look
+        if scored is None:
+            if finished:
+                self._skip(name, "no data landed after it to score it on")
+            return finished
+        outcome = self._read(path, scored[0])
         if outcome is None:
             self._skip(name, f"unreadable after {self.evaluation.read_retries} attempts")
-            return
+            return True
         step, metrics = outcome
         self._check_best_metric(metrics)
         is_best = self._better_than_best(metrics)
@@ -117,7 +132,9 @@ class SidecarEvaluator:
         if is_best:
             self.state.best = name
         self.state.save()
-        self.log.info("%s | best %s", metrics_line(f"eval | {name} | step {step}", metrics), self.state.best)
+        self.log.info("%s | best %s%s", metrics_line(f"eval | {name} | step {step}", metrics), self.state.best,
+                      scored[1] and f" | {scored[1]}")
+        return True
 
     def _check_best_metric(self, metrics: dict) -> None:
         if self.evaluation.best_metric not in metrics:
@@ -132,7 +149,7 @@ class SidecarEvaluator:
         return value > best if self.evaluation.best_mode == "max" else value < best
 
     def _export_best(self, name: str, step: int, metrics: dict) -> None:
-        paths = export.export(self.model, self.files.best_dir)
+        paths = export.export(self.model, self.files.best_dir, self.source)
         write_best(self.files, BestRecord(checkpoint=name, epoch=checkpoint_epoch(name), step=step, metrics=metrics,
                                           best_metric=self.evaluation.best_metric,
                                           best_mode=self.evaluation.best_mode, model=paths))

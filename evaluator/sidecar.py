@@ -54,13 +54,14 @@ def _evaluate_once(config: ClusterConfig, log, *, checkpoint: str | None, model:
         if not Path(checkpoint + ".index").exists():
             raise UserError(Problem("--checkpoint", checkpoint, "is not a checkpoint prefix",
                                     "give e.g. output/checkpoints/ckpt-6 (the part before .index)"))
-        loaded = export.restore_whole(options, source.input_shape, source.num_classes, checkpoint)
-    results = loaded.evaluate(source.eval_dataset(split, config.evaluation.batch), verbose=0, return_dict=True)
+        loaded = export.restore_whole(options, source, checkpoint)
+    inputs = source.eval_dataset(split, config.evaluation.batch, raw=bool(model))  # an export takes raw features
+    results = loaded.evaluate(inputs, verbose=0, return_dict=True)
     metrics = {f"{split}_{name}": float(value) for name, value in results.items()}
     log.info(metrics_line(f"{split} | {Path(model or checkpoint).name}", metrics))
     if output_json:
         Path(output_json).write_text(json.dumps({"split": split, "source": model or checkpoint,
-                                                 "examples": source.sizes[split], "metrics": metrics}, indent=2))
+                                                 "examples": source.sizes.get(split), "metrics": metrics}, indent=2))
 
 
 @exit_on_user_error()
@@ -87,8 +88,13 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
         raise UserError(Problem("--split", split, "applies to a one-off evaluation only (following training "
                                 "always reads the validation split)", "add --checkpoint PATH or --model PATH"))
     config = cluster_config.load(cluster)
+    if config.training.follow_data and (checkpoint or model):
+        raise UserError(Problem("--checkpoint" if checkpoint else "--model", checkpoint or model, "a followed run "
+                                "(training.follow_data) has no fixed split to score it on",
+                                "load a serving version (output/serving/<version>) with tf.saved_model.load and "
+                                "score it on files of your choice"))
     log = _prepare_process(config)
-    from data import source_for
+    from data import followed_for, source_for
     from data import bad_records_named
     from evaluator.loop import SidecarEvaluator
 
@@ -97,11 +103,11 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
             _evaluate_once(config, log, checkpoint=checkpoint, model=model, split=split, output_json=output_json)
             return
         options = config.training
-        source = source_for(options, PROJECT_ROOT)
+        source = (followed_for if options.follow_data else source_for)(options, PROJECT_ROOT)
         evaluator = SidecarEvaluator(training=options, evaluation=config.evaluation, source=source,
                                      files=RunFiles(config.path(options.output_dir)), log=log)
         sys.exit(evaluator.run())
 
 
 if __name__ == "__main__":
-    run_recording_exit(lambda: fire.Fire(evaluate))
+    run_recording_exit(lambda: fire.Fire(evaluate, name="evaluator.sidecar"))

@@ -22,13 +22,12 @@ from pathlib import Path
 import fire
 
 from cluster import config as cluster_config
-from cluster import taskspec, user_model
+from cluster import taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.run_files import Phase, RunFiles, read_progress
-from cluster.training_names import USER_MODEL_PATTERN
 from common.exit_file import EXIT_FILE_VARIABLE
 from common.net import port_in_use
-from launcher import firewall, previous_run, process, run_outputs
+from launcher import firewall, previous_run, process, run_outputs, user_code_checks
 from launcher.backends.base import FirewallReport, PreflightReport, StopOutcome, StopResult, TaskStatus, as_json
 
 
@@ -127,32 +126,8 @@ def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 51
             problems.append(f"{lead.name}: output_dir {output} is not writable ({error.strerror}); fix its "
                             "permissions or set training.output_dir")
         problems += [line for line in [previous_run.different_run(config)] if line]
-        problems += model_problems(config)
+        problems += user_code_checks.problems(config, host_python(config, lead.address.host))
     return problems
-
-
-def model_problems(config: ClusterConfig) -> list[str]:
-    """A user model (`package.module:function`) the chief could not build, checked in a child process with the
-    chief's python, directory and environment (its module may import TensorFlow, whose noise stays out of here)."""
-    spec, lead = config.training.model, config.lead
-    python = host_python(config, lead.address.host)
-    if not USER_MODEL_PATTERN.match(spec) or python is None:  # a missing python is machine_problems' to report
-        return []
-    try:
-        result = subprocess.run([python, "-m", "cluster.user_model", spec], cwd=PROJECT_ROOT, capture_output=True,
-                                text=True, env=taskspec.task_environment(config, lead, os.environ),
-                                stdin=subprocess.DEVNULL, timeout=user_model.CHECK_TIMEOUT_S)
-        lines = json.loads((result.stdout.strip().splitlines() or ["null"])[-1])
-    except subprocess.TimeoutExpired:
-        return [f"{config.source.name}: training.model = {spec!r}: importing it took over "
-                f"{user_model.CHECK_TIMEOUT_S} s on {socket.gethostname()}; make its module import quickly (no work "
-                "at import time)"]
-    except json.JSONDecodeError:
-        lines = None
-    if not isinstance(lines, list):
-        return [f"{config.source.name}: training.model = {spec!r}: {python} could not check it "
-                f"({(result.stderr.strip().splitlines() or ['no output'])[-1]}); fix that python or the module"]
-    return [f"{config.source.name}: {line}" for line in lines]
 
 
 def machine_problems(config: ClusterConfig, tasks: list[Task]) -> list[str]:

@@ -7,17 +7,24 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import time
 
 from cluster.config import LauncherSettings
 from cluster.strategies import Strategy
 from common.errors import PREEMPTED_EXIT_CODE, USER_ERROR_EXIT_CODE
 from launcher.records import TaskRecord
+from launcher.repeated_failures import RepeatedFailures
+
+
+HEALTHY_RUN_S = 60.0  # a task that ran this long since its start was not failing over and over: a new row begins
+LONGEST_BACKOFF_S = 60.0  # the doubling stops here (or at restart_backoff_s, if larger)
 
 
 class Action(enum.Enum):
     FINISHED = "finished"  # a trainer or the evaluator did its job
     RESTART = "restart"  # start it again after `delay_s`
     DROP = "drop"  # a sidecar out of restarts: training goes on without it
+    HOLD = "hold"  # the lead waits for the end of its place (a Slurm time limit): not started again there
     FAIL_RUN = "fail the run"
 
 
@@ -32,28 +39,51 @@ class Decision:
 
 
 class HealingPolicy:
-    """Restarts with doubling backoff up to `max_restarts`; user errors (exit 2) never; a ps holds the chief."""
+    """Restarts with doubling backoff up to `max_restarts` in a row; user errors (exit 2) never, nor a lead that
+    failed twice in a row with the same error before training; a ps holds the chief.
+
+    Backoff and `max_restarts` judge the restarts in a row: a task that ran HEALTHY_RUN_S since its last start
+    begins a new row, so a long run whose tasks are lost now and then (preemption, a kill) restarts each at once
+    and is never stopped for the sum of its losses; a task that fails over and over still is. The backoff stops
+    doubling at LONGEST_BACKOFF_S: a lead killed again and again while it starts (the soak found it waiting 128 s)
+    waits a minute at most.
+    """
 
     def __init__(self, settings: LauncherSettings, strategy: Strategy):
         self.settings, self.strategy = settings, strategy
+        self.repeats = RepeatedFailures()
+        self.rows: dict[str, int] = {}  # task -> counted restarts since it last ran HEALTHY_RUN_S
+
+    def restarts_in_a_row(self, record: TaskRecord) -> int:
+        if time.monotonic() - record.started_at >= HEALTHY_RUN_S:
+            self.rows[record.name] = 0
+        return self.rows.get(record.name, 0)
 
     def finishes(self, record: TaskRecord) -> bool:
         """Whether this task ends by itself when its work is done (trainers and the evaluator)."""
         return record.task.job in (self.strategy.trainer_job, "evaluator")
 
-    def on_exit(self, record: TaskRecord, code: int | None) -> Decision:
+    def on_exit(self, record: TaskRecord, code: int | None, ending: str | None = None) -> Decision:
+        """What to do about a task that ended; `ending`: why its place's time is nearly up (a Slurm time limit)."""
         name, job = record.name, record.task.job
         if self.finishes(record) and code == 0:
             return Decision(Action.FINISHED, f"{name} finished")
         what = f"{name} exited with code {code}" if code is not None else f"{name} died"
         if code == USER_ERROR_EXIT_CODE:
             return Decision(Action.FAIL_RUN, f"{what} (a user error; not restarted): {record.last_line}")
+        if job == self.strategy.trainer_job and record.task.index == 0 and self.repeats.repeated(record, code):
+            return Decision(Action.FAIL_RUN, f"{what} again before training a step, with the same error as at its "
+                                             f"last start (a restart cannot help): {record.last_line}")
+        if code == PREEMPTED_EXIT_CODE and job == self.strategy.trainer_job and ending:
+            return Decision(Action.HOLD, f"{name} was stopped from outside the launcher (SIGTERM) and wrote a "
+                                         f"checkpoint; {ending}: it is not started again in this job, and the "
+                                         "next `sh run.sh` resumes there", counts=False)
         if code == PREEMPTED_EXIT_CODE and job == self.strategy.trainer_job:
             return Decision(Action.RESTART, f"{name} was stopped from outside the launcher (SIGTERM) and wrote a "
                                             "checkpoint; starting it again, it resumes there", counts=False)
-        if record.restarts >= self.settings.max_restarts:
-            used_up = f"{what} after {record.restarts} restart{'s' if record.restarts != 1 else ''} " \
-                      "(launcher.max_restarts)"
+        row = self.restarts_in_a_row(record)
+        if row >= self.settings.max_restarts:
+            used_up = f"{what} after {row} restart{'s' if row != 1 else ''} in a row (launcher.max_restarts)"
             if job == "worker" and "worker" in self.strategy.server_jobs:
                 return Decision(Action.DROP, f"{used_up}; training goes on with the other workers, and the chief "
                                              "leaves it out after launcher.worker_lost_after_s")
@@ -61,16 +91,19 @@ class HealingPolicy:
                 return Decision(Action.DROP, f"{used_up}; training goes on without it; last log line: "
                                              f"{record.last_line}")
             return Decision(Action.FAIL_RUN, f"{used_up}; last log line: {record.last_line}")
-        delay_s = self.settings.restart_backoff_s * 2 ** record.restarts
-        return Decision(Action.RESTART, f"{what}; restarting in {delay_s:.0f} s (restart {record.restarts + 1} of "
-                                        f"{self.settings.max_restarts})", delay_s=delay_s,
+        first_s = self.settings.restart_backoff_s
+        delay_s = min(first_s * 2 ** row, max(first_s, LONGEST_BACKOFF_S))
+        self.rows[name] = row + 1
+        return Decision(Action.RESTART, f"{what}; restarting in {delay_s:.0f} s (restart {row + 1} of "
+                                        f"{self.settings.max_restarts} in a row)", delay_s=delay_s,
                         hold_chief=job == "ps",
                         restart_group=job == self.strategy.trainer_job and self.strategy.restarts_as_group)
 
     def stall(self, lead: TaskRecord, servers_up: bool, now: float) -> str | None:
         """Why the lead counts as stalled, or None: its optimizer step unchanged for stall_timeout_s while every
         server is up. Judged only while it trains (not while it starts or exports); a slow but advancing run is
-        never touched."""
+        never touched. Called every pass while the lead runs, so it also notes whether this life reached training."""
+        self.repeats.observe(lead)
         frozen_s = now - lead.step_changed_at
         if lead.step is None or not servers_up or frozen_s <= self.settings.stall_timeout_s:
             return None

@@ -32,8 +32,12 @@ class Change:
     step_before: int | None  # the lead's last optimizer step before its restart
     resumed_step: int | None = None  # its first step after the restart (from its heartbeat)
     training_at: float | None = None  # when the step moved again
+    finished_at: float | None = None  # when the restarted lead ended the run, if it did before its step was seen
 
     def line(self) -> str:
+        if self.finished_at is not None:
+            return (f"{self.what}: the restarted lead trained to the end {self.finished_at - self.since:.0f} s after "
+                    f"the {'loss' if self.what.startswith('dropped') else 'return'}")
         if self.training_at is None:
             return f"{self.what}: training had not resumed when the run ended"
         redone = max(0, (self.step_before or 0) - (self.resumed_step or 0))
@@ -163,6 +167,13 @@ class Membership:
                 change.training_at = now
                 self.pending.remove(change)
                 self.supervisor.say(change.line())
+
+    def lead_finished(self, now: float) -> None:
+        """The lead ended the run: changes whose restart it trained through before its step was seen are settled."""
+        for change in self.pending:
+            change.finished_at = now
+            self.supervisor.say(change.line())
+        self.pending.clear()
 
     def lines(self) -> list[str]:
         return [c.line() for c in self.changes]

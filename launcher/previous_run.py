@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cluster.config import ClusterConfig
 from cluster.run_files import RunFiles, read_summary
-from cluster.same_run import differences
+from cluster.same_run import batch_workers, differences
 
 
 def different_run(config: ClusterConfig) -> str | None:
@@ -17,7 +17,7 @@ def different_run(config: ClusterConfig) -> str | None:
     if summary is None:
         return None
     found = differences(summary.options, config.training, previous_workers=summary.workers,
-                        current_workers=config.input_pipelines)
+                        current_workers=batch_workers(config, summary.workers))
     if not found:
         return None
     return (f"{config.source.name}: training.output_dir = {config.training.output_dir!r}: holds a different run "

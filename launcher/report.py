@@ -7,6 +7,7 @@ import dataclasses
 
 from cluster.config import ClusterConfig
 from launcher.backends.base import HostError, RunOutputs
+from launcher.records import TaskState
 from launcher.status import shown_state
 
 CLOCK_SLACK_S = 5.0  # a file counts as this run's when it is at most the run's wall time (plus this) old
@@ -32,16 +33,24 @@ def _task_line(records) -> str:
                                  + (f" after {restarts(r.restarts)}" if r.restarts else "") for r in records)
 
 
-def summary_lines(outputs: RunOutputs, where: str, wall_s: float) -> tuple[list[str], bool]:
+def summary_lines(outputs: RunOutputs, where: str, wall_s: float, lead_failed: str = "") -> tuple[list[str], bool]:
+    """`lead_failed`: how the lead ended when it did not finish (e.g. `chief:0 failed (exit 1: ...)`), so an
+    earlier run's complete summary is never taken for this run having had nothing to train."""
     summary, output = outputs.summary, f"{where}{outputs.output}"
     if summary is None:
         return [f"no summary in {output}: training did not finish"], False
     if not summary.complete:
         return [f"training did not finish: {output}/summary.json says {summary.status}"], False
+    if summary.follow:
+        return _follow_lines(summary, output), True
     metrics = ", ".join(f"{k} {v:.4f}" for k, v in summary.final_metrics.items())
     if not _this_run(outputs.summary_age_s, wall_s):
-        return [f"trained nothing: {output} already held the complete run of {summary.epochs} epochs (summary "
-                f"written {outputs.summary_age_s:.0f} s ago, before this run); its last epoch: {metrics}"], True
+        earlier = (f"the complete run of {summary.epochs} epochs (summary written {outputs.summary_age_s:.0f} s ago, "
+                   "before this run)")
+        if lead_failed:
+            return [f"training did not finish: {lead_failed}; {output} holds an earlier run's summary, {earlier}"], \
+                False
+        return [f"trained nothing: {output} already held {earlier}; its last epoch: {metrics}"], True
     planned = summary.epochs * summary.steps_per_epoch if summary.steps_per_epoch else None
     if planned and summary.optimizer_steps is not None and summary.optimizer_steps < planned:
         return [f"training ended early: {summary.optimizer_steps} of {planned} planned steps ran, though "
@@ -50,6 +59,15 @@ def summary_lines(outputs: RunOutputs, where: str, wall_s: float) -> tuple[list[
     return [f"trained {summary.epochs} epochs, {summary.optimizer_steps} steps in {summary.train_seconds:.0f} s; "
             f"last epoch: {metrics}",
             f"model: {where}{summary.model['h5']} (also saved_model/ and model.keras)"], True
+
+
+def _follow_lines(summary, output: str) -> list[str]:
+    """A followed run (training.follow_data) that stopped after idling: files, examples and freshness."""
+    follow, fresh = summary.follow, summary.follow.get("freshness_s") or {}
+    freshness = (f"; freshness (landed to first served): last {fresh['last']:.0f} s, median {fresh['median']:.0f} s, "
+                 f"max {fresh['max']:.0f} s" if fresh else "")
+    return [f"followed the data: {follow['files_done']} of {follow['files']} files, {follow['examples']} examples, "
+            f"{summary.optimizer_steps} steps{freshness}", f"serving versions: {output}/serving"]
 
 
 def best_line(outputs: RunOutputs, where: str, wall_s: float) -> list[str]:
@@ -63,6 +81,14 @@ def best_line(outputs: RunOutputs, where: str, wall_s: float) -> list[str]:
     return [f"best: {best.checkpoint} at step {best.step} ({shown}) in {path}{when}"]
 
 
+def _lead_failed(lead) -> str:
+    """How the lead ended if it did not finish its job (exit 0), else ''."""
+    if lead.state == TaskState.EXITED:
+        return ""
+    ended = f" (exit {lead.exit_code}: {lead.last_line})" if lead.exit_code else ""
+    return f"{lead.name} {shown_state(lead, finished=True)}{ended}"
+
+
 def final_report(config: ClusterConfig, supervisor, wall_s: float) -> Report:
     """The end-of-run lines, read through the lead's own host; `trained` decides a clean exit code."""
     lines = [_task_line(supervisor.records.values())]
@@ -71,7 +97,7 @@ def final_report(config: ClusterConfig, supervisor, wall_s: float) -> Report:
     trained = False
     try:
         outputs = lead_host.run_outputs()
-        found, trained = summary_lines(outputs, where, wall_s)
+        found, trained = summary_lines(outputs, where, wall_s, lead_failed=_lead_failed(supervisor.lead))
         lines += found + best_line(outputs, where, wall_s)
         events = lead_host.fetch_tensorboard(str(config.path(config.launcher.logs_dir) / "tensorboard"))
     except HostError as error:

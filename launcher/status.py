@@ -14,6 +14,9 @@ STATUS_NAME = "status.json"
 EPOCH = re.compile(r"train \| epoch (\d+/\d+) \| step (\d+/\d+) \| ([\d.]+) steps/s")
 PER_PS = "per ps: "
 VALIDATION = re.compile(r"eval \| (ckpt-[\d-]+) \| step \d+ \| (.*?) \| best")
+FOLLOW = re.compile(r"follow \| files (\d+/\d+) done \| step (\d+) \| ([\d.]+) steps/s \| (\d+) ex/s \| ([^|]*)")
+SERVING = re.compile(r"serving \| version (\d+) \|")
+FRESHNESS = re.compile(r"serving \| version (\d+) \| .*? \| freshness (\d+:\d\d:\d\d) \|")
 
 
 def _last_match(path: Path, pattern: re.Pattern) -> re.Match | None:
@@ -32,6 +35,7 @@ def run_progress(config: ClusterConfig) -> dict:
     epoch = _last_match(logs / f"{lead.job}-{lead.index}.log", EPOCH)
     if epoch:
         progress.update(epoch=epoch[1], step=epoch[2], steps_per_s=float(epoch[3]))
+    progress.update(_follow_progress(logs / f"{lead.job}-{lead.index}.log"))
     shards = _per_ps_lines(logs / f"{lead.job}-{lead.index}.log")
     if shards:
         progress["per_ps"] = shards
@@ -39,6 +43,21 @@ def run_progress(config: ClusterConfig) -> dict:
     if validation:
         progress["last_validation"] = f"{validation[1]}: {validation[2]}"
     return progress
+
+
+def _follow_progress(path: Path) -> dict:
+    """Follow mode: files done, rates and lag from the last progress line; the newest serving version and the time
+    from the newest file it was the first to hold landing to it being written (its freshness)."""
+    found = {}
+    follow, serving, fresh = (_last_match(path, pattern) for pattern in (FOLLOW, SERVING, FRESHNESS))
+    if follow:
+        found.update(files_done=follow[1], step=follow[2], steps_per_s=float(follow[3]),
+                     examples_per_s=int(follow[4]), data=follow[5].strip())
+    if serving:
+        found["serving_version"] = int(serving[1])
+    if fresh:
+        found["freshness"] = f"{fresh[2]} (landed to served in version {fresh[1]})"
+    return found
 
 
 def _per_ps_lines(path: Path) -> list[str]:

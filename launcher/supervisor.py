@@ -6,12 +6,12 @@ import time
 
 from cluster.config import ClusterConfig, Task
 from common import net
+from launcher import observing, stopping
 from launcher.backends import backends_for
-from launcher.backends.base import AgentFailed, HostError, HostUnreachable, TaskStatus
-from launcher.firewall import FirewallError
+from launcher.backends.base import AgentFailed, HostUnreachable, TaskStatus
 from launcher.healing import Action, HealingPolicy
 from launcher.membership import Membership
-from launcher.outages import HOST_SILENT_S, HostOutages
+from launcher.outages import HostOutages
 from launcher.records import DONE_STATES, BackgroundCalls, RunFailed, TaskRecord, TaskState
 
 __all__ = ["RunFailed", "Supervisor", "TaskState"]
@@ -49,8 +49,7 @@ class Supervisor:
             for name, host in self.hosts.items():
                 rules = host.firewall_on([t for t in self.config.tasks() if t.address.host == name])
                 self.say(f"firewall on {name}: table {rules.table} guards ports {rules.ports}")
-        servers = self._jobs(*self.strategy.server_jobs)
-        if servers:
+        if servers := self._jobs(*self.strategy.server_jobs):
             self.start_records(servers)
 
     def start_cluster(self) -> None:
@@ -92,7 +91,7 @@ class Supervisor:
     def run(self, on_tick=lambda: None) -> int:
         """The loop: observe, heal, and return the lead trainer's exit code once trainers and evaluator are done."""
         while True:
-            self._observe()
+            observing.observe(self)
             on_tick()  # the status file shows what was observed before healing acts on it (a stop may take a while)
             self._heal_unless_a_host_fails()
             if self._finished():
@@ -112,32 +111,6 @@ class Supervisor:
             raise RunFailed(str(error)) from None
         else:
             self.healing_blocked_by = ""
-
-    def _observe(self) -> None:
-        for name, host in self.hosts.items():
-            tasks = [r.task for r in self.records.values() if r.host == name and r.state not in DONE_STATES]
-            if not tasks:
-                continue
-            if not host.is_remote:
-                self._apply(host.status(tasks), asked_at=time.monotonic())
-                continue
-            records = [self.records[t.name] for t in tasks]
-            answer = self.background.take(f"status {name}", lambda host=host, tasks=tasks: (
-                time.monotonic(), host.status(tasks)))
-            if answer is None and self.background.waiting_s(f"status {name}") > HOST_SILENT_S and any(
-                    r.state != TaskState.LOST for r in records) and host.reachable() is False:  # slow is not lost
-                self.outages.lost(name, records, "")  # a cut-off host does not even refuse: it is silent
-            if answer is None:
-                continue
-            try:
-                asked_at, rows = answer.result()
-            except HostUnreachable as error:
-                self.outages.lost(name, records, str(error).removeprefix(f"{name}: "))
-                continue
-            except AgentFailed as error:
-                raise RunFailed(str(error)) from None
-            self.outages.answered(name)
-            self._apply(rows, asked_at)
 
     def _apply(self, rows: list[TaskStatus], asked_at: float) -> None:
         """Takes rows into the records, except rows asked before a task's latest start (they describe the past) and
@@ -163,14 +136,17 @@ class Supervisor:
 
     def _exited(self, record: TaskRecord, code: int | None) -> None:
         record.exit_code = code
-        decision = self.policy.on_exit(record, code)
+        decision = self.policy.on_exit(record, code, ending=self.hosts[record.host].ending())
         self.say(decision.message)
         if decision.action == Action.FINISHED:
             record.state = TaskState.EXITED
             if record is self.lead:
                 self.chief_done_at = time.monotonic()
+                self.membership.lead_finished(self.chief_done_at)
         elif decision.action == Action.DROP:
             record.state = TaskState.FAILED
+        elif decision.action == Action.HOLD:  # shown held, as a lead waiting for its ps; stopped at the end
+            record.state, record.restart_at, record.exit_code = TaskState.RESTARTING, float("inf"), None
         elif decision.action == Action.FAIL_RUN:
             record.state = TaskState.FAILED
             raise RunFailed(decision.message)
@@ -195,8 +171,8 @@ class Supervisor:
 
     def hold_lead(self, until: str) -> bool:
         """Stops the lead now (a lost ps took its variables, or training cannot go on without a lost host) and
-        starts it again, from its last checkpoint, once every ps and every lost worker answers; False when the
-        lead is done or on a lost host itself."""
+        starts it again, from its last checkpoint, once every ps and every lost worker answers (unless its place's
+        time is nearly up: see Backend.ending); False when the lead is done or on a lost host itself."""
         chief = self.lead
         if chief.state in (*DONE_STATES, TaskState.LOST):
             return False
@@ -211,7 +187,8 @@ class Supervisor:
     def _heal(self) -> None:
         now = time.monotonic()
         waited = {r.name: r for r in [*self._jobs("ps"), *self.held_for]}.values()
-        if self.lead.restart_at == float("inf") and all(r.state == TaskState.RUNNING for r in waited):
+        ending = self.hosts[self.lead.host].ending()  # the lead would be killed before its next checkpoint
+        if self.lead.restart_at == float("inf") and not ending and all(r.state == TaskState.RUNNING for r in waited):
             others = "".join(f" and {r.name}" for r in self.held_for if r.task.job != "ps")
             self.say(f"every ps{others} answer again: starting {self.lead.name} again")
             self.outages.reconnect(self.held_for)
@@ -219,6 +196,11 @@ class Supervisor:
         self.membership.follow(now)
         for record in self.records.values():
             if record.state == TaskState.RESTARTING and now >= record.restart_at:
+                if record is self.lead and ending:
+                    record.restart_at = float("inf")
+                    self.say(f"{record.name} is not started again: {ending}; the next `sh run.sh` resumes from "
+                             "its last checkpoint")
+                    continue
                 if record is self.lead and not self.membership.enough():
                     if not self.membership.holding:
                         self.say(f"{record.name} held: {self.membership.hold_reason()}")
@@ -256,38 +238,7 @@ class Supervisor:
     # ----- stopping -------------------------------------------------------------------------------------
     def stop_everything(self) -> list[str]:
         """Stops every task, evaluator and chief first, on every host that answers; returns one line each."""
-        lines = []
-        for job in reversed(("ps", "worker", "chief", "evaluator")):
-            for name, host in self.hosts.items():
-                tasks = [t for t in self.config.tasks((job,)) if t.address.host == name]
-                if tasks:
-                    lines += self._stop_on(host, tasks)
-        return lines + self._remove_firewalls()
-
-    def _stop_on(self, host, tasks: list[Task]) -> list[str]:
-        try:
-            results = host.stop(tasks)
-        except HostError as error:
-            return [f"{t.name}: not stopped, {error}" for t in tasks]
-        lines = []
-        for result in results:
-            if result.outcome.was_running:
-                if result.task in self.records:
-                    self.records[result.task].state = TaskState.STOPPED
-                lines.append(f"{result.task} (pid {result.pid}): {result.outcome.value}")
-        return lines
-
-    def _remove_firewalls(self) -> list[str]:
-        """Deletes this cluster's nftables table wherever one is left (also when the file no longer asks for it)."""
-        lines = []
-        for name, host in self.hosts.items():
-            try:
-                if host.firewall_off():
-                    lines.append(f"firewall on {name} removed")
-            except (HostError, FirewallError) as error:
-                if self.config.firewall:
-                    lines.append(f"firewall on {name} not removed: {error}")
-        return lines
+        return stopping.stop_everything(self.config, self.hosts, self.records)
 
     def fetch_logs(self, wait: bool = False) -> None:
         """Copies remote logs here in the background (or now, with `wait`, at the end of a run)."""

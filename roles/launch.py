@@ -30,7 +30,12 @@ from launcher.supervisor import RunFailed, Supervisor
 
 
 class Launcher:
-    """Runs, shows and stops the cluster described by cluster.json."""
+    """Runs, shows and stops the cluster described by cluster.json.
+
+    `python -m roles.launch COMMAND [cluster.json] [--flags]`; `python -m roles.launch COMMAND --help` shows a
+    command's flags. `sh run.sh` is `run`, `sh run.sh status` and `sh run.sh reload` are `status` and `reload`,
+    `sh kill.sh` is `down`.
+    """
 
     @exit_on_user_error("[launcher] ")
     def run(self, cluster: str = "cluster.json", detach: bool = False, fresh: bool = False) -> None:
@@ -93,9 +98,10 @@ class Launcher:
 
     @exit_on_user_error("[launcher] ")
     def reload(self, cluster: str = "cluster.json") -> None:
-        """Hands an edited CLUSTER (workers or ps added or removed; under Slurm, new job sizes placed on the nodes
-        the job holds) to the launcher that runs it: the chief stops with a checkpoint, servers that left stop, new
-        ones start, and the chief resumes on the new spec."""
+        """Hands an edited CLUSTER (workers or ps added or removed) to the launcher that runs it.
+
+        The chief stops with a checkpoint, servers that left stop, new ones start, and the chief resumes on the
+        new spec; under Slurm, new job sizes are placed on the nodes the job holds."""
         config = cluster_config.load(cluster)
         unsupported = reload.refusals(config, config)  # what no reload can change: the backend
         if unsupported:
@@ -109,8 +115,10 @@ class Launcher:
 
     @exit_on_user_error("[launcher] ")
     def down(self, cluster: str = "cluster.json") -> None:
-        """Stops every task of CLUSTER by pid file and process group, here and over ssh (under Slurm: every step,
-        then the job is cancelled); safe to repeat."""
+        """Stops every task of CLUSTER, here and over ssh; safe to repeat.
+
+        By pid file and process group; under Slurm every step, then the job it submitted is cancelled; on
+        Kubernetes the JobSet is deleted."""
         config = cluster_config.load(cluster)
         lines = (_kubernetes().down(config) if _on_kubernetes(config) else
                  slurm_run.stop_in_allocation(config) if _under_slurm(config) else stop_all(config))
@@ -217,8 +225,9 @@ class Launcher:
 
     @exit_on_user_error("[launcher] ")
     def jobset(self, cluster: str = "cluster.json", output: str = "jobset.yaml") -> None:
-        """Writes the JobSet (and its ConfigMap and NetworkPolicy) that runs CLUSTER on Kubernetes, for
-        `kubectl apply -f jobset.yaml`; needs "launcher": {"backend": "kubernetes"} and job sizes.
+        """Writes the JobSet that runs CLUSTER on Kubernetes, for `kubectl apply -f jobset.yaml`.
+
+        With its ConfigMap and NetworkPolicy; needs "launcher": {"backend": "kubernetes"} and job sizes.
 
         Args:
           cluster: path of cluster.json.
@@ -257,4 +266,4 @@ def _under_slurm(config) -> bool:
 
 
 if __name__ == "__main__":
-    fire.Fire(Launcher)
+    fire.Fire(Launcher(), name="roles.launch")  # an instance: Fire's --help then lists the commands

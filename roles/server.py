@@ -50,7 +50,7 @@ def _wait_for_stop_signal() -> str:
 
 
 @exit_on_user_error()
-def serve(role: str, index: int, cluster: str = "cluster.json") -> None:
+def serve(*, role: str, index: int, cluster: str = "cluster.json") -> None:
     """Starts the ps or worker server `role`:`index` of the cluster file and serves until SIGTERM or SIGINT.
 
     Args:
@@ -87,4 +87,4 @@ def serve(role: str, index: int, cluster: str = "cluster.json") -> None:
 
 
 if __name__ == "__main__":
-    run_recording_exit(lambda: fire.Fire(serve))
+    run_recording_exit(lambda: fire.Fire(serve, name="roles.server"))

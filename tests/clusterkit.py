@@ -55,6 +55,17 @@ def run_module(module: str, *args: str, timeout_s: float = 120, env: dict | None
                           timeout=timeout_s, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
 
 
+def served_predictions(saved_model: Path, kind: str, path: Path, count: int):
+    """Predictions of an exported SavedModel for the first `count` raw rows of `path` (kind "criteo" or
+    "examples"), made by tests/serving_client.py in a process of its own that imports no toolkit code."""
+    import numpy as np
+
+    served = subprocess.run([PYTHON, str(ROOT / "tests" / "serving_client.py"), str(saved_model), kind, str(path),
+                             str(count)], capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert served.returncode == 0, served.stderr[-2000:]
+    return np.array(json.loads(served.stdout.strip().splitlines()[-1]))
+
+
 def processes_mentioning(text: str) -> list[str]:
     """Command lines of live processes whose arguments contain `text` (e.g. a test's temporary directory)."""
     found = []
@@ -127,3 +138,13 @@ def start_module(module: str, *args: str, log_path: Path) -> subprocess.Popen:
     with open(log_path, "wb") as log:
         return subprocess.Popen([PYTHON, "-m", module, *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
+
+
+def finish(*processes: subprocess.Popen, timeout_s: float = 300) -> list[int]:
+    """Each process's exit code, waiting up to `timeout_s` for each; whatever is left is killed."""
+    try:
+        return [p.wait(timeout=timeout_s) for p in processes]
+    finally:
+        for p in processes:
+            p.kill()
+            p.wait()

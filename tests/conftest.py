@@ -1,4 +1,4 @@
-"""Shared fixtures: a real ps/worker cluster or real hosts per test module that asks; nothing may outlive a test."""
+"""Shared fixtures: one ps/worker cluster for the modules that ask, hosts per module; nothing may outlive a test."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import lanes  # noqa: E402
 import netns  # noqa: E402
 from clusterkit import cluster_document, processes_mentioning, write_cluster  # noqa: E402
 from cluster import config as cluster_config  # noqa: E402
+from common import net  # noqa: E402
 from launcher.supervisor import Supervisor  # noqa: E402
 
 
@@ -27,6 +29,20 @@ def pytest_runtest_makereport(item, call):
         report.outcome, report.longrepr = "failed", f"skipped under CI=true, which must not happen: {reason}"
 
 
+def pytest_collection_modifyitems(config, items):
+    """The modules that use the shared servers run last, so the servers start once and stop at the session's end;
+    under tests/lanes.py (PSCLUSTER_TEST_LANE set) only this lane's tests are kept."""
+    sharing = {item.nodeid.split("::")[0] for item in items if "shared_servers" in item.fixturenames}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] in sharing)  # stable: a module's tests stay together
+    lane = os.environ.get(lanes.LANE_VARIABLE)
+    if not lane:
+        return
+    mine = [lanes.in_lane(lane, item.get_closest_marker("multihost") is not None) for item in items]
+    if not all(mine):
+        config.hook.pytest_deselected(items=[item for item, keep in zip(items, mine) if not keep])
+        items[:] = [item for item, keep in zip(items, mine) if keep]
+
+
 @pytest.fixture(autouse=True)
 def no_leftover_processes(tmp_path):
     """Fails the test that leaves a process behind which was started from its temporary directory."""
@@ -35,18 +51,47 @@ def no_leftover_processes(tmp_path):
     assert not leftovers, f"processes left running: {leftovers}"
 
 
-@pytest.fixture(scope="module")
-def shared_servers(tmp_path_factory):
-    """2 ps and 2 workers on loopback, started once per module by the launcher; yields the cluster.json path."""
-    directory = tmp_path_factory.mktemp("cluster")
-    path = write_cluster(directory, cluster_document(evaluator=False, logs_dir=str(directory / "logs")))
-    supervisor = Supervisor(cluster_config.load(path), print)
-    supervisor.start_servers()
+class ServerPool:
+    """2 ps and 2 workers on loopback, started by the launcher when a module first asks and kept for the next
+    modules that ask (their tests run last, one module after another: see pytest_collection_modifyitems)."""
+
+    def __init__(self, directory: Path):
+        self.directory, self.supervisor = directory, None
+        self.path = write_cluster(directory, cluster_document(evaluator=False, logs_dir=str(directory / "logs")))
+
+    def ready(self) -> Path:
+        """The cluster.json of servers that answer: started now if none run, or again if a test broke one."""
+        if self.supervisor is not None and not all(net.answers(t.address.host, t.address.port)
+                                                   for t in self.supervisor.config.tasks(("ps", "worker"))):
+            print("shared servers: one stopped answering; starting them again")
+            self.stop()
+        if self.supervisor is None:
+            self.supervisor = Supervisor(cluster_config.load(self.path), print)
+            self.supervisor.start_servers()
+        return self.path
+
+    def stop(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.stop_everything()
+            self.supervisor = None
+        assert processes_mentioning(str(self.directory)) == []
+
+
+@pytest.fixture(scope="session")
+def server_pool(tmp_path_factory):
+    pool = ServerPool(tmp_path_factory.mktemp("cluster"))
     try:
-        yield path
+        yield pool
     finally:
-        supervisor.stop_everything()
-        assert processes_mentioning(str(directory)) == []
+        pool.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_servers(server_pool):
+    """2 ps and 2 workers on loopback shared by the modules that ask (see ServerPool); yields the cluster.json path.
+
+    Each chief a test runs against them makes its own variables on the ps, so tests and modules do not meet."""
+    return server_pool.ready()
 
 
 @pytest.fixture(scope="module")

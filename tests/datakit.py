@@ -149,3 +149,43 @@ def write_tfrecords(root: Path, files: dict[str, list[int]], size=(8, 8), image_
                     writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
             written[split] += list(images)
     return written
+
+
+CLICK_SCHEMA = {"clicked": {"dtype": "int64", "label": True}, "price": {"dtype": "float32"},
+                "visits": {"dtype": "int64"}, "position": {"dtype": "float32", "shape": [2]},
+                "country": {"dtype": "string"}, "item": {"dtype": "int64"},
+                "tags": {"dtype": "string", "shape": "variable"}}
+CLICK_NUMERIC, CLICK_CATEGORICAL = ["price", "visits", "position"], ["country", "item", "tags"]
+COUNTRIES, TAGS = ("fr", "de", "it", "es", "nl"), ("sale", "new", "red", "blue", "kids", "home")
+
+
+def click_example(number: int, rng: np.random.Generator):
+    """One click record: numeric, string, int64 and variable-length string features; clicks follow country and
+    tags (a learnable signal)."""
+    import tensorflow as tf
+
+    country, tags = COUNTRIES[number % len(COUNTRIES)], list(rng.choice(TAGS, size=number % 4, replace=False))
+    clicked = int((country in ("fr", "de")) != ("sale" in tags))
+    values = {"clicked": [clicked], "price": [float(rng.uniform(0, 50))], "visits": [int(rng.integers(0, 300))],
+              "position": [float(rng.uniform()), float(rng.uniform())], "country": [country.encode()],
+              "item": [int(rng.integers(0, 1000))], "tags": [tag.encode() for tag in tags]}
+    kinds = {"int64": lambda v: tf.train.Feature(int64_list=tf.train.Int64List(value=v)),
+             "float32": lambda v: tf.train.Feature(float_list=tf.train.FloatList(value=v)),
+             "string": lambda v: tf.train.Feature(bytes_list=tf.train.BytesList(value=v))}
+    feature = {name: kinds[CLICK_SCHEMA[name]["dtype"]](value) for name, value in values.items()}
+    return tf.train.Example(features=tf.train.Features(feature=feature))
+
+
+def write_click_records(root: Path, files: dict[str, list[int]], seed: int = 0) -> None:
+    """train-00000-of-0000N ... shards of click records; files[split] is records per shard."""
+    import tensorflow as tf
+
+    root.mkdir(parents=True, exist_ok=True)
+    number = 0
+    for split, counts in files.items():
+        for shard, count in enumerate(counts):
+            rng = np.random.default_rng(seed + number)
+            with tf.io.TFRecordWriter(str(root / f"{split}-{shard:05d}-of-{len(counts):05d}")) as writer:
+                for _ in range(count):
+                    writer.write(click_example(number, rng).SerializeToString())
+                    number += 1

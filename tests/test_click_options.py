@@ -23,7 +23,7 @@ def test_a_recommender_gets_click_loss_and_metrics_and_val_auc_is_a_best_metric(
     ({"model": "mlp", "loss": "binary_crossentropy", "metrics": ["auc"]}, "needs click labels"),
     ({"model": "wide_deep", "dataset": "criteo", "metrics": ["accuracy"]}, "use some of auc, log_loss"),
     ({"model": "dlrm", "dataset": "criteo", "embedding_optimizer": "adam"}, "is not a sparse table optimizer"),
-    ({"model": "dlrm", "dataset": "criteo", "table_rows": [1, 2]}, "a list of 26"),
+    ({"model": "dlrm", "dataset": "criteo", "table_rows": [1, 2]}, "gives 2 sizes for 26 categorical features"),
     ({"model": "dlrm", "dataset": "criteo", "top_mlp": []}, "non-empty list of layer widths"),
 ])
 def test_each_recommender_mistake_is_one_line(raw, expected):

@@ -123,8 +123,22 @@ def test_synthetic_criteo_is_deterministic_zipf_and_spread():
     first, again = (next(iter(synthetic_criteo.load(rows, seed=3).split("train").batch(4096))) for _ in range(2))
     np.testing.assert_array_equal(first[0]["ids"].numpy(), again[0]["ids"].numpy())
     ids = first[0]["ids"].numpy()
-    assert ids.min() >= 0 and ids.max() < 1000
-    counts = np.sort(np.bincount(ids[:, 0], minlength=1000))[::-1]
-    assert counts[0] > 20 * np.median(counts)  # a power law: the hottest id far above the typical one
-    assert 0.3 < (ids < 500).mean() < 0.7  # hot ids are spread over the rows, not packed at the start
+    assert ids.min() >= 0 and ids.max() < 2**62 and ids.max() > 2**50  # 62-bit ids, as Criteo's hashing gives
+    assert all(len(np.unique(ids[:, k])) <= 1000 for k in range(26))  # the vocabulary of each feature
+    assert not set(ids[:, 0]) & set(ids[:, 1])  # keyed by feature: two features never share an id
+    _, counts = np.unique(ids[:, 0], return_counts=True)
+    assert np.sort(counts)[-1] > 20 * np.median(counts)  # a power law: the hottest id far above the typical one
+    assert 0.3 < (ids % 1000 < 500).mean() < 0.7  # hot ids land anywhere in a hashed table
     assert 0.1 < float(tf.reduce_mean(first[1])) < 0.5
+
+
+def test_synthetic_criteo_ids_are_born_and_die_in_order():
+    drift = synthetic_criteo.Drift(new_ids=100, id_lifetime=4, period_examples=4096)
+    source = synthetic_criteo.load((1000,) * 26, seed=3, train_examples=8 * 4096, drift=drift)
+    periods = [set(batch[0]["ids"].numpy()[:, 0]) for batch in source.split("train").batch(4096)]
+    assert len(periods) == 8 and all(380 <= len(ids) <= 400 for ids in periods)  # 100 x 4 alive at a time
+    assert all(len(periods[k] & periods[k + 1]) >= 280 for k in range(7))  # 3 of 4 cohorts live on
+    assert not periods[0] & periods[4]  # after 4 periods every id of the first has died
+    validation = set(next(iter(source.split("validation").batch(4096)))[0]["ids"].numpy()[:, 0])
+    assert len(validation & periods[-1]) >= 380 and not validation & periods[0]  # the last period's ids
+    assert source.in_order and "100 new per feature every 4096 examples" in source.note

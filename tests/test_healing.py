@@ -21,13 +21,17 @@ pytestmark = pytest.mark.cluster
 
 EPOCHS = 3
 SLOW_EPOCHS = {"epochs": EPOCHS, "steps_per_epoch": 100, "steps_per_execution": 1, "lr_decay_epochs": []}
+DYNAMIC_DLRM = {"model": "dlrm", "dataset": "synthetic_criteo", "table_rows": 64, "embedding_dim": 4, "bottom_mlp": [8],
+                "top_mlp": [8], "per_worker_batch": 32, "synthetic_examples": 1024, "min_shard_bytes": 256,
+                "embedding_kind": "dynamic", "embedding_capacity": 4000}
 
 
 @pytest.fixture
-def detached_run(tmp_path):
-    """Starts `sh run.sh --detach` on a fresh loopback cluster; yields helpers; always ends with kill.sh."""
+def detached_run(tmp_path, request):
+    """Starts `sh run.sh --detach` on a fresh loopback cluster (the CNN, or the training options the test gives as
+    the fixture's parameter); yields helpers; always ends with kill.sh."""
     logs = tmp_path / "logs"
-    training = {**SLOW_EPOCHS, "output_dir": str(tmp_path / "output")}
+    training = {**SLOW_EPOCHS, **getattr(request, "param", {}), "output_dir": str(tmp_path / "output")}
     document = {**cluster_document(logs_dir=str(logs), training=training),
                 "evaluation": {"poll_s": 0.5, "idle_timeout_s": 120},
                 }
@@ -69,7 +73,9 @@ def test_killed_worker_is_replaced_and_the_run_completes(detached_run, tmp_path)
     assert processes_mentioning(str(path)) == []
 
 
+@pytest.mark.parametrize("detached_run", [DYNAMIC_DLRM], indirect=True, ids=["dlrm with dynamic tables"])
 def test_killed_ps_restarts_ps_and_chief_losing_at_most_an_epoch(detached_run, tmp_path):
+    """The lost ps held a partition of each dynamic table (its index, rows and slots): all come back from ckpt-1."""
     path, logs = detached_run
     assert wait_for_line(logs / "chief-0.log", f"train | epoch 1/{EPOCHS}", 240)  # now in epoch 2
     kill_task(logs, "ps-0")
@@ -79,6 +85,8 @@ def test_killed_ps_restarts_ps_and_chief_losing_at_most_an_epoch(detached_run, t
     assert "resuming after epoch 1 from ckpt-1 (optimizer step 100)" in chief_log  # ckpt-1: epoch 2's work was redone
     summary = completed_summary(tmp_path)
     assert summary["optimizer_steps"] == 300
+    assert "export check: largest difference between trained and exported predictions" in chief_log
+    assert all(summary["ps_report"][ps]["ids_held"] > 0 for ps in ("ps:0", "ps:1"))
     assert processes_mentioning(str(path)) == []
 
 
@@ -195,6 +203,9 @@ class HostThatFails:
     def start(self, tasks):
         raise self.error
 
+    def ending(self):
+        return None
+
 
 def test_a_host_failing_mid_heal_delays_healing_with_one_line_or_ends_the_run_with_its_error(tmp_path):
     from launcher.backends.base import AgentFailed, HostUnreachable
@@ -213,3 +224,36 @@ def test_a_host_failing_mid_heal_delays_healing_with_one_line_or_ends_the_run_wi
     supervisor.hosts[worker.host] = HostThatFails(AgentFailed("10.0.0.2: .venv/bin/python: not found"))
     with pytest.raises(RunFailed, match="python: not found"):
         supervisor._heal_unless_a_host_fails()
+
+
+def test_a_lead_stopped_when_its_allocation_nears_its_end_is_not_started_again_there(tmp_path):
+    """After Slurm's time-limit warning (Backend.ending) the chief checkpoints and exits 4; started again it would
+    be killed at the limit, losing its steps since the checkpoint, so it waits for the job's end and the next run
+    resumes (pure logic; the run against a real Slurm is in test_slurm_endings)."""
+    from cluster import config as cluster_config
+    from launcher.records import TaskState
+    from launcher.status import shown_state
+    from launcher.supervisor import Supervisor
+
+    said, started = [], []
+    supervisor = Supervisor(cluster_config.load(write_cluster(tmp_path, cluster_document(evaluator=False))),
+                            said.append)
+    supervisor.start_now = started.extend
+    for record in supervisor.records.values():
+        record.state, record.started_at = TaskState.RUNNING, 1.0
+    lead, host = supervisor.lead, supervisor.hosts[supervisor.lead.host]
+    host.ending = lambda: "job 7's time limit is near (slurm.signal_before_end_s)"
+    supervisor._exited(lead, 4)
+    supervisor._heal()
+    assert said[-1] == ("chief:0 was stopped from outside the launcher (SIGTERM) and wrote a checkpoint; job 7's "
+                        "time limit is near (slurm.signal_before_end_s): it is not started again in this job, and "
+                        "the next `sh run.sh` resumes there")
+    assert started == [] and lead.restarts == 0 and shown_state(lead, finished=False) == "held"
+    lead.restart_at = 0.0  # e.g. a crash's backoff over, or a hold for a ps ended: not started either
+    supervisor._heal()
+    assert started == [] and said[-1].startswith("chief:0 is not started again: job 7's time limit is near")
+    host.ending = lambda: None  # without the warning a SIGTERM from outside restarts it, uncounted
+    lead.state = TaskState.RUNNING
+    supervisor._exited(lead, 4)
+    supervisor._heal()
+    assert started == [lead] and lead.restarts == 0

@@ -137,9 +137,35 @@ def test_a_rerun_resumes_only_the_same_run_and_fresh_starts_over(tmp_path):
     [aside] = tmp_path.glob("output.replaced-*")
     assert json.loads((aside / "summary.json").read_text())["options"]["model"] == "cnn"
 
-    document["training"]["epochs"] = 2  # more epochs change nothing about what is trained: it resumes
+    document["training"]["epochs"] = 2  # more epochs change nothing about what is trained: it resumes,
+    document["cluster"]["worker"] = document["cluster"]["worker"][:1]  # and so does a new shape (a worker less)
     more = sh("run.sh", str(write_cluster(tmp_path, document)))
     assert more.returncode == 0, more.stderr[-3000:]
     assert "resuming after epoch 1" in (tmp_path / "logs" / "chief-0.log").read_text()
-    assert json.loads((output / "summary.json").read_text())["epochs"] == 2
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["epochs"] == 2 and summary["global_batch"] == 64  # the batch of the 2 workers it started with
     assert processes_mentioning(str(tmp_path)) == []
+
+    (output / "checkpoints" / "ckpt-2.index").write_bytes(b"not a checkpoint")  # every start fails to restore it
+    broken = sh("run.sh", str(tmp_path / "cluster.json"))
+    assert broken.returncode == 1, broken.stderr[-3000:]
+    assert re.search(r"run failed: chief:0 exited with code 1 again before training a step, with the same error as "
+                     r"at its last start \(a restart cannot help\): \S+Error: .*sstable", broken.stderr), broken.stderr
+    assert "restart 2 of" not in broken.stderr, broken.stderr[-3000:]  # stopped at the second failure
+    assert re.search(r"training did not finish: chief:0 failed \(exit 1: \S+Error: .*sstable\); \S+ holds an "
+                     r"earlier run's summary", broken.stderr), broken.stderr[-3000:]  # never "trained nothing"
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_the_worker_count_is_a_runs_shape_under_parameter_server_and_its_batch_when_synchronous(tmp_path):
+    """The workers the global batch is counted for: a resized parameter_server run keeps its batch (the same run
+    goes on); under multi_worker_mirrored every worker takes its share of each step, so a new count is another run."""
+    from cluster.same_run import batch_workers, differences
+
+    shrunk = cluster_config.parse(cluster_document(workers=1, evaluator=False), tmp_path / "cluster.json")
+    assert batch_workers(shrunk, 2) == 2 and batch_workers(shrunk, None) == 1  # None: a new run, every worker
+    assert differences({}, shrunk.training, previous_workers=2, current_workers=batch_workers(shrunk, 2)) == []
+    document = cluster_document(workers=3, evaluator=False, training={"strategy": "multi_worker_mirrored"})
+    grown = cluster_config.parse(document, tmp_path / "cluster.json")
+    assert differences({}, grown.training, previous_workers=2, current_workers=batch_workers(grown, 2)) == [
+        "workers (global batch): 2 → 3"]

@@ -11,7 +11,7 @@ import pytest
 
 from clusterkit import ROOT, assert_no_traceback, cluster_document, processes_mentioning, run_module, write_cluster
 from cluster import config as cluster_config
-from launcher import agent, preflight
+from launcher import agent, preflight, user_code_checks
 from common.errors import UserError
 from launcher.backends import backends_for
 from launcher.backends.local import is_this_machine
@@ -154,7 +154,27 @@ def test_user_model_parameters_are_checked_with_the_chiefs_python(tmp_path, monk
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     for spec, expected in (("my_models:build", []), ("cnn", []), ("my_models:needs_depth", [
             "cluster.json: training.model = 'my_models:needs_depth': requires depth, but the chief passes only "
-            "input_shape and num_classes (each if the function takes it); give the other parameters defaults, or "
-            "take input_shape and num_classes"])):
+            "input_shape, num_classes, feature_spec (each if the function takes it); give the other parameters "
+            "defaults, or take some of input_shape, num_classes, feature_spec"])):
         config = parsed(tmp_path, {**cluster_document(), "training": {"model": spec}})
-        assert agent.model_problems(config) == expected
+        assert user_code_checks.model_problems(config, agent.host_python(config, "localhost")) == expected
+
+
+ENDLESS = '''
+import tensorflow as tf
+
+def clicks(split, input_context):
+    return tf.data.Dataset.from_tensors(({"x": [1.0]}, 1.0)).repeat() if split == "train" else None
+'''
+
+
+def test_a_dataset_function_is_checked_with_the_chiefs_python_before_anything_starts(tmp_path, monkeypatch):
+    (tmp_path / "my_pipeline.py").write_text(ENDLESS)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    config = parsed(tmp_path, {**cluster_document(), "training": {"model": "my_models:ctr",
+                                                                  "dataset": "my_pipeline:clicks"}})
+    assert user_code_checks.dataset_problems(config, agent.host_python(config, "localhost")) == [
+        "cluster.json: training.steps_per_epoch = None: my_pipeline:clicks's training split has no known size "
+        "(tf.data cannot count it); give training.steps_per_epoch (steps of one epoch)",
+        "cluster.json: training.dataset = 'my_pipeline:clicks': returns None for 'validation', which the evaluator "
+        "reads; return the validation split's dataset, or run without an evaluator"]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import criteokit
-from clusterkit import derive_cluster, run_module, start_module
+from clusterkit import derive_cluster, run_module, served_predictions, start_module
 
 pytestmark = pytest.mark.cluster
 
@@ -88,3 +89,8 @@ def test_dlrm_trains_on_criteo_files_as_published(shared_servers, tmp_path, writ
     assert summary["status"] == "complete" and set(summary["final_metrics"]) >= {"auc", "log_loss"}
     assert (output / "model" / "model.keras").exists()
     assert sorted(p.name for p in data.iterdir()) == names  # nothing renamed, split or written beside the data
+    if write is _named:  # the export takes Criteo rows as they are, served by a program that knows no toolkit
+        served = served_predictions(output / "model" / "saved_model", "criteo", data / "validation-0", 16)
+        reference = np.load(output / "model" / "reference_predictions.npz")
+        assert np.abs(served - reference["predictions"].reshape(-1)).max() <= 1e-4
+        assert reference["inputs_categories"].shape == (16, 26) and "export check" in trained.stderr

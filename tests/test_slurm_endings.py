@@ -13,6 +13,8 @@ import pytest
 
 import slurmkit
 from clusterkit import ROOT, wait_for_line
+from modelaxis import each_model, training as model_training
+from test_long_runs import wait_for_count
 from test_slurm import assert_nothing_left, cluster_file, count_lines, queue, sh, wait_until
 
 pytestmark = [pytest.mark.multihost, pytest.mark.cluster]
@@ -106,6 +108,7 @@ def test_a_node_set_down_is_lost_and_a_time_limit_warns_the_chief_then_ends_as_t
     assert "sent SIGTERM to chief:0 (step " in log[warned:].splitlines()[0], log[warned:]
     assert re.search(r"checkpoint ckpt-\d+-\d+ written .* exiting \(code 4\)", log[warned:]), log[warned:]
     assert "chief:0 was stopped from outside the launcher (SIGTERM) and wrote a checkpoint" in log[warned:]
+    assert "not started again in this job" in log[warned:] and "chief:0 started on" not in log[warned:], log[warned:]
     assert re.search(r"run failed: job \d+ ended at \S+: TIMEOUT \(it reached its time limit \(00:02:00; "
                      r"slurm.time_limit\)\); raise slurm.time_limit; `sh run.sh` again", log), log
     assert "running" not in statuses(logs).values() and statuses(logs)["worker:1"] == "lost", statuses(logs)
@@ -114,9 +117,10 @@ def test_a_node_set_down_is_lost_and_a_time_limit_warns_the_chief_then_ends_as_t
     assert_nothing_left(slurm, tmp_path)
 
 
-def test_the_batch_scripts_warning_reaches_the_chiefs_step_alone(slurm, tmp_path):
-    path = cluster_file(tmp_path, {"chief": 1, "worker": 1, "ps": 1}, {"epochs": 2000, "steps_per_epoch": 50},
-                        slurm={"nodes": 2})
+@each_model
+def test_the_batch_scripts_warning_reaches_the_chiefs_step_alone_and_the_next_job_resumes(slurm, tmp_path, model):
+    path = cluster_file(tmp_path, {"chief": 1, "worker": 1, "ps": 1},
+                        model_training(model, epochs=2000, steps_per_epoch=50), slurm={"nodes": 2})
     logs, script = tmp_path / "logs", tmp_path / "job.sh"
     written = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "roles.launch", "sbatch", path,
                               "--output", str(script)], cwd=ROOT, capture_output=True, text=True, timeout=60,
@@ -132,6 +136,16 @@ def test_the_batch_scripts_warning_reaches_the_chiefs_step_alone(slurm, tmp_path
     output = (logs / f"slurm-{job_id}.out").read_text()
     assert "the time limit is near: SIGTERM to the lead trainer" in output, output
     assert "lead trainer exited with code 4" in output and state == "FAILED", output  # checkpointed, resumable
-    assert re.search(r"stopped as asked: checkpoint ckpt-\d+(-\d+)? written", (logs / "chief-0.log").read_text())
+    stopped = re.search(r"stopped as asked: checkpoint (ckpt-\d+(-\d+)?) written", (logs / "chief-0.log").read_text())
+    assert stopped, (logs / "chief-0.log").read_text()[-3000:]
     assert "CANCELLED" in (logs / "ps-0.log").read_text() and "[batch] training did not finish" in output, output
     assert wait_until(lambda: queue(slurm) == "", 30)
+
+    again = slurm.run(["sbatch", "--parsable", str(script)]).stdout.strip()  # the same script, submitted again
+    try:
+        assert wait_for_line(logs / "chief-0.log", f"from {stopped[1]} (optimizer step", 180), (
+            logs / f"slurm-{again}.out").read_text()  # the new job's chief restored what the warning saved
+        assert wait_for_count(logs / "chief-0.log", "train | epoch", 1, 120), (logs / "chief-0.log").read_text()
+    finally:
+        slurm.run(["scancel", again], check=False)
+    assert wait_until(lambda: queue(slurm) == "", 60)

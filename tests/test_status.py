@@ -44,3 +44,22 @@ def test_the_last_log_line_skips_tensorflows_start_up_notices(tmp_path):
     assert agent.last_line(log) == "[ps:0] 10:00:00 ps:0 listening on n02:22223"
     log.write_text("2026-11-24 10:00:01.1 I tensorflow/core/util/port.cc:153] oneDNN custom operations are on.\n")
     assert "oneDNN" in agent.last_line(log)  # nothing else yet: the notice is still better than nothing
+
+
+FOLLOW_LOG = "\n".join([
+    "[chief:0] 10:00:05 serving | version 3 | ckpt-0-44 | 1 file newly served | freshness 0:00:16 | export check "
+    "0.0e+00 | out/serving/3",
+    "[chief:0] 10:00:09 follow | files 3/4 done | step 58 | 4.2 steps/s | 118 ex/s | behind 1 file, 0:00:11 | loss 1",
+    "[chief:0] 10:00:12 serving | version 4 | ckpt-0-61 | 0 files newly served | freshness - | export check 0.0e+00 | "
+    "out/serving/4"]) + "\n"
+
+
+def test_status_of_a_followed_run_shows_files_lag_and_freshness(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    config = cluster_config.load(write_cluster(tmp_path, cluster_document(logs_dir=str(logs))))
+    (logs / "chief-0.log").write_text(FOLLOW_LOG)
+    progress = run_progress(config)
+    assert (progress["files_done"], progress["step"], progress["examples_per_s"]) == ("3/4", "58", 118)
+    assert progress["data"] == "behind 1 file, 0:00:11" and progress["serving_version"] == 4
+    assert progress["freshness"] == "0:00:16 (landed to served in version 3)"  # version 4 served no new file

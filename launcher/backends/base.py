@@ -177,6 +177,11 @@ class Backend(abc.ABC):
         """Brings the task logs into the launcher's logs directory (nothing when they are already there)."""
         return None
 
+    def ending(self) -> str | None:
+        """Why this place's time is nearly up (a scheduler warned of the allocation's time limit), or None: a lead
+        stopped then is not started again there, since the end would kill it before its next checkpoint."""
+        return None
+
     def reachable(self) -> bool | None:
         """Whether the place's transport answers right now (False: cut off); None when this backend cannot tell,
         and then a slow answer never counts as a lost place."""

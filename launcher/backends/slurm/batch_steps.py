@@ -53,9 +53,9 @@ def before(cluster: str, fresh: bool = False) -> None:
     _marker(config).write_text(json.dumps(_mtimes(config)))
 
 
-def after(cluster: str) -> None:
+def after(cluster: str, lead_code: int = 0) -> None:
     """Prints what the run wrote: the summary (or why there is none), the model and the best model; a file
-    unchanged since `before` is the previous run's."""
+    unchanged since `before` is the previous run's. `lead_code`: the lead trainer's exit code."""
     config = cluster_config.load(cluster)
     marker = _marker(config)
     try:
@@ -67,7 +67,8 @@ def after(cluster: str) -> None:
     outputs = run_outputs.read(config)
     # the report judges "this run" by age against the wall time: a wall time that makes the answer the mtimes'
     wall_s = {name: -ALWAYS if now[name] is not None and now[name] == previous.get(name) else ALWAYS for name in now}
-    found, _ = summary_lines(outputs, "", wall_s["summary"])
+    found, _ = summary_lines(outputs, "", wall_s["summary"],
+                             lead_failed=f"the lead trainer exited with code {lead_code}" if lead_code else "")
     for line in found + best_line(outputs, "", wall_s["best"]):
         print(f"[batch] {line}", flush=True)
     if found and found[0].startswith("trained nothing"):

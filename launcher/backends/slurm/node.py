@@ -67,6 +67,12 @@ class SlurmView:
             asked = f"could not signal {lead.name}: {error}"
         say(f"job {self.job_id}: Slurm warns its time limit is {seconds} s away (slurm.signal_before_end_s); {asked}")
 
+    def ending(self) -> str | None:
+        """Once Slurm has warned of the time limit: that it is near, and which setting said so."""
+        if not self.warned:
+            return None
+        return f"job {self.job_id}'s time limit is near (slurm.signal_before_end_s)"
+
     def check(self, node: str, now: bool = False) -> None:
         """Raises AgentFailed, naming the cause, once the job no longer runs; HostUnreachable when Slurm marks
         `node` down or has taken it out of the job. `now`: ask slurmctld even if the last answer is fresh."""
@@ -164,6 +170,9 @@ class SlurmNode(Backend):
                 if step.name in names:
                     slurm.cancel(step.step_id)
         return results
+
+    def ending(self) -> str | None:
+        return self.view.ending() if self.view is not None else None
 
     def _let_lead_checkpoint(self) -> None:
         """srun answers SIGTERM by killing its step at once, so the lead's step itself is sent SIGTERM (as Slurm's

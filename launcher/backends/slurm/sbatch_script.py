@@ -149,7 +149,7 @@ def ending(config: ClusterConfig, python: str) -> list[str]:
         lines.append('wait "$evaluator"')
     if config.strategy.server_jobs:
         lines.append("kill $servers 2>/dev/null  # srun cancels its step")
-    return lines + ["wait", f'{python} -m launcher.backends.slurm.batch_steps after "$cluster"',
+    return lines + ["wait", f'{python} -m launcher.backends.slurm.batch_steps after "$cluster" --lead_code "$code"',
                     'exit "$code"']
 
 

@@ -64,14 +64,16 @@ def in_workdir(workdir: str, argv: Sequence[str]) -> str:
     return f"cd {shlex.quote(workdir)} && {shlex.join(argv)}"
 
 
-def user_code(source_dir: Path, model: str) -> list[str]:
-    """The user's top-level module or package a `package.module:function` model names, if it is in the project."""
-    if ":" not in model:
-        return []
-    top = model.split(":")[0].split(".")[0]
-    if (source_dir / top).is_dir():
-        return [f"/{top}/"]
-    return [f"/{top}.py"] if (source_dir / f"{top}.py").is_file() else []
+def user_code(source_dir: Path, *specs: str) -> list[str]:
+    """The user's top-level modules or packages that `package.module:function` specs (a model, a dataset function)
+    name, those in the project."""
+    found = []
+    for top in dict.fromkeys(spec.split(":")[0].split(".")[0] for spec in specs if ":" in spec):
+        if (source_dir / top).is_dir():
+            found.append(f"/{top}/")
+        elif (source_dir / f"{top}.py").is_file():
+            found.append(f"/{top}.py")
+    return found
 
 
 def sync_filters(user_paths: Sequence[str]) -> list[str]:

@@ -63,7 +63,7 @@ class SshHost(Backend):
         .venv if `python` is relative, and sets the last run's task logs aside."""
         launcher = self.config.launcher
         self._ssh(f"mkdir -p {shlex.quote(self.workdir + '/' + os.path.dirname(REMOTE_CLUSTER_FILE))}")
-        user_code = ssh_commands.user_code(PROJECT_ROOT, self.config.training.model)
+        user_code = ssh_commands.user_code(PROJECT_ROOT, self.config.training.model, self.config.training.dataset)
         self._run_local(ssh_commands.rsync_push(str(PROJECT_ROOT), self.name, self.settings, launcher, self.workdir,
                                                 user_code), "rsync of the project's code")
         self._run_local(ssh_commands.rsync_file(str(self.config.source), self.name, self.settings, launcher,

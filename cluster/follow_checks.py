@@ -1,0 +1,64 @@
+"""Checks of the follow-mode options (training on files as they land): one per field, then what follow mode refuses."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cluster.strategies import StrategyName
+from common.errors import Problem
+from common.fields import INT32_MAX, MAX_SECONDS, Check, int_in, is_number, seconds, seconds_check
+
+if TYPE_CHECKING:
+    from cluster.training_options import TrainingOptions
+
+FOLLOWED_DATASETS = ("criteo", "tfrecord")  # file sources whose files can be trained one by one as they land
+SMALLEST_PIECE_MB = 0.01
+
+
+def _pattern(value: Any) -> bool:
+    """A glob relative to data_dir: not absolute, never climbing out of it."""
+    return isinstance(value, str) and bool(value) and not value.startswith("/") and ".." not in value.split("/")
+
+
+CHECKS = {
+    "follow_data": Check(lambda v: isinstance(v, bool), "must be true or false",
+                         "use true to train on files as they land, false for epochs over a fixed data set"),
+    "follow_pattern": Check(_pattern, "must be a glob relative to data_dir", 'use e.g. "*", "part-*.gz" or '
+                            '"*/part-*"'),
+    "data_poll_s": seconds_check("10"),
+    "stop_when_idle_s": Check(lambda v: (is_number(v) and v == 0) or seconds(v),
+                              f"must be 0 or a positive number of seconds, at most {MAX_SECONDS}",
+                              "use e.g. 3600, or 0 to follow until stopped"),
+    "piece_mb": Check(lambda v: is_number(v) and SMALLEST_PIECE_MB <= v <= 1 << 20,
+                      f"must be a number of MB from {SMALLEST_PIECE_MB} to {1 << 20}", "use e.g. 16"),
+    "serving_export_every_s": seconds_check("600"),
+    "keep_serving_versions": Check(int_in(1, INT32_MAX), f"must be an integer from 1 to {INT32_MAX}",
+                                   "use e.g. 5"),
+}
+
+
+def follow_problems(options: TrainingOptions, prefix: str) -> list[Problem]:
+    """What follow mode cannot do: data that is not files, a synchronous strategy, held-out splits, epochs."""
+    if not options.follow_data:
+        return []
+    field = f"{prefix}follow_data"
+    if options.dataset not in FOLLOWED_DATASETS:
+        return [Problem(field, True, f"trains on files as they land in data_dir, but {options.dataset} is a fixed "
+                        "data set", f"use dataset {' or '.join(FOLLOWED_DATASETS)} with data_dir, or follow_data "
+                        "false")]
+    problems = []
+    if options.strategy != StrategyName.PARAMETER_SERVER:
+        problems.append(Problem(field, True, f"hands pieces of data to workers as they are free, which "
+                                f"{options.strategy} cannot do (every worker takes every step)",
+                                "use strategy parameter_server, or follow_data false"))
+    if options.criteo_validation is not None:
+        problems.append(Problem(f"{prefix}criteo_validation", options.criteo_validation, "holds data back, but "
+                                "follow mode trains every file (the evaluator scores each checkpoint on data it "
+                                "has not trained on yet)", "use null"))
+    if options.steps_per_epoch is not None:
+        problems.append(Problem(f"{prefix}steps_per_epoch", options.steps_per_epoch, "follow mode has no epochs: "
+                                "it trains each file once as it lands", "use null"))
+    if options.dataset == "tfrecord" and not options.tfrecord_features and options.tfrecord_num_classes is None:
+        problems.append(Problem(f"{prefix}tfrecord_num_classes", None, "cannot be counted from data that has not "
+                                "landed yet", "give the number of classes"))
+    return problems

@@ -1,0 +1,170 @@
+"""One partition of a dynamic table: a shard of rows and, on the same ps, the id -> row index that serves it, the
+rows' bookkeeping, the admission sketch and the lock that makes every change to them one at a time.
+
+Concurrency. Workers look ids up in the index without the lock. When some are missing, the step takes the
+partition's lock (a `tf.CriticalSection`: a mutex on the ps), looks the missing ids up again (another worker
+may have inserted them meanwhile), counts them in the sketch, takes free rows, resets them to initial values
+(vector and optimizer slots), and inserts the ids, all before it lets go. Two workers that meet one new id at
+once therefore queue: the second finds the first's entry and uses that row. The sweep (expiry) takes the same
+lock. So one id never has two rows, and a row goes to an id only from the free rows. An expired row waits one
+sweep before it is free again (RELEASING), so a step that looked its id up just before the expiry writes its
+update there, not into the row's next id.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import tensorflow as tf
+
+from coordinator.dynamic.allocator import RowAllocator
+from coordinator.dynamic.sketch import AdmissionSketch
+from coordinator.table_init import INIT_SCALE, filled
+
+EMPTY, RELEASING = -1, -2  # `owner` of a row without an id: free, or expired and free at the next sweep
+COLOCATED_SCOPE = "colocated_with_rows"  # names the bookkeeping variables, which take no round-robin turn
+ADMITTED, EXPIRED, TURNED_AWAY = 0, 1, 2  # the counters
+
+
+def colocated(variable):
+    """Creates variables on `variable`'s device (under ParameterServerStrategy too, which would place them
+    round-robin)."""
+    return tf.distribute.get_strategy().extended.colocate_vars_with(variable)
+
+
+class Partition:
+    """The index and bookkeeping of one shard of rows (create under the strategy's scope)."""
+
+    def __init__(self, shard, *, admit_after: int):
+        self.shard, self.device, self.rows = shard, shard.device, int(shard.shape[0])
+        self.slots: dict = {}
+        self.initial_slots: dict = {}
+        with colocated(shard), tf.name_scope(COLOCATED_SCOPE):
+            self.owner = tf.Variable(lambda: filled([self.rows], tf.int64, EMPTY), trainable=False, name="row_owner")
+            self.last_seen = tf.Variable(lambda: filled([self.rows], tf.int32, 0), trainable=False,
+                                         name="row_last_seen")
+            self.counters = tf.Variable(tf.zeros([3], tf.int64), trainable=False, name="counters")
+            self.allocator = RowAllocator(self.rows)
+            self.sketch = AdmissionSketch(self.rows, admit_after) if admit_after > 1 else None
+        with tf.device(self.device):
+            self.index = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, default_value=-1,
+                                                                 experimental_is_anonymous=True)
+            # a name of its own: with "" every lock on one ps was one mutex (its eager op's name), and a sweep of
+            # two partitions on one ps waited for itself
+            self.lock = tf.CriticalSection(shared_name=f"pscluster_table_lock_{uuid.uuid4().hex}")
+
+    def bind(self, slots: dict, initial_slots: dict) -> None:
+        """The optimizer's slot variables of this shard (name -> variable) and each one's initial row value."""
+        self.slots, self.initial_slots = dict(slots), dict(initial_slots)
+
+    def lookup(self, ids: tf.Tensor) -> tf.Tensor:
+        """Each id's row (int64), or -1: an inference lookup, which changes nothing."""
+        with tf.device(self.device):
+            return tf.reshape(self.index.lookup(ids), [-1])
+
+    def train_lookup(self, ids: tf.Tensor, sightings: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
+        """Each distinct id's row, admitting missing ids under the lock; -1 for ids without one (not admitted
+        yet, or the partition full). Marks the rows as looked up at `step` (int32)."""
+        with tf.device(self.device):
+            found = tf.reshape(self.index.lookup(ids), [-1])
+            rows = tf.cond(tf.reduce_any(found < 0),
+                           lambda: self.lock.execute(lambda: self._admit(ids, sightings, found, step),
+                                                     exclusive_resource_access=False),
+                           lambda: found)
+            seen = tf.boolean_mask(rows, rows >= 0)
+            touched = self.last_seen.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(seen), step), seen))
+            with tf.control_dependencies([touched]):
+                return tf.identity(rows)
+
+    def _admit(self, ids, sightings, found, step) -> tf.Tensor:
+        missing = tf.where(found < 0)[:, 0]
+        candidates = tf.gather(ids, missing)
+        again = tf.reshape(self.index.lookup(candidates), [-1])  # under the lock: every earlier insert shows
+        new_ids = tf.boolean_mask(candidates, again < 0)
+        if self.sketch is None:
+            wanted = tf.where(tf.ones_like(new_ids, dtype=tf.bool))[:, 0]
+        else:
+            wanted = tf.where(self.sketch.admit(new_ids, tf.boolean_mask(tf.gather(sightings, missing),
+                                                                         again < 0)))[:, 0]
+        given = self.allocator.take(tf.size(wanted))
+        placed = wanted[:tf.size(given)]
+        placed_ids = tf.gather(new_ids, placed)
+        refused = tf.cast(tf.size(wanted) - tf.size(given), tf.int64)
+        writes = [self.index.insert(placed_ids, given), self.owner.scatter_update(tf.IndexedSlices(placed_ids, given)),
+                  self.last_seen.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(given), step), given)),
+                  *self._reset(given), self.counters.assign_add(tf.stack([tf.size(given, out_type=tf.int64),
+                                                                          tf.constant(0, tf.int64), refused]))]
+        new_rows = tf.tensor_scatter_nd_update(-tf.ones_like(new_ids), placed[:, tf.newaxis], given)
+        missing_rows = tf.tensor_scatter_nd_update(again, tf.where(again < 0), new_rows)
+        with tf.control_dependencies(writes):
+            return tf.tensor_scatter_nd_update(found, missing[:, tf.newaxis], missing_rows)
+
+    def _reset(self, rows: tf.Tensor) -> list:
+        """Initial values for rows just given to new ids: a fresh random vector, each optimizer slot's start."""
+        count = tf.size(rows)
+        width = self.shard.shape[1]
+        vectors = tf.random.uniform([count, width], -INIT_SCALE, INIT_SCALE, self.shard.dtype)
+        resets = [self.shard.scatter_update(tf.IndexedSlices(vectors, rows))]
+        for name, slot in self.slots.items():
+            start = tf.broadcast_to(self.initial_slots[name], [count, width])
+            resets.append(slot.scatter_update(tf.IndexedSlices(start, rows)))
+        return resets
+
+    def sweep(self, step: tf.Tensor, expire_after: int) -> tf.Tensor:
+        """Frees the rows that expired at the last sweep, then expires rows not looked up for `expire_after`
+        steps (their ids leave the index); returns [rows freed, rows expired]."""
+        with tf.device(self.device), tf.control_dependencies([step]):  # the lock only once its input is here
+            return self.lock.execute(lambda: self._sweep(step, expire_after), exclusive_resource_access=False)
+
+    def _sweep(self, step, expire_after: int) -> tf.Tensor:
+        releasing = tf.where(tf.equal(self.owner, RELEASING))[:, 0]
+        emptied = self.owner.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(releasing), tf.constant(
+            EMPTY, tf.int64)), releasing))
+        with tf.control_dependencies([emptied, self.allocator.give_back(releasing)]):
+            owners = self.owner.read_value()
+            stale = tf.where((owners >= 0) & (self.last_seen < step - expire_after))[:, 0] if expire_after else \
+                tf.zeros([0], tf.int64)
+        removed = self.index.remove(tf.gather(owners, stale))
+        marked = self.owner.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(stale), tf.constant(
+            RELEASING, tf.int64)), stale))
+        counted = self.counters.assign_add(tf.stack([tf.constant(0, tf.int64), tf.size(stale, out_type=tf.int64),
+                                                     tf.constant(0, tf.int64)]))
+        with tf.control_dependencies([removed, marked, counted]):
+            return tf.stack([tf.size(releasing, out_type=tf.int64), tf.size(stale, out_type=tf.int64)])
+
+    def stats(self) -> tf.Tensor:
+        """[rows, rows in use (expired ones until freed included), ids held, admitted, expired, turned away]."""
+        with tf.device(self.device):
+            return tf.concat([tf.constant([self.rows], tf.int64), [self.allocator.in_use()],
+                              [self.index.size()], self.counters.read_value()], axis=0)
+
+    def held(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, dict]:
+        """Every id with a row: (ids, last looked-up step, row vectors, {slot name: slot rows}), all read from one
+        listing of the index, so the ids, rows and slots always agree."""
+        with tf.device(self.device):
+            ids, rows = self.index.export()
+            return (ids, tf.gather(self.last_seen, rows), tf.gather(self.shard, rows),
+                    {name: tf.gather(slot, rows) for name, slot in self.slots.items()})
+
+    def load(self, ids, last_seen, vectors, slots: dict, counters) -> None:
+        """Holds exactly these ids (at most `rows` of them), in rows 0 to n - 1, and nothing else (eager)."""
+        with tf.device(self.device):
+            self.index.remove(self.index.export()[0])
+            rows = tf.range(tf.size(ids, out_type=tf.int64))
+            self.index.insert(ids, rows)
+            self.owner.assign(tf.fill([self.rows], tf.constant(EMPTY, tf.int64)))
+            self.last_seen.assign(tf.zeros([self.rows], tf.int32))
+        self.owner.scatter_update(tf.IndexedSlices(ids, rows))
+        self.last_seen.scatter_update(tf.IndexedSlices(last_seen, rows))
+        self.shard.scatter_update(tf.IndexedSlices(vectors, rows))
+        for name, slot in self.slots.items():
+            slot.scatter_update(tf.IndexedSlices(slots[name], rows))
+        self.allocator.restart(tf.size(ids))
+        self.counters.assign(counters)
+        if self.sketch is not None:
+            self.sketch.clear()
+
+    def nbytes(self) -> int:
+        """Bytes of the bookkeeping variables (the index's own memory is not counted: see the bench)."""
+        sketch = self.sketch.nbytes() if self.sketch is not None else 0
+        return self.rows * (8 + 4) + 24 + self.allocator.nbytes() + sketch

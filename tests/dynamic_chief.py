@@ -1,0 +1,184 @@
+"""A chief that drives dynamic tables on a real cluster for tests/test_dynamic_tables.py and prints its findings.
+
+`python tests/dynamic_chief.py scenarios CHECKPOINT` (TF_CONFIG of a chief) runs each scenario on tables of
+its own and writes CHECKPOINT; `... resume CHECKPOINT` is the next chief: it restores the checkpoint over the
+cluster and trains on. The last stdout line is `RESULT {json}`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+from coordinator.dynamic.layer import DynamicTables
+from coordinator.placement import BalancedPartitioner
+from coordinator.sparse import LeanAdagrad
+
+CHIEF_CPU = "/job:chief/replica:0/task:0/device:CPU:0"
+WRITE = tf.train.CheckpointOptions(experimental_io_device=CHIEF_CPU)
+
+
+class Table:
+    """A DynamicTables layer (features ids per example) with its Adagrad, trained by steps scheduled on workers
+    (loss: the sum of the rows looked up, so every looked-up element has gradient 1)."""
+
+    def __init__(self, strategy, coordinator, capacity: int, *, features: int = 2, dim: int = 16, **options):
+        self.coordinator = coordinator
+        with strategy.scope():
+            self.layer = DynamicTables(capacity, dim, **options)
+            self.layer.build(tf.TensorShape([None, features]))
+            self.optimizer = LeanAdagrad(learning_rate=0.1)
+            self.optimizer._create_all_weights(self.layer.trainable_weights)
+        self.layer.bind_optimizer(self.optimizer)
+
+        def replica_step(ids):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(self.layer(ids, training=True))
+            weights = self.layer.trainable_weights
+            self.optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights, strict=True))
+            return loss
+
+        self._step = tf.function(lambda ids: strategy.run(replica_step, args=(ids,)))
+
+    def train(self, *batches) -> None:
+        """Schedules one step per batch (int64 [n, features]) back to back, then waits for them all."""
+        for ids in batches:
+            self.coordinator.schedule(self._step, args=(tf.constant(ids, tf.int64),))
+        self.coordinator.join()
+
+    def stats(self) -> dict:
+        totals = self.layer.stats().numpy().sum(axis=0)
+        return dict(zip(("rows", "rows_in_use", "ids_held", "admitted", "expired", "turned_away"),
+                        (int(n) for n in totals), strict=True))
+
+    def slot_rows(self, ids) -> np.ndarray:
+        """The Adagrad accumulator rows of `ids` (all must hold rows)."""
+        parts, rows = self.layer.locate(ids)
+        return np.stack([self.layer.partitions[p].slots["accumulator"][r].numpy() for p, r in zip(parts, rows)])
+
+
+def pairs(ids: np.ndarray, features: int = 2) -> np.ndarray:
+    return ids.reshape(-1, features)
+
+
+def concurrency(strategy, coordinator) -> dict:
+    """Two steps at once (one per worker) meet the same 4000 new ids, 15 rounds."""
+    table = Table(strategy, coordinator, 200_000)
+    for round_number in range(15):
+        ids = pairs(np.arange(4000, dtype=np.int64) + round_number * 1_000_000)
+        table.train(ids, ids)
+    owners_agree, rows_distinct = True, True
+    for partition in table.layer.partitions:
+        ids, rows = (t.numpy() for t in partition.index.export())
+        owners_agree &= bool(np.array_equal(partition.owner.numpy()[rows], ids))
+        rows_distinct &= len(np.unique(rows)) == len(rows)
+    return {**table.stats(), "owners_agree": owners_agree, "rows_distinct": rows_distinct, "distinct_ids": 60_000}
+
+
+def admission(strategy, coordinator) -> dict:
+    """admit_after 3: one id seen in three steps; its row appears at the third."""
+    table = Table(strategy, coordinator, 64, admit_after=3)
+    ids = np.array([[11, 12]], np.int64)
+    held, reads_shared = [], []
+    for _ in range(3):
+        table.train(ids)
+        held.append(table.stats()["ids_held"])
+        out = table.layer(tf.constant(ids), training=False).numpy()[0]
+        reads_shared.append(bool(np.array_equal(out, table.layer.shared.numpy())))
+    return {"held": held, "reads_shared": reads_shared}
+
+
+def expiry(strategy, coordinator) -> dict:
+    """expire_after_steps 3: ids A (trained 3 times) idle while B trains; two sweeps free A's rows for C."""
+    table = Table(strategy, coordinator, 64, expire_after_steps=3)
+    a, b, c = (pairs(np.arange(8, dtype=np.int64) + base) for base in (100, 200, 300))
+    table.train(a, a, a)
+    a_parts, a_rows = table.layer.locate(a.reshape(-1))
+    table.train(b, b, b, b)
+    freed_expired = [table.layer.sweep().numpy().sum(axis=0).tolist() for _ in range(2)]
+    a_after = table.layer.locate(a.reshape(-1))[1]
+    table.train(c)
+    c_parts, c_rows = table.layer.locate(c.reshape(-1))
+    vectors = table.layer(tf.constant(c), training=False).numpy().reshape(-1)
+    freed, taken = set(zip(a_parts.tolist(), a_rows.tolist())), list(zip(c_parts.tolist(), c_rows.tolist()))
+    reusable = sum(min((a_parts == p).sum(), (c_parts == p).sum()) for p in range(len(table.layer.partitions)))
+    return {"a_held_after": int((a_after >= 0).sum()), "sweeps": freed_expired,
+            "c_took_freed_rows_first": bool(sum(row in freed for row in taken) == reusable > 0),
+            "c_accumulators": np.unique(table.slot_rows(c.reshape(-1)).round(4)).tolist(),
+            "c_vector_range": [float(vectors.min()), float(vectors.max())], **table.stats()}
+
+
+def capacity(strategy, coordinator) -> dict:
+    """16 rows in all; 40 then 40 more new ids: the rest are turned away, read the shared rows, and nothing fails."""
+    table = Table(strategy, coordinator, 16)
+    first, second = pairs(np.arange(40, dtype=np.int64) + 1000), pairs(np.arange(40, dtype=np.int64) + 2000)
+    table.train(first, second)
+    out = table.layer(tf.constant(second), training=False).numpy()
+    _, rows = table.layer.locate(second.reshape(-1))
+    shared = table.layer.shared.numpy()
+    without = rows.reshape(second.shape) < 0
+    reads_shared = all(np.array_equal(out[i, k], shared[k]) for i, k in zip(*np.nonzero(without), strict=True))
+    return {**table.stats(), "partitions": len(table.layer.partitions), "turned_away_read_shared": reads_shared}
+
+
+def flood(strategy, coordinator) -> dict:
+    """admit_after 2: 100 frequent ids in every step, then 20 steps that also bring 1000 ids seen once each
+    (20,000 in all, 5 times the capacity)."""
+    table = Table(strategy, coordinator, 4000, admit_after=2)
+    frequent = pairs(np.arange(100, dtype=np.int64) + 10_000_000)
+    table.train(frequent, frequent)
+    rows_before, slots_before = table.layer.locate(frequent.reshape(-1))[1], table.slot_rows(frequent.reshape(-1))
+    for number in range(20):
+        junk = pairs(np.arange(1000, dtype=np.int64) + 50_000_000 + number * 1000)
+        table.train(np.concatenate([frequent, junk]))
+    rows_after = table.layer.locate(frequent.reshape(-1))[1]
+    grew = bool((table.slot_rows(frequent.reshape(-1)) > slots_before).all())
+    return {**table.stats(), "frequent_kept_rows": bool(np.array_equal(rows_before, rows_after)),
+            "frequent_slots_grew": grew, "junk": 20_000}, table
+
+
+def save(table: Table, path: str) -> dict:
+    """The checkpoint a next chief resumes from, and what it must give back."""
+    probe = pairs(np.concatenate([np.arange(100, dtype=np.int64) + 10_000_000, [77, 78]]))
+    written = tf.train.Checkpoint(layer=table.layer, optimizer=table.optimizer).write(path, options=WRITE)
+    np.savez(path + "-expected.npz", probe=probe, outputs=table.layer(tf.constant(probe), training=False).numpy(),
+             **table.layer.snapshot())
+    return {"checkpoint": written, "stats": table.stats()}
+
+
+def resume(strategy, coordinator, path: str) -> dict:
+    """A new chief: the same table restored over the cluster gives the same rows, outputs and counters."""
+    table = Table(strategy, coordinator, 4000, admit_after=2)
+    tf.train.Checkpoint(layer=table.layer, optimizer=table.optimizer).read(path, options=WRITE) \
+        .assert_existing_objects_matched()
+    expected = np.load(path + "-expected.npz")
+    outputs = table.layer(tf.constant(expected["probe"]), training=False).numpy()
+    snapshot = table.layer.snapshot()
+    same = {name: bool(np.array_equal(snapshot[name], expected[name])) for name in snapshot}
+    restored = table.stats()
+    table.train(pairs(np.arange(50, dtype=np.int64) + 90_000_000), pairs(np.arange(50, dtype=np.int64) + 90_000_000))
+    return {"outputs_differ": float(np.abs(outputs - expected["outputs"]).max()), "same": same,
+            "restored": restored, "after_training": table.stats()}
+
+
+def main(action: str, path: str) -> None:
+    num_ps = len(json.loads(__import__("os").environ["TF_CONFIG"])["cluster"]["ps"])
+    strategy = tf.distribute.experimental.ParameterServerStrategy(
+        tf.distribute.cluster_resolver.TFConfigClusterResolver(),
+        variable_partitioner=BalancedPartitioner(num_ps, min_shard_bytes=256))
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    if action == "resume":
+        result = resume(strategy, coordinator, path)
+    else:
+        flooded, table = flood(strategy, coordinator)
+        result = {"concurrency": concurrency(strategy, coordinator), "admission": admission(strategy, coordinator),
+                  "expiry": expiry(strategy, coordinator), "capacity": capacity(strategy, coordinator),
+                  "flood": flooded, "saved": save(table, path)}
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,101 @@
+"""Runs the suite in two pytest processes side by side: the multi-host tests (network-namespace hosts and Slurm,
+which mostly wait on hosts, cuts and time limits) beside the rest; then both durations tables and the total.
+
+`sh tests/run.sh` runs it. Options (`-k x`, `-m multihost`, `-x`, ...) go to both lanes; a lane left with no test
+is simply empty. A path argument (a file, a directory, a test id) runs one plain pytest, as before. The multi-host
+tests stay in one lane, one after another: two of them never build hosts or a Slurm cluster at once, and their
+hosts never meet the loopback clusters of the other lane (each namespace has its own network, addresses and names).
+The main lane's output streams here; the multi-host lane's goes to a file, shown (and then followed) once the main
+lane is done.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LANE_VARIABLE = "PSCLUSTER_TEST_LANE"  # read by conftest.py, which deselects the other lane's tests
+LANES = ("main", "multihost")
+NO_TESTS_RAN = 5  # pytest's exit code when a lane selected nothing
+
+
+def in_lane(lane: str, has_multihost_marker: bool) -> bool:
+    """Whether a test belongs to `lane`: the multihost-marked tests to their own lane, every other to main."""
+    return has_multihost_marker == (lane == "multihost")
+
+
+def names_a_path(arguments: list[str]) -> bool:
+    return any(not a.startswith("-") and Path(a.split("::")[0]).exists() for a in arguments)
+
+
+def combined_exit_code(codes: list[int]) -> int:
+    """0 when every lane passed or had nothing to run (and one ran); else the first failure's code."""
+    failures = [code for code in codes if code not in (0, NO_TESTS_RAN)]
+    if failures:
+        return failures[0]
+    return 0 if 0 in codes else NO_TESTS_RAN
+
+
+def start_lane(lane: str, command: list[str], output=None) -> subprocess.Popen:
+    """One pytest keeping only `lane`'s tests, in a session of its own (a Ctrl-C reaches it once, from here)."""
+    cache = [] if "no:cacheprovider" in command else ["-o", f"cache_dir=.pytest_cache/{lane}-lane"]  # --lf per lane
+    return subprocess.Popen([*command, *cache], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=output,
+                            stderr=subprocess.STDOUT if output else None, env={**os.environ, LANE_VARIABLE: lane},
+                            start_new_session=True)
+
+
+def follow(path: Path, process: subprocess.Popen, poll_s: float = 1.0) -> None:
+    """Copies the file to stdout as it grows, until `process` has ended and all it wrote is out."""
+    with open(path, "rb") as source:
+        while True:
+            ended = process.poll() is not None
+            sys.stdout.buffer.write(source.read())
+            sys.stdout.flush()
+            if ended:
+                return
+            time.sleep(poll_s)
+
+
+def run_lanes(arguments: list[str]) -> int:
+    started = time.monotonic()
+    command = [sys.executable, "-m", "pytest", "--durations=0", *arguments]
+    side_log = Path(tempfile.mkstemp(prefix="pscluster-multihost-lane-", suffix=".log")[1])
+    print(f"[lanes] the multihost tests run beside the others; their output ({side_log}) follows", flush=True)
+    with open(side_log, "wb") as log:
+        lanes = {"multihost": start_lane("multihost", command, log)}
+    lanes["main"] = start_lane("main", command)
+
+    def stop(signum, _frame):  # Ctrl-C or a CI cancel, passed on once: each pytest tears its clusters and hosts down
+        for process in lanes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    lanes["main"].wait()
+    seconds = {"main": time.monotonic() - started}
+    print(f"[lanes] main lane done in {seconds['main']:.0f} s (exit {lanes['main'].returncode}); the multihost "
+          "lane's output:", flush=True)
+    follow(side_log, lanes["multihost"])
+    seconds["multihost"] = time.monotonic() - started  # within a poll of its end
+    side_log.unlink()
+    codes = [lanes[lane].returncode for lane in LANES]
+    print(f"[lanes] total {time.monotonic() - started:.0f} s: main lane {seconds['main']:.0f} s (exit {codes[0]}), "
+          f"multihost lane {seconds['multihost']:.0f} s (exit {codes[1]})", flush=True)
+    return combined_exit_code(codes)
+
+
+def main(arguments: list[str]) -> int:
+    if names_a_path(arguments):
+        os.execv(sys.executable, [sys.executable, "-m", "pytest", *arguments])
+    return run_lanes(arguments)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

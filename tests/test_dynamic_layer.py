@@ -1,0 +1,129 @@
+"""Dynamic tables in one process: partitions (split locally), restores over other partition counts and sizes,
+de-duplication, the mixing hash, and the exported forms (.h5, .keras, SavedModel) of a trained wide_deep."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from coordinator import recommenders
+from coordinator.dynamic.checkpoint import held_difference
+from coordinator.dynamic.layer import DynamicTables
+from coordinator.dynamic.mixing import partition_of
+from coordinator.sparse import make_embedding_optimizer
+from data import synthetic_criteo
+
+
+@contextlib.contextmanager
+def rows_split(parts: int):
+    """Splits a dynamic table's rows variable into `parts` local shards, as a partitioner does over ps."""
+    def creator(next_creator, **kwargs):
+        if kwargs.get("name") != "rows" or parts == 1:
+            return next_creator(**kwargs)
+        total, width = kwargs["shape"]
+        sizes = [total // parts + (k < total % parts) for k in range(parts)]
+        return tf.__internal__.distribute.ShardedVariable([next_creator(**{
+            **kwargs, "name": f"rows/part_{k}", "shape": (n, width),
+            "initial_value": lambda n=n: kwargs["initial_value"](partition_shape=(n, width))})
+            for k, n in enumerate(sizes)])
+
+    with tf.variable_creator_scope(creator):
+        yield
+
+
+def table(capacity: int, parts: int, optimizer: str = "adagrad", **options) -> tuple[DynamicTables, object]:
+    with rows_split(parts):
+        layer = DynamicTables(capacity, 4, **options)
+        layer.build(tf.TensorShape([None, 2]))
+    optimizer = make_embedding_optimizer(optimizer, 0.1)
+    optimizer._create_all_weights(layer.trainable_weights)
+    layer.bind_optimizer(optimizer)
+    return layer, optimizer
+
+
+@functools.lru_cache(maxsize=None)
+def _step(layer, optimizer):
+    """A training step in a graph, as Keras and the cluster run it: every partition's lookup in one function."""
+    @tf.function
+    def step(ids):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(ids, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, layer.trainable_weights), layer.trainable_weights))
+
+    return step
+
+
+def train(layer, optimizer, ids) -> None:
+    _step(layer, optimizer)(tf.constant(ids, tf.int64))
+
+
+def test_ids_spread_over_partitions_and_come_back_over_other_counts_and_sizes(tmp_path):
+    layer, optimizer = table(300, 3)
+    batches = [np.arange(80, dtype=np.int64).reshape(-1, 2) + 1000 * k for k in range(3)]
+    for batch in batches:
+        train(layer, optimizer, batch)
+    assert len(layer.partitions) == 3 and all(p.stats().numpy()[2] > 0 for p in layer.partitions)
+    path = tf.train.Checkpoint(layer=layer, optimizer=optimizer).write(str(tmp_path / "ckpt"))
+    for parts in (2, 1):
+        other, other_optimizer = table(300, parts)
+        tf.train.Checkpoint(layer=other, optimizer=other_optimizer).read(path).assert_existing_objects_matched()
+        assert held_difference(layer, other) == (240, 0.0)  # every id, with its row, slots and last step
+        assert other.stats().numpy()[:, 3].sum() == 240  # the admitted count comes back
+    small, small_optimizer = table(100, 1)  # fewer rows than ids: the most recently looked up are kept
+    tf.train.Checkpoint(layer=small, optimizer=small_optimizer).read(path).assert_existing_objects_matched()
+    kept = small.snapshot()["ids"]
+    assert len(kept) == 100 and set(kept) <= set(batches[1].ravel()) | set(batches[2].ravel())
+    assert set(batches[2].ravel()) <= set(kept) and small.stats().numpy()[0, 5] == 140  # left out: turned away
+
+
+@pytest.mark.parametrize("deduplicate", [True, False])
+def test_an_id_used_twice_in_a_batch_gets_one_row_and_both_gradients(deduplicate):
+    layer, optimizer = table(64, 2, deduplicate=deduplicate)
+    train(layer, optimizer, [[5, 6], [5, 7]])
+    parts, rows = layer.locate([5, 6, 7])
+    assert (rows >= 0).all() and len(set(zip(parts, rows))) == 3
+    accumulators = layer.snapshot()["slot-accumulator"]  # sorted by id: 5, 6, 7
+    np.testing.assert_allclose(accumulators[:, 0], [0.1 + 2.0 ** 2, 1.1, 1.1], rtol=1e-6)
+    out = layer(tf.constant([[5, 6], [5, 7]], tf.int64), training=False).numpy()
+    np.testing.assert_array_equal(out[0, 0], out[1, 0])
+
+
+@pytest.mark.parametrize("name, slots", [("sgd", []), ("ftrl", ["accumulator", "linear"])])
+def test_the_other_table_optimizers_train_reset_and_save_their_slots(tmp_path, name, slots):
+    layer, optimizer = table(8, 2, name, expire_after_steps=1)
+    train(layer, optimizer, [[1, 2], [3, 4]])
+    assert sorted(k.removeprefix("slot-") for k in layer.snapshot() if k.startswith("slot-")) == slots
+    for _ in range(2):
+        train(layer, optimizer, [[5, 6], [7, 8]])
+        layer.sweep()  # ids 1 to 4 expire, then their rows are freed
+    train(layer, optimizer, [[9, 10], [11, 12]])  # new ids in rows that were 1 to 4's, reset
+    path = tf.train.Checkpoint(layer=layer, optimizer=optimizer).write(str(tmp_path / "ckpt"))
+    other, other_optimizer = table(8, 1, name, expire_after_steps=1)
+    tf.train.Checkpoint(layer=other, optimizer=other_optimizer).read(path).assert_existing_objects_matched()
+    assert held_difference(layer, other)[1] == 0.0 and layer.stats().numpy()[:, 4].sum() == 4
+
+
+def test_the_partition_hash_spreads_sequential_ids_evenly():
+    counts = np.bincount(partition_of(tf.range(90_000, dtype=tf.int64), 3).numpy(), minlength=3)
+    assert counts.min() > 0.97 * 30_000 and counts.max() < 1.03 * 30_000
+
+
+def test_wide_deep_exports_its_dynamic_rows_in_every_format(tmp_path):
+    options = recommenders.RecommenderOptions(table_rows=300, embedding_dim=4, top_mlp=(8,), embedding_kind="dynamic",
+                                              embedding_capacity=4000, admit_after=2)
+    tf_keras.utils.set_random_seed(0)
+    source = synthetic_criteo.load(options.rows_per_table, seed=0)
+    model = recommenders.build_and_compile("wide_deep", options, tf_keras.optimizers.Adam(1e-2))
+    model.fit(source.train_dataset_fn(256, 0)(tf.distribute.InputContext()), steps_per_epoch=20, epochs=1, verbose=0)
+    features = next(iter(source.split("test").batch(64)))[0]
+    expected = model(features, training=False).numpy()
+    plain = recommenders.inference_model(model)
+    for path in (tmp_path / "m.h5", tmp_path / "m.keras", tmp_path / "saved_model"):
+        plain.save(path)
+        loaded = tf_keras.models.load_model(path, custom_objects=recommenders.CUSTOM_OBJECTS, compile=False)
+        np.testing.assert_array_equal(loaded(features).numpy(), expected)

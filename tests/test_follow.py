@@ -1,0 +1,214 @@
+"""Follow mode on real servers: files trained once each as they land, a half-written file left alone until whole, a
+chief killed and resumed, a worker killed mid-piece, a stop and a new `sh run.sh` after more files landed, and
+serving versions loaded by another process as TensorFlow Serving would."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+import criteokit
+from clusterkit import (PYTHON, ROOT, cluster_document, derive_cluster, finish, read_scalars, served_predictions,
+                        start_module, wait_for_launcher, wait_for_line, write_cluster)
+from launcher import process
+
+pytestmark = pytest.mark.cluster
+
+FOLLOW = {"model": "dlrm", "table_rows": 64, "embedding_dim": 4, "bottom_mlp": [8], "top_mlp": [8],
+          "per_worker_batch": 16, "min_shard_bytes": 256, "dataset": "criteo", "follow_data": True,
+          "data_poll_s": 0.5, "piece_mb": 0.03, "checkpoint_every_s": 4, "serving_export_every_s": 4,
+          "progress_every_s": 2, "keep_serving_versions": 1}
+
+LOAD_VERSION = """
+import json, sys
+import numpy as np, tensorflow as tf
+path = sys.argv[1]
+serve = tf.saved_model.load(path).signatures["serving_default"]
+reference = np.load(path + "/assets.extra/reference_predictions.npz")
+inputs = {key.removeprefix("inputs_"): tf.constant(reference[key]) for key in reference if key != "predictions"}
+assert set(inputs) == {"integers", "categories"}, set(inputs)  # the features as they are in Criteo's files
+predicted = next(iter(serve(**inputs).values())).numpy()
+print(json.dumps({"largest": float(np.abs(predicted - reference["predictions"]).max()),
+                  "trained_through": json.load(open(path + "/assets.extra/trained_through.json"))}))
+"""
+
+
+def write_day(data, name: str, count: int, first: int, *, new_values: bool = False) -> None:
+    """A complete file, written under a hidden name and renamed into place (the safe way to publish one); with
+    `new_values` its categorical values are ones no earlier file has (the ids of a new day)."""
+    rows = criteokit.rows(count, first=first)
+    if new_values:
+        rows = [(label, ints, [c and "ff" + c for c in cats]) for label, ints, cats in rows]
+    hidden = criteokit.write(data / f".{name}.tmp", rows, gz=name.endswith(".gz"))
+    hidden.rename(data / name)
+
+
+def load_in_another_process(version_dir) -> dict:
+    loaded = subprocess.run([PYTHON, "-c", LOAD_VERSION, str(version_dir)], capture_output=True, text=True,
+                            timeout=120, stdin=subprocess.DEVNULL, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    return json.loads(loaded.stdout.strip().splitlines()[-1])
+
+
+def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(shared_servers, tmp_path):
+    """With dynamic tables (ids admitted and expired as the files go by); the other follow test keeps hashed ones."""
+    data, output, log = tmp_path / "data", tmp_path / "output", tmp_path / "chief.log"
+    data.mkdir()
+    rows = {"day_0": 300, "day_1.gz": 200, "day_2": 250, "day_3": 150, "day_4": 900}
+    write_day(data, "day_0", 300, 0)
+    write_day(data, "day_1.gz", 200, 300)
+    cluster = derive_cluster(shared_servers, tmp_path, training={
+        **FOLLOW, "data_dir": str(data), "output_dir": str(output), "embedding_kind": "dynamic",
+        "embedding_capacity": 4096, "expire_after_steps": 24}, evaluation={
+        "poll_s": 0.5, "idle_timeout_s": 200, "best_metric": "val_auc", "best_mode": "max",
+        "progressive_examples": 200})
+    chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
+    evaluator = start_module("evaluator.sidecar", "--cluster", str(cluster), log_path=tmp_path / "evaluator.log")
+    try:
+        assert wait_for_line(log, "day_1.gz: done", 240, chief), log.read_text()[-3000:]
+        lines = [criteokit.line(r) for r in criteokit.rows(rows["day_2"], first=500)]
+        (data / "day_2").write_text("\n".join(lines[:120]) + "\n" + lines[120][:40])  # a writer mid-line
+        write_day(data, "day_3", 150, 750)
+        assert wait_for_line(log, "day_3: done", 300, chief), log.read_text()[-3000:]
+        assert wait_for_line(log, "day_2: not taken yet: its last line has no newline", 60, chief)
+        (data / "day_2").write_text("\n".join(lines) + "\n")  # now whole
+        assert wait_for_line(log, "day_2: done", 300, chief), log.read_text()[-3000:]
+        write_day(data, "day_4", 900, 900, new_values=True)  # the earlier days' ids idle, then expire
+        assert wait_for_line(log, "day_4: started", 300, chief), log.read_text()[-3000:]
+        chief.send_signal(signal.SIGKILL)  # mid-file: the resumed chief trains again what its checkpoint lacks
+        chief.wait(timeout=30)
+        resumed = start_module("coordinator.train", "--cluster", str(cluster), "--stop_when_idle_s", "4",
+                               log_path=tmp_path / "resumed.log")
+        codes = finish(resumed, evaluator, timeout_s=600)
+    finally:
+        finish(chief, evaluator, timeout_s=1)
+    assert codes == [0, 0], (tmp_path / "resumed.log").read_text()[-3000:]
+    first, second = log.read_text(), (tmp_path / "resumed.log").read_text()
+    assert first.index("day_2: not taken yet") < first.index("day_2: landed")  # not read until whole
+    assert "resuming" in second
+    assert re.search(r"\| tables \| rows \d+/4096 \(ps:0 \d+, ps:1 \d+\) \| admitted [1-9]", first + second)
+    summary = json.loads((output / "summary.json").read_text())
+    per_file = {f["name"]: f for f in summary["follow"]["per_file"]}
+    assert {name: f["examples"] for name, f in per_file.items()} == rows  # every example once: none skipped
+    assert summary["optimizer_steps"] == summary["follow"]["steps"]  # and no piece trained twice into the model
+    assert sum(entry["expired"] for entry in summary["ps_report"].values()) > 0  # swept while following
+    assert per_file["day_0"]["served_version"] < per_file["day_4"]["served_version"]
+    assert all(f["freshness_s"] > 0 for f in per_file.values())
+
+    kept = sorted(p.name for p in (output / "serving").iterdir())  # no half-written (hidden) one left either
+    assert kept == [str(per_file["day_4"]["served_version"])]  # the newest only: keep_serving_versions 1
+    newest = load_in_another_process(output / "serving" / kept[0])
+    assert newest["largest"] < 1e-5  # the version predicts as the trained model did, on raw features
+    served = served_predictions(output / "serving" / kept[0], "criteo", data / "day_4", 16)  # rows as in the file
+    assert served.shape == (16,) and ((0 < served) & (served < 1)).all()
+    through = newest["trained_through"]
+    assert {f["name"]: f["examples"] for f in through["files_done"]} == rows and through["in_progress"] == []
+    assert through["optimizer_step"] == sum(f["steps"] for f in through["files_done"])
+    assert "it has not trained on" in (tmp_path / "evaluator.log").read_text()
+    # how many checkpoints have data landed after them depends on the machine's speed (one on a loaded CI machine)
+    assert len(read_scalars(output / "tensorboard" / "validation")["auc"]) >= 1
+
+
+def test_a_worker_killed_mid_piece_and_a_new_run_after_two_more_files(tmp_path):
+    data, logs, output = tmp_path / "data", tmp_path / "logs", tmp_path / "output"
+    data.mkdir()
+    write_day(data, "day_0.gz", 6000, 0)  # gzip files are whole pieces: each worker takes one, 188 steps each
+    write_day(data, "day_1.gz", 6000, 6000)
+    training = {**FOLLOW, "data_dir": str(data), "output_dir": str(output)}
+    document = cluster_document(workers=2, ps=1, evaluator=False, logs_dir=str(logs), training=training)
+    document["launcher"].update(restart_backoff_s=0.5, poll_s=0.5)
+    path = write_cluster(tmp_path, document)
+    try:
+        started = subprocess.run(["sh", str(ROOT / "run.sh"), "--detach", str(path)], capture_output=True,
+                                 text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert started.returncode == 0, started.stderr
+        assert wait_for_line(logs / "chief-0.log", "day_1.gz: started", 240)  # both pieces handed out
+        slow = process.PidRecord.read(logs / "worker-1.pid").pid
+        with Throttle(slow, share=0.1):  # worker 1 at a tenth of the speed: the other piece ends first
+            assert wait_for_line(logs / "chief-0.log", "done, 6000 examples", 300)
+            wait_for_steps(output, 190)  # more than the other piece's 188: worker 1 has taken steps of its own
+            assert (logs / "chief-0.log").read_text().count("done, 6000 examples") == 1
+            os.killpg(slow, signal.SIGKILL)
+        assert wait_for_pattern(logs / "chief-0.log", r"files 2/2 done", 300)
+        stopped = subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, text=True,
+                                 timeout=180)
+        assert stopped.returncode == 0, stopped.stderr
+        write_day(data, "day_2", 300, 12000)
+        write_day(data, "day_3.gz", 300, 12300)
+        document["training"]["stop_when_idle_s"] = 4
+        write_cluster(tmp_path, document)
+        again = subprocess.run(["sh", str(ROOT / "run.sh"), "--detach", str(path)], capture_output=True,
+                               text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert again.returncode == 0, again.stderr
+        launcher_log = wait_for_launcher(logs)
+    finally:
+        subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=180)
+    assert "worker:1 died; restarting" in launcher_log and "followed the data: 4 of 4 files" in launcher_log
+    summary = json.loads((output / "summary.json").read_text())
+    per_file = {f["name"]: f["examples"] for f in summary["follow"]["per_file"]}
+    assert per_file == {"day_0.gz": 6000, "day_1.gz": 6000, "day_2": 300, "day_3.gz": 300}  # none skipped
+    redone = summary["optimizer_steps"] - summary["follow"]["steps"]
+    assert 0 < redone < 188  # the steps worker 1 took before it died stay in the model; its piece ran again whole
+    status = subprocess.run(["sh", str(ROOT / "run.sh"), "status", str(path)], capture_output=True, text=True,
+                            timeout=60)
+    assert "files done 4/4" in status.stdout and "freshness" in status.stdout, status.stdout
+
+
+class Throttle:
+    """Holds a process group to about `share` of the time by SIGSTOP and SIGCONT: a CPU limit any user can set."""
+
+    def __init__(self, pid: int, share: float, period_s: float = 0.2):
+        self.pid, self.share, self.period_s = pid, share, period_s
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "Throttle":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, number: int) -> bool:
+        try:
+            os.killpg(self.pid, number)
+            return True
+        except ProcessLookupError:  # killed meanwhile
+            return False
+
+    def _run(self) -> None:
+        while not self.stopped.is_set() and self._signal(signal.SIGCONT):
+            self.stopped.wait(self.share * self.period_s)
+            if self.stopped.is_set() or not self._signal(signal.SIGSTOP):
+                return
+            self.stopped.wait((1 - self.share) * self.period_s)
+
+
+def wait_for_steps(output, steps: int, timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if json.loads((output / "progress.json").read_text())["step"] >= steps:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {steps} optimizer steps after {timeout_s} s")
+
+
+def wait_for_pattern(path, pattern: str, timeout_s: float = 120) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and re.search(pattern, path.read_text(errors="replace")):
+            return True
+        time.sleep(0.1)
+    return False

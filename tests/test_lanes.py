@@ -1,0 +1,39 @@
+"""tests/lanes.py, which runs the multi-host tests beside the others: who goes where, and what the run returns."""
+
+from __future__ import annotations
+
+import subprocess
+
+import lanes
+from clusterkit import PYTHON, ROOT
+
+
+def test_the_multihost_tests_have_a_lane_of_their_own_and_every_test_has_exactly_one():
+    assert [lanes.in_lane(lane, True) for lane in lanes.LANES] == [False, True]
+    assert [lanes.in_lane(lane, False) for lane in lanes.LANES] == [True, False]
+
+
+def test_a_lane_with_nothing_to_run_does_not_fail_the_run_but_any_failure_does():
+    assert lanes.combined_exit_code([0, lanes.NO_TESTS_RAN]) == 0  # e.g. `-m multihost`: main has nothing
+    assert lanes.combined_exit_code([lanes.NO_TESTS_RAN, 0]) == 0
+    assert lanes.combined_exit_code([lanes.NO_TESTS_RAN, lanes.NO_TESTS_RAN]) == lanes.NO_TESTS_RAN
+    assert lanes.combined_exit_code([0, 1]) == 1 and lanes.combined_exit_code([2, 0]) == 2
+
+
+def test_a_path_runs_one_plain_pytest_and_options_alone_run_the_lanes():
+    assert lanes.names_a_path(["tests/test_config.py"]) and lanes.names_a_path(["-q", "tests"])
+    assert lanes.names_a_path(["tests/test_lanes.py::test_each_lane_collects_its_own_tests_from_the_same_options"])
+    assert not lanes.names_a_path(["-k", "reload", "-m", "multihost", "-x"])
+
+
+def test_each_lane_collects_its_own_tests_from_the_same_options():
+    """Both lanes collect with the options given (here: one module's tests, and no path); each keeps its own."""
+    result = subprocess.run([PYTHON, str(ROOT / "tests" / "lanes.py"), "--collect-only", "-q", "-p",
+                             "no:cacheprovider", "-o", "python_files=test_capacity_plan.py"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    main, multihost = result.stdout.split("[lanes] main lane done")
+    shaped = "tests/test_capacity_plan.py::test_plan_measures_a_shaped_link_between_hosts"  # marked multihost
+    assert shaped in multihost and shaped not in main, result.stdout
+    assert "test_capacity_plan.py::test_plan_on_paper_resnet50_on_10gbe" in main, result.stdout
+    assert "test_plan_on_paper" not in multihost and "[lanes] total " in multihost, result.stdout

@@ -1,0 +1,190 @@
+"""Bring your own data: the options' one-line mistakes, the model contract, a dataset function's sharding and
+problems, a TFRecord schema's checks, and one preprocessing function for the pipeline and the export."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import tensorflow as tf  # noqa: E402
+import tf_keras  # noqa: E402
+
+import criteokit  # noqa: E402
+import datakit  # noqa: E402
+from cluster.training_options import parse_training_options  # noqa: E402
+from common.errors import UserError  # noqa: E402
+from coordinator import input_contract  # noqa: E402
+from data import bad_records_named, load_source, user_pipeline  # noqa: E402
+from data.criteo_splits import criteo_files  # noqa: E402
+from data import criteo  # noqa: E402
+
+SCHEMA = {"training": {"model": "dlrm", "dataset": "tfrecord", "tfrecord_features": datakit.CLICK_SCHEMA,
+                       "numeric_features": datakit.CLICK_NUMERIC, "categorical_features": datakit.CLICK_CATEGORICAL}}
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"tfrecord_features": {**datakit.CLICK_SCHEMA, "price": {"dtype": "float64"}}},
+     "training.tfrecord_features.price.dtype = 'float64': is not a tf.train.Example type; use one of int64, "
+     "float32, string"),
+    ({"tfrecord_features": {**datakit.CLICK_SCHEMA, "price": {"dtype": "float32", "label": True}},
+      "numeric_features": ["visits"]}, "marks 2 features as the label, not one"),
+    ({"numeric_features": ["price", "colour"]}, "training.numeric_features = 'colour': is not a feature of "
+                                                "training.tfrecord_features"),
+    ({"numeric_features": ["visits"], "categorical_features": ["country", "price"]},
+     "training.categorical_features = 'price': is float32, which a categorical feature cannot be"),
+    ({"categorical_features": None}, "training.categorical_features = None: dlrm needs the categorical features "
+                                     "named"),
+    ({"table_rows": [8, 8]}, "training.table_rows = [8, 8]: gives 2 sizes for 3 categorical features"),
+    ({"dataset": "criteo"}, "training.tfrecord_features = '{...}': describes TFRecord files, but dataset is criteo"),
+    ({"dataset": "my data"}, "training.dataset = 'my data': unknown dataset"),
+])
+def test_each_schema_mistake_is_one_line(changes, expected):
+    with pytest.raises(UserError) as raised:
+        parse_training_options({**SCHEMA["training"], **changes})
+    assert len(raised.value.lines()) == 1 and expected in raised.value.lines()[0], raised.value.lines()
+
+
+def test_a_dataset_function_with_a_zoo_model_needs_the_classes_and_a_schema_needs_no_zoo_model():
+    with pytest.raises(UserError) as raised:
+        parse_training_options({"model": "mlp", "dataset": "mine.data:pipeline"})
+    assert raised.value.lines() == ["error: training.num_classes = None: mlp needs the number of classes of "
+                                    "mine.data:pipeline's labels; give training.num_classes"]
+    assert parse_training_options({"model": "mlp", "dataset": "mine.data:pipeline", "num_classes": 3})
+    assert parse_training_options({"model": "mine.models:ctr", "dataset": "mine.data:pipeline",
+                                   "loss": "binary_crossentropy", "metrics": ["auc"]})
+    with pytest.raises(UserError) as raised:
+        parse_training_options({**SCHEMA["training"], "model": "cnn", "numeric_features": None,
+                                "categorical_features": None})
+    assert "cannot read tfrecord's numeric and categorical features" in raised.value.lines()[0]
+
+
+class _Zero(tf_keras.layers.Layer):
+    def call(self, inputs):
+        return tf.zeros([1, 1])
+
+
+def _model(inputs) -> tf_keras.Model:
+    """A model with these inputs (what it computes does not matter here)."""
+    return tf_keras.Model(inputs, _Zero()(inputs))
+
+
+CRITEO = {"dense": tf.TensorSpec([13], tf.float32), "ids": tf.TensorSpec([26], tf.int64)}
+
+
+@pytest.mark.parametrize("inputs, said", [
+    (lambda: tf_keras.Input((39,), name="flat"), "takes float32 [39] (input flat) but criteo gives dict {dense: "
+                                                 "float32 [13], ids: int64 [26]} (flat: not in the data)"),
+    (lambda: {"dense": tf_keras.Input((13,), name="dense"), "ids": tf_keras.Input((39,), dtype=tf.int64, name="ids")},
+     "(ids: the data's is shape [26], not [39])"),
+    (lambda: {"dense": tf_keras.Input((13,), name="dense"), "day": tf_keras.Input((1,), name="day")},
+     "(day: not in the data)"),
+    (lambda: {"ids": tf_keras.Input((26,), dtype=tf.string, name="ids")}, "(ids: the data's is int64, not string)"),
+    (lambda: {"ids": tf_keras.Input((None,), dtype=tf.int64, ragged=True, name="ids")},
+     "(ids: the data's is not ragged)"),
+])
+def test_a_model_that_cannot_take_the_data_is_one_line_naming_both(inputs, said):
+    problem = input_contract.problem(_model(inputs()), CRITEO, model_name="mine:ctr", source_name="criteo")
+    assert problem.field == "training.model" and said in problem.text(), problem.text()
+    assert "feature_spec" in problem.text()
+
+
+def test_a_model_built_from_feature_spec_takes_the_data():
+    model = _model(input_contract.keras_inputs(CRITEO))
+    assert input_contract.problem(model, CRITEO, model_name="mine:ctr", source_name="criteo") is None
+    one = tf.TensorSpec([8, 8, 1], tf.float32)  # Keras drops or adds a last axis of 1, and casts numbers
+    assert input_contract.problem(_model(tf_keras.Input((8, 8))), one, model_name="m", source_name="s") is None
+
+
+PIPELINES = '''
+import tensorflow as tf
+
+def _numbers(split):
+    count = 40 if split == "train" else 8
+    return tf.data.Dataset.from_tensor_slices(({"x": tf.range(count, dtype=tf.float32)[:, None]},
+                                               tf.zeros([count])))
+
+def ignores(split, input_context):
+    return _numbers(split)
+
+def shards(split, input_context):
+    data = _numbers(split)
+    return data if input_context is None else data.shard(input_context.num_input_pipelines,
+                                                         input_context.input_pipeline_id)
+
+def only_train(split, input_context):
+    return _numbers(split).repeat() if split == "train" else None
+
+def a_list(split, input_context):
+    return [1, 2]
+
+def no_context(split):
+    return _numbers(split)
+'''
+
+
+@pytest.fixture
+def pipelines(tmp_path, monkeypatch):
+    (tmp_path / "my_pipelines.py").write_text(PIPELINES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "my_pipelines"
+    sys.modules.pop("my_pipelines", None)
+
+
+@pytest.mark.parametrize("function, itself", [("ignores", False), ("shards", True)])
+def test_every_worker_gets_its_own_shard_whether_or_not_the_function_shards(pipelines, function, itself):
+    source = user_pipeline.load(f"{pipelines}:{function}")
+    assert source.shards_itself is itself and source.sizes == {"train": 40, "validation": 8}
+    assert source.steps_per_epoch(16) == 2 and source.feature_spec == {"x": tf.TensorSpec([1], tf.float32)}
+    shards = [[int(x["x"][0]) for x, _ in source._shard(2, k, one_process=False)] for k in range(2)]
+    assert sorted(shards[0] + shards[1]) == list(range(40)) and not set(shards[0]) & set(shards[1])
+    assert ("by element" in source.sharding(2)) is not itself
+
+
+@pytest.mark.parametrize("function, said", [
+    ("only_train", ["training.steps_per_epoch = None: my_pipelines:only_train's training split has no known size",
+                    "returns None for 'validation', which the evaluator reads"]),
+    ("a_list", ["training.dataset = 'my_pipelines:a_list': returned list for 'train', not a tf.data.Dataset"]),
+    ("no_context", ["cannot be called as function(split, input_context)"]),
+    ("missing", ["has no function missing; name a function of that module that returns a tf.data.Dataset"]),
+])
+def test_a_dataset_function_the_chief_could_not_use_is_said_before_anything_starts(pipelines, function, said):
+    lines = [p.text() for p in user_pipeline.problems(f"{pipelines}:{function}", None, evaluator=True)]
+    assert len(lines) == len(said) and all(part in line for part, line in zip(said, lines, strict=True)), lines
+
+
+def test_a_record_off_the_schema_is_one_line_naming_file_record_and_feature(tmp_path):
+    datakit.write_click_records(tmp_path, {"train": [6]})
+    with tf.io.TFRecordWriter(str(tmp_path / "validation-00000-of-00001")) as writer:
+        rng = np.random.default_rng(0)
+        good, bad = datakit.click_example(1, rng), datakit.click_example(2, rng)
+        del bad.features.feature["price"]
+        writer.write(good.SerializeToString())
+        writer.write(bad.SerializeToString())
+    wrong = {**datakit.CLICK_SCHEMA, "tags": {"dtype": "string", "shape": [2]}}  # the first record has no tags
+    with pytest.raises(UserError) as raised:
+        load_source("tfrecord", str(tmp_path), schema={"schema": wrong})
+    assert "training.tfrecord_features.tags = " in raised.value.lines()[0] and "is a bytes_list of 0 value(s) in " \
+        "the first record" in raised.value.lines()[0]
+    source = load_source("tfrecord", str(tmp_path), schema={"schema": datakit.CLICK_SCHEMA}, num_classes=2)
+    with pytest.raises(UserError) as raised, bad_records_named():
+        list(source.split("validation"))
+    assert raised.value.lines() == [
+        f"error: data file = '{tmp_path}/validation-00000-of-00001 record 1, feature price: 0 value(s), not 1': does "
+        "not match training.tfrecord_features; fix or remove that record, or describe the feature as it is (e.g. "
+        '"shape": "variable")']
+
+
+def test_criteo_raw_features_through_the_one_preprocessing_are_the_models_features(tmp_path):
+    criteokit.write(tmp_path / "train-0", criteokit.rows(40))
+    criteokit.write(tmp_path / "validation-0", criteokit.rows(10, first=40))
+    source = criteo.load(criteo_files(tmp_path, None))
+    (raw, _), (features, _) = (next(iter(source.split("train", raw=raw).batch(40))) for raw in (True, False))
+    assert raw["integers"].dtype == tf.int64 and raw["categories"].dtype == tf.string
+    again = source.preprocessing(raw)
+    np.testing.assert_array_equal(again["ids"], features["ids"])
+    np.testing.assert_array_equal(again["dense"], features["dense"])
