@@ -2,7 +2,9 @@
 
 Runs the reference workload (interleaved repeats), the ps <-> worker transfer probe, the levers tried, the
 scaling sweeps and the operations timings. Whatever follows the `<!-- notes -->` line of an existing
-RESULTS.md is kept as it is. Install the plotting package first: `sh roles/bootstrap.sh bench`.
+RESULTS.md is kept as it is. Install the plotting package first: `sh roles/bootstrap.sh bench`. `--quick` is a
+check after a change (under 3 minutes on an idle 2-core machine): the reference workload, the transfer probe and
+the ps and worker sweeps at small sizes, into /tmp/pscluster-bench-quick.json, the real results left alone.
 """
 
 from __future__ import annotations
@@ -38,9 +40,33 @@ def write_keeping_notes(results_md: Path, text: str) -> None:
     results_md.write_text(text + "\n<!-- notes -->" + (notes or "\n"))
 
 
-def main(repeats: int = 3, steps: int = 150, scaling_steps: int = 30, resume: bool = False) -> None:
+QUICK_FILE = Path("/tmp/pscluster-bench-quick.json")
+
+
+def quick_run() -> None:
+    """The quick size: a few stages at small sizes, printed and kept in QUICK_FILE."""
+    from bench import scaling, throughput, transfer
+    from bench.quiet import require_quiet
+
+    require_quiet()
+    started, results = time.monotonic(), {"machine": machine()}
+    for name, stage in [("reference", lambda: throughput.reference(repeats=1, steps=40, epochs=2)),
+                        ("transfer", transfer.measure), ("ps_count", lambda: scaling.ps_count(10, counts=(1, 2))),
+                        ("worker_count", lambda: scaling.worker_count(10, counts=(1, 2)))]:
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        results[name] = stage()
+        print(f"[bench] {name}: {json.dumps(results[name])}", file=sys.stderr, flush=True)
+    results["seconds"] = round(time.monotonic() - started)
+    QUICK_FILE.write_text(json.dumps(results, indent=2))
+    print(f"[bench] quick size done in {results['seconds']} s: {QUICK_FILE}", file=sys.stderr)
+
+
+def main(repeats: int = 3, steps: int = 150, scaling_steps: int = 30, resume: bool = False,
+         quick: bool = False) -> None:
     """Measures everything and writes the results beside this file; `--resume` keeps the stages that
-    bench/results.json already holds (after a failure) and measures the rest."""
+    bench/results.json already holds (after a failure) and measures the rest; `--quick`: see the module's doc."""
+    if quick:
+        return quick_run()
     from bench import levers, operations, scaling, throughput, transfer  # TensorFlow: not for --help
     from bench.quiet import require_quiet, wait_for_quiet
     from bench.report import plot, render

@@ -64,6 +64,9 @@ def _measure(label, mode, config, scratch: Path, group: MemoryCap, **kwargs) -> 
     return {"label": label, "mode": mode, "config": config, **result}
 
 
+QUICK_ROWS = 1_000_000  # --quick: the levers on a table of this many rows
+
+
 def levers(scratch: Path, group: MemoryCap, repeats: int, steps: int, rows: int = 16_640_000,
            choices: dict = LEVERS) -> list[dict]:
     """Each lever on 1 worker + 1 ps at `rows`, with the single process as reference, interleaved."""
@@ -127,8 +130,12 @@ def scale_case(scratch: Path, steps: int) -> list[dict]:
 
 
 def main(sections: str = "levers,scaling,scale", repeats: int = 2, steps: int = 300,
-         output: str = "bench/results-embeddings.json") -> None:
-    """Runs the chosen sections and writes every run's figures to `output` (JSON)."""
+         output: str = "bench/results-embeddings.json", quick: bool = False) -> None:
+    """Runs the chosen sections and writes every run's figures to `output` (JSON); `--quick`: the levers once at
+    a small size into /tmp/pscluster-embeddings-quick.json (a check after a change, under 3 minutes)."""
+    rows = QUICK_ROWS if quick else 16_640_000
+    if quick:
+        sections, repeats, steps, output = "levers", 1, 60, "/tmp/pscluster-embeddings-quick.json"
     wanted = sections.split(",") if isinstance(sections, str) else list(sections)
     require_quiet()
     record = {"machine": f"{platform.node()} {platform.processor() or platform.machine()}",
@@ -137,7 +144,7 @@ def main(sections: str = "levers,scaling,scale", repeats: int = 2, steps: int = 
     try:
         with tempfile.TemporaryDirectory() as scratch:
             if "levers" in wanted:
-                record["levers"] = levers(Path(scratch), group, repeats, steps)
+                record["levers"] = levers(Path(scratch), group, repeats, steps, rows)
             if "packing" in wanted:
                 record["levers"] = levers(Path(scratch), group, repeats, steps, choices=PACKING)
             if "scaling" in wanted:

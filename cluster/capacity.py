@@ -42,6 +42,7 @@ class Machine:
 
     name: str
     cores: float
+    memory_bytes: float = 0.0  # available memory (MemAvailable), 0 where unknown
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

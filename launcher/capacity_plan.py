@@ -121,7 +121,49 @@ def plan(config: ClusterConfig, say) -> list[str]:
     lines, searched, enough = sweep_lines(layout, lookup({pair: f[0] for pair, f in found.items()}), bytes_for,
                                           lookup({pair: f[1] for pair, f in found.items()}))
     write(config, layout, found, searched, enough)
-    return _head(config, model, layout, found, compute_from) + [costs_line, *_machine_lines(machines)] + lines
+    tables = table_lines(options, model, created, ids, layout)
+    return _head(config, model, layout, found, compute_from) + [costs_line, *_machine_lines(machines), *tables] + lines
+
+
+def table_lines(options, model, created, ids, layout: capacity.Layout) -> list[str]:
+    """With dynamic tables: what each configured ps holds at full capacity against its host's free memory, and
+    the ids a step looks up and inserts."""
+    from coordinator import step_traffic, table_memory
+
+    if not table_memory.dynamic_layers(model):
+        return []
+    count = len(layout.ps_hosts)
+    shards = step_traffic.placed(created, step_traffic.partitioner_for(options, count), count)
+    held, lines = table_memory.per_ps(model, lambda variable: shards[variable.ref()]), []
+    for index, share in sorted(held.items()):
+        host = layout.ps_hosts[index]
+        machine = layout.machines.get(host)
+        free = (f" of {machine.memory_bytes / 2 ** 20:,.0f} MiB free on {host} "
+                f"({share.total / machine.memory_bytes:.0%})" if machine and machine.memory_bytes else "")
+        lines.append(f"dynamic tables on ps:{index}: {share.rows:,} rows at capacity = rows "
+                     f"{share.row_bytes / 2 ** 20:,.1f} MiB + optimizer slots {share.slot_bytes / 2 ** 20:,.1f} MiB "
+                     f"+ id index and bookkeeping {share.index_bytes / 2 ** 20:,.1f} MiB = "
+                     f"{share.total / 2 ** 20:,.1f} MiB{free}")
+    lines += _memory_warnings(held, layout)
+    if ids:
+        lookups, distinct, new = table_memory.ids_per_step(ids)
+        lines.append(f"dynamic tables per step: {lookups:,.0f} ids looked up ({distinct:,.0f} distinct), about "
+                     f"{new:,.0f} not seen in the batches before (inserts, until the tables hold what your data "
+                     f"repeats), in {len(ids)} sampled batches")
+    return lines
+
+
+def _memory_warnings(held: dict, layout: capacity.Layout) -> list[str]:
+    """A line for each machine whose ps would need more than its free memory at full capacity."""
+    need: dict[str, float] = {}
+    for index, share in held.items():
+        machine = layout.machines.get(layout.ps_hosts[index])
+        if machine and machine.memory_bytes:
+            need[machine.name] = need.get(machine.name, 0.0) + share.total
+    free = {m.name: m.memory_bytes for m in layout.machines.values()}
+    return [f"warning: the ps on one machine need {total / 2 ** 20:,.0f} MiB at capacity and it has "
+            f"{free[name] / 2 ** 20:,.0f} MiB free: use more ps (on other hosts) or a smaller "
+            "training.embedding_capacity" for name, total in need.items() if total > free[name]]
 
 
 def _head(config: ClusterConfig, model, layout: capacity.Layout, found: dict, compute_from: str) -> list[str]:

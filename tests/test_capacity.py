@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from cluster import capacity
@@ -146,3 +148,59 @@ def test_a_plan_for_another_cluster_is_named_and_given_figures_come_before_plann
                                                                              "['10.9.0.1']"
     assert links_and_compute(config, plan) == ({("10.9.0.2", "10.9.0.1"): 1e9}, 0.01)
     assert links_and_compute(two_host_config(tmp_path), None) == ({}, None)
+
+
+def test_fixed_costs_and_round_trips_add_to_each_workers_step():
+    costs = capacity.StepCosts(fixed_s=0.004, round_trips=2.5)
+    layout = Layout(ps_hosts=("p",), worker_hosts=("w",), ps_bytes_per_step=(1e6,), compute_s=0.01, costs=costs)
+    p = capacity.predict(layout, same_links(1e8), lambda w, ps: 0.002)
+    assert p.steps_per_s == pytest.approx(1 / (0.01 + 1e6 / 1e8 + 0.004 + 2.5 * 0.002))
+    assert p.fixed_s == pytest.approx(0.009) and p.bound in (WORKER_LINKS, COMPUTE)
+    slow_trips = capacity.predict(layout, same_links(1e10), lambda w, ps: 0.02)
+    assert slow_trips.bound == capacity.FIXED  # 50 ms of round trips against 10 ms of compute
+
+
+def test_tasks_on_one_machine_share_its_cores_and_the_chief_dispatches_every_step():
+    machine = capacity.Machine("box", cores=2)
+    costs = capacity.StepCosts(cpu_s={"worker": 0.02, "ps": 0.01, "chief": 0.002})
+    layout = Layout(ps_hosts=("p",), worker_hosts=("a", "b"), ps_bytes_per_step=(1e3,), compute_s=0.001,
+                    costs=costs, machines={"a": machine, "b": machine, "p": machine, "c": machine}, chief_host="c")
+    p = capacity.predict(layout, same_links(1e10))
+    assert p.ceilings[capacity.CORES] == pytest.approx(2 / (0.02 + 0.01 + 0.002))  # a step's CPU, wherever it runs
+    assert p.bound == capacity.CORES and p.ceilings[capacity.CHIEF] == pytest.approx(500)
+    apart = dict(layout.machines, a=capacity.Machine("a", 2), b=capacity.Machine("b", 2))
+    spread = capacity.predict(dataclasses.replace(layout, machines=apart), same_links(1e10))
+    assert spread.ceilings[capacity.CORES] == pytest.approx(2 / 0.012)  # the ps and chief's machine binds now
+
+
+def test_a_step_waits_for_two_round_trips_and_its_share_of_the_dispatch():
+    from launcher.step_costs import round_trips
+
+    assert round_trips(1) == 3 and round_trips(4) == 2.25
+
+
+def test_dynamic_tables_at_capacity_per_ps_rows_slots_and_index(tmp_path):
+    from cluster.training_options import parse_training_options
+    from coordinator import step_traffic, table_memory
+    from data import source_for
+
+    options = parse_training_options({"model": "dlrm", "dataset": "synthetic_criteo", "embedding_kind": "dynamic",
+                                      "embedding_capacity": 1000, "embedding_dim": 4, "bottom_mlp": [8], "top_mlp": [8],
+                                      "embedding_optimizer": "adagrad", "synthetic_examples": 256,
+                                      "min_shard_bytes": 256})
+    source = source_for(options, tmp_path)
+    model, created = step_traffic.built_on_cpu(options, source)
+    shards = step_traffic.placed(created, step_traffic.partitioner_for(options, 2), 2)
+    held = table_memory.per_ps(model, lambda variable: shards[variable.ref()])
+    assert sorted(held) == [0, 1] and sum(share.rows for share in held.values()) == 1000
+    for share in held.values():
+        assert share.row_bytes == share.rows * 4 * 4 and share.slot_bytes == share.row_bytes  # Adagrad: one slot
+        assert share.index_bytes == share.rows * (table_memory.INDEX_BYTES_PER_ID
+                                                  + table_memory.BOOKKEEPING_BYTES_PER_ROW)
+
+
+def test_ids_per_step_counts_lookups_distinct_ids_and_ids_new_to_the_sample():
+    from coordinator.table_memory import ids_per_step
+
+    batches = [np.array([[1, 2], [2, 3]]), np.array([[3, 4], [5, 5]]), np.array([[1, 6], [7, 8]])]
+    assert ids_per_step(batches) == (4.0, pytest.approx(10 / 3), 2.5)  # new: {4, 5} then {6, 7, 8}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -50,10 +51,32 @@ def test_plan_of_the_shipped_cluster_builds_the_model_measures_loopback_and_swee
 
 
 def test_given_link_and_compute_are_taken_not_measured(tmp_path):
-    result = plan(shipped_on_free_ports(tmp_path, link_gbps=0.1, step_compute_ms=50))
+    result = plan(shipped_on_free_ports(tmp_path, link_gbps=0.1, link_rtt_ms=0.5, step_compute_ms=50))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "link localhost -> localhost: 0.100 Gbit/s, given" in result.stdout
+    assert "link localhost -> localhost: 0.100 Gbit/s, round trip 0.50 ms, given" in result.stdout
     assert "compute: 50.0 ms per step, given" in result.stdout
+    assert re.search(r"step on 1 worker \+ 1 ps here: [\d.]+ ms measured = compute 50.0 \+ transfer [\d.]+ .* \+ "
+                     r"fixed [\d.]+ \(dispatch, RPC work\); CPU per step: worker [\d.]+ ms, ps [\d.]+ ms, "
+                     r"chief [\d.]+ ms, measured", result.stdout), result.stdout
+    assert re.search(r"machine of localhost: \d+ core\(s\), measured", result.stdout), result.stdout
+
+
+def test_plan_of_dynamic_tables_says_what_each_ps_holds_at_capacity_and_a_steps_ids(tmp_path):
+    path = shipped_on_free_ports(tmp_path)
+    document = json.loads(path.read_text())
+    document["training"] = {"model": "dlrm", "dataset": "synthetic_criteo", "embedding_kind": "dynamic",
+                            "embedding_capacity": 100_000, "embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [8],
+                            "per_worker_batch": 64, "synthetic_examples": 2048, "min_shard_bytes": 256}
+    result = plan(write_cluster(tmp_path, document))
+    assert result.returncode == 0, result.stderr[-3000:]
+    held = re.findall(r"dynamic tables on ps:(\d): ([\d,]+) rows at capacity = rows ([\d.]+) MiB \+ optimizer slots "
+                      r"([\d.]+) MiB \+ id index and bookkeeping ([\d.]+) MiB = [\d.]+ MiB of [\d,]+ MiB free on "
+                      r"localhost \(\d+%\)", result.stdout)
+    assert [h[0] for h in held] == ["0", "1"], result.stdout
+    assert sum(int(h[1].replace(",", "")) for h in held) == 100_000
+    assert all(h[2] == h[3] for h in held)  # Adagrad, the default table optimizer: one slot per value
+    assert re.search(r"dynamic tables per step: [\d,]+ ids looked up \([\d,]+ distinct\), about [\d,]+ not seen",
+                     result.stdout), result.stdout
 
 
 def test_a_bad_link_figure_is_one_line_and_exit_2(tmp_path):
