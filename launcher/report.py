@@ -44,12 +44,11 @@ def summary_lines(outputs: RunOutputs, where: str, wall_s: float, lead_failed: s
     if summary.follow:
         return _follow_lines(summary, output), True
     metrics = ", ".join(f"{k} {v:.4f}" for k, v in summary.final_metrics.items())
-    if not _this_run(outputs.summary_age_s, wall_s):
-        earlier = (f"the complete run of {summary.epochs} epochs (summary written {outputs.summary_age_s:.0f} s ago, "
-                   "before this run)")
-        if lead_failed:
-            return [f"training did not finish: {lead_failed}; {output} holds an earlier run's summary, {earlier}"], \
-                False
+    before = "" if _this_run(outputs.summary_age_s, wall_s) and not lead_failed else ", before this run"
+    earlier = f"the complete run of {summary.epochs} epochs (summary written {outputs.summary_age_s:.0f} s ago{before})"
+    if lead_failed:  # a lead that failed wrote no complete summary: the one there is an earlier run's, however new
+        return [f"training did not finish: {lead_failed}; {output} holds an earlier run's summary, {earlier}"], False
+    if before:
         return [f"trained nothing: {output} already held {earlier}; its last epoch: {metrics}"], True
     planned = summary.epochs * summary.steps_per_epoch if summary.steps_per_epoch else None
     if planned and summary.optimizer_steps is not None and summary.optimizer_steps < planned:
