@@ -57,8 +57,7 @@ def measure(config, pids: dict[str, int], log) -> dict:
     global_batch = options.per_worker_batch  # one worker: the launcher set it to the job's global batch
     strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     with strategy.build(config, options).scope():
-        model = build_compiled(options, source.input_shape, source.num_classes,
-                               steps_per_execution=options.steps_per_execution)
+        model = build_compiled(options, source, steps_per_execution=options.steps_per_execution)
     dataset_fn = source.train_dataset_fn(global_batch, options.seed, workers=1)
     chunk = options.steps_per_execution
     warm_s = _fit(model, dataset_fn, WARM_UP_CHUNKS * chunk)

@@ -188,12 +188,17 @@ class Launcher:
         import_tensorflow_quietly()
         quiet_tensorflow()
         from launcher import capacity_plan
+        from launcher.calibration_run import CalibrationFailed
         from launcher.link_probe import ProbeFailed
 
         try:
             lines = capacity_plan.plan(config, say)
         except ProbeFailed as failure:
-            print(f"[launcher] error: {failure}; or give hosts.<name>.link_gbps for both hosts", file=sys.stderr)
+            print(f"[launcher] error: {failure}; or give hosts.<name>.link_gbps and link_rtt_ms for both hosts",
+                  file=sys.stderr)
+            sys.exit(1)
+        except CalibrationFailed as failure:
+            print(f"[launcher] error: {failure}", file=sys.stderr)
             sys.exit(1)
         print("\n".join(lines), flush=True)
         say(f"plan written to {capacity_plan.plan_path(config)} (the chief compares its steps/s with it)")
