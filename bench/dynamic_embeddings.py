@@ -103,10 +103,11 @@ def memory(sizes: dict, capacity: int, scratch: Path, quick: bool) -> dict:
 
 
 def main(sections: str = "hold,compare,memory", quick: bool = False,
-         output: str = str(HERE / "results-dynamic-embeddings.json")) -> None:
-    """Runs the chosen sections; a full run writes `output` and RESULTS-dynamic-embeddings.md beside it."""
+         output: str = str(HERE / "results-dynamic-embeddings.json"), table_rows: int | None = None) -> None:
+    """Runs the chosen sections; a full run writes `output` and its RESULTS-*.md beside it (results-x.json:
+    RESULTS-x.md). `--table_rows`: the hashed rows per feature compared (the dynamic capacity follows: same bytes)."""
     wanted = sections.split(",") if isinstance(sections, str) else list(sections)
-    sizes = QUICK if quick else FULL
+    sizes = {**(QUICK if quick else FULL), **({"table_rows": table_rows} if table_rows else {})}
     if not quick:
         require_quiet()
     record = {"machine": machine(), "quick": quick, "sizes": sizes}
@@ -126,7 +127,7 @@ def main(sections: str = "hold,compare,memory", quick: bool = False,
         print(text)
         return
     Path(output).write_text(json.dumps(record, indent=2))
-    write_keeping_notes(Path(output).with_name("RESULTS-dynamic-embeddings.md"), text)
+    write_keeping_notes(Path(output).with_name(Path(output).stem.replace("results", "RESULTS", 1) + ".md"), text)
     _log(f"written to {output}")
 
 
