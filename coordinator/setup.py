@@ -210,7 +210,7 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
     recorded = read_progress(files)  # every lead's training time; the last epoch's metrics if this one trained none
     if recorded is not None:
         train_seconds, final_metrics = max(train_seconds, recorded.train_s), final_metrics or recorded.epoch_metrics
-    _exporting(run, steps, recorded)  # a heartbeat per stage: exporting is not a stall, for the launcher or evaluator
+    _exporting(run, steps, train_seconds, final_metrics)  # a beat per stage: exporting is not a stall
     whole = exportable(export.restore_whole(options, run.source, checkpoint, device=device,
                                             io_device=device))  # what export saves (a dynamic table's twin)
     raw = export.reference_inputs(run.source.split("test", raw=True))  # as an exported model takes them
@@ -219,7 +219,7 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
     run.log.info("export check: largest difference between trained and exported predictions %.2e (at most %.0e), "
                  "the exported model taking %s", export.check_export(trained, exported), export.TOLERANCE,
                  raw_description(run.source))
-    _exporting(run, steps, recorded)
+    _exporting(run, steps, train_seconds, final_metrics)
     paths = export.export(whole, files.model_dir, run.source)
     np.savez(files.reference_predictions, predictions=trained, **export.saved_inputs(raw))
     strategy = run.config.strategy
@@ -236,8 +236,9 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
     return summary
 
 
-def _exporting(run: TrainingRun, steps: int, recorded: TrainingProgress | None) -> None:
-    beat = TrainingProgress(pid=os.getpid(), phase=Phase.EXPORT, epoch=run.options.epochs, step=steps, time=time.time())
-    if recorded is not None:  # a lead restarted while exporting still finds the run's time and metrics
-        beat = dataclasses.replace(beat, train_s=recorded.train_s, epoch_metrics=recorded.epoch_metrics)
-    write_progress(run.files, beat)
+def _exporting(run: TrainingRun, steps: int, train_seconds: float, final_metrics: dict) -> None:
+    """The heartbeat while exporting, with the run's training time and last metrics as the summary gives them, so
+    a lead restarted from here reports the same (the beats during training counted only to their last beat)."""
+    write_progress(run.files, TrainingProgress(pid=os.getpid(), phase=Phase.EXPORT, epoch=run.options.epochs,
+                                               step=steps, time=time.time(), train_s=round(train_seconds, 2),
+                                               epoch_metrics=final_metrics))
