@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from clusterkit import (assert_no_traceback, cluster_document, derive_cluster, read_scalars, run_module, start_module,
-                        wait_for_line, write_cluster)
+from clusterkit import (assert_no_traceback, cluster_document, derive_cluster, finish, read_scalars, run_module,
+                        start_module, wait_for_line, write_cluster)
 
 pytestmark = pytest.mark.cluster
 
@@ -20,21 +20,13 @@ def run_chief_and_evaluator(cluster, tmp_path):
     return chief, evaluator
 
 
-def finish(*processes, timeout_s=600):
-    try:
-        return [p.wait(timeout=timeout_s) for p in processes]
-    finally:
-        for p in processes:
-            p.kill()
-            p.wait()
-
 
 def test_each_checkpoint_evaluated_once_and_best_model_kept(shared_servers, tmp_path):
     output = tmp_path / "output"
     cluster = derive_cluster(shared_servers, tmp_path, training={
         "epochs": 3, "lr_decay_epochs": [3], "keep_checkpoints": 2, "output_dir": str(output)},
         evaluation={"poll_s": 0.5, "idle_timeout_s": 300})
-    codes = finish(*run_chief_and_evaluator(cluster, tmp_path))
+    codes = finish(*run_chief_and_evaluator(cluster, tmp_path), timeout_s=600)
     assert codes == [0, 0], (tmp_path / "chief.log").read_text()[-2000:] + (tmp_path / "evaluator.log").read_text()
 
     steps_per_epoch = json.loads((output / "summary.json").read_text())["steps_per_epoch"]
@@ -72,7 +64,7 @@ def test_restarted_evaluator_skips_what_it_has_done(shared_servers, tmp_path):
         evaluator.wait()
         restarted = start_module("evaluator.sidecar", "--cluster", str(cluster),
                                  log_path=tmp_path / "evaluator-2.log")
-        codes = finish(chief, restarted)
+        codes = finish(chief, restarted, timeout_s=600)
     finally:
         finish(chief, evaluator, timeout_s=1)
     assert codes == [0, 0], (tmp_path / "evaluator-2.log").read_text()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import criteokit
-from clusterkit import derive_cluster, run_module, served_predictions, start_module
+from clusterkit import derive_cluster, finish, run_module, served_predictions, start_module
 
 pytestmark = pytest.mark.cluster
 
@@ -16,14 +16,6 @@ TINY = {"model": "dlrm", "table_rows": 64, "embedding_dim": 4, "bottom_mlp": [8]
         "per_worker_batch": 32, "steps_per_epoch": 4, "steps_per_execution": 2, "epochs": 2, "lr_decay_epochs": [],
         "synthetic_examples": 1024, "min_shard_bytes": 256}
 
-
-def finish(*processes, timeout_s=300):
-    try:
-        return [p.wait(timeout=timeout_s) for p in processes]
-    finally:
-        for p in processes:
-            p.kill()
-            p.wait()
 
 
 def test_dlrm_on_synthetic_criteo_is_evaluated_by_auc_and_exported(shared_servers, tmp_path):
