@@ -24,7 +24,7 @@ import tf_keras  # noqa: E402
 
 from bench.embedding_run import Meter  # noqa: E402
 from coordinator import recommenders  # noqa: E402
-from coordinator.dynamic.upkeep import table_stats, upkeep_for  # noqa: E402
+from coordinator.dynamic.report import table_stats, table_report  # noqa: E402
 from coordinator.placement import BalancedPartitioner  # noqa: E402
 from data import synthetic_criteo  # noqa: E402
 from data.criteo_layout import CATEGORICAL_FEATURES  # noqa: E402
@@ -105,10 +105,10 @@ def run(config: dict) -> dict:
     drift = synthetic_criteo.Drift(config["new_ids"], config["lifetime"], config["period_examples"])
     source = synthetic_criteo.load((config["table_rows"],) * CATEGORICAL_FEATURES, seed=0,
                                    train_examples=steps * epochs * batch, drift=drift)
-    upkeep = upkeep_for(model)
+    tables = table_report(model)
     meter = Meter({"ps": config["ps_ports"], "worker": config["worker_ports"]}, epochs)
-    sampler = MemorySampler(config.get("sample_every", steps), upkeep.layers if upkeep else [])
-    callbacks = [meter, sampler, *([upkeep] if upkeep else [])]
+    sampler = MemorySampler(config.get("sample_every", steps), tables.layers if tables else [])
+    callbacks = [meter, sampler]
     started = time.monotonic()
     model.fit(tf_keras.utils.experimental.DatasetCreator(source.train_dataset_fn(batch, 0, workers=workers)),
               epochs=epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks)
@@ -116,7 +116,7 @@ def run(config: dict) -> dict:
     return {"kind": config["kind"], "examples_per_s": statistics.median(per_epoch[1:] or per_epoch),
             "epoch_examples_per_s": [round(e) for e in per_epoch], "bytes_per_step": meter.bytes_per_step(),
             "validation_auc": validation_auc(model, source), "wall_s": round(time.monotonic() - started, 1),
-            "tables": upkeep.summary() if upkeep else {}, "memory": sampler.samples, "note": source.note}
+            "tables": tables.summary() if tables else {}, "memory": sampler.samples, "note": source.note}
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import tf_keras
 from cluster.recommender_options import RECOMMENDER_MODELS
 from cluster.training_options import TrainingOptions
 from coordinator import input_contract, models, recommenders
-from coordinator.dynamic.upkeep import dynamic_layers, table_stats
+from coordinator.dynamic.report import dynamic_layers, table_stats
 from coordinator.pooling import table_ids
 from coordinator.raw_export import RawFeatures
 from coordinator.shard_report import report_lines, shard_report

@@ -20,7 +20,7 @@ from common.errors import Problem, UserError
 from coordinator import setup, strategy
 from coordinator.checkpoints import EpochCheckpoints, Position
 from coordinator.compiled import ps_report
-from coordinator.dynamic.upkeep import TableUpkeep, upkeep_for
+from coordinator.dynamic.report import TableReport, table_report
 from coordinator.folder_watch import FolderWatch
 from coordinator.follow_loop import FollowLoop
 from coordinator.follow_report import FollowReport, duration
@@ -49,7 +49,7 @@ class FollowParts:
     stop: StopRequest
     device: str
     resumed_number: int
-    tables: TableUpkeep | None = None  # dynamic tables: swept on schedule, their rows in the progress lines
+    tables: TableReport | None = None  # dynamic tables: their rows in the progress lines
 
 
 def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch_workers: int) -> RunSummary:
@@ -78,9 +78,7 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
                                    extra={CHECKPOINT_NAME: state})
     position = setup.resume(run, checkpoints, model) or Position(0)
     ledger = _restored_ledger(state, run.files, options, log)
-    tables = upkeep_for(model)
-    if tables is not None:
-        tables.set_model(model)
+    tables = table_report(model)
     parts = FollowParts(
         run=run, model=model, data=data, ledger=ledger, state=state,
         trainer=PieceTrainer(distribution, model, data, global_batch=run.global_batch, seed=options.seed,

@@ -54,8 +54,6 @@ class FollowLoop:
                 self._stop_now()
             self._hand_out()
             self._record(self.p.trainer.finished(BEAT_S))
-            if self.p.tables is not None:
-                self.p.tables.on_train_batch_end(0)  # sweeps dynamic tables when due (the steps go on meanwhile)
             training = bool(self.p.trainer.running)
             if not training:
                 time.sleep(BEAT_S)  # nothing to wait on: a quiet beat

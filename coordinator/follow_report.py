@@ -39,7 +39,7 @@ class FollowReport:
 
     def __init__(self, log, files: RunFiles, model, *, every_s: float, device: str, folder: str, poll_s: float,
                  tables=None):
-        """`tables`: a dynamic tables' TableUpkeep, whose rows end each progress line."""
+        """`tables`: a dynamic tables' TableReport, whose rows end each progress line."""
         self.log, self.files, self.model, self.every_s, self.device = log, files, model, every_s, device
         self.folder, self.poll_s, self.tables = folder, poll_s, tables
         with tf.device(device):

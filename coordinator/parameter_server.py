@@ -8,7 +8,7 @@ from cluster.same_run import batch_workers
 from cluster.training_options import TrainingOptions
 from coordinator import capacity_watch, setup, strategy
 from coordinator.compiled import ps_report
-from coordinator.dynamic.upkeep import upkeep_for
+from coordinator.dynamic.report import table_report
 from coordinator.lost_tasks import exit_when_a_task_is_lost
 from coordinator.pacing import CHUNKS_AHEAD_PER_WORKER, SchedulePacing
 from coordinator.preemption import StopRequest
@@ -57,7 +57,7 @@ def _train(config: ClusterConfig, options: TrainingOptions, run: setup.TrainingR
     pacing = SchedulePacing(CHUNKS_AHEAD_PER_WORKER * workers)  # first: later hooks see steps done, not queued
     callback_list = [pacing, *setup.callbacks(run, checkpoints, device=strategy.CHIEF_CPU, stop=stop,
                                               resume_steps=start.steps, checkpoint_every_s=options.checkpoint_every_s,
-                                              capacity=watch, tables=upkeep_for(model))]
+                                              capacity=watch, tables=table_report(model))]
     final_metrics, seconds = setup.fit(run, model, dataset_fn, callback_list, start, stop)
     return setup.finish(run, model, final_metrics=final_metrics, train_seconds=seconds,
                         checkpoint=checkpoints.latest_path(), device=strategy.CHIEF_CPU, shards=shards, capacity=watch)

@@ -20,7 +20,7 @@ from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, PREEMPTED_EXIT_CODE, Pr
 from coordinator import export
 from coordinator.compiled import build_compiled, exportable, with_table_stats
 from coordinator.dynamic.checkpoint import held_difference
-from coordinator.dynamic.upkeep import dynamic_layers
+from coordinator.dynamic.report import dynamic_layers
 from coordinator.raw_export import raw_description, servable
 from coordinator.callbacks import Checkpointing, EpochEndedEarly, FirstStepReport, StepDecay
 from coordinator.checkpoints import EpochCheckpoints, Position
@@ -153,11 +153,11 @@ def callbacks(run: TrainingRun, checkpoints: EpochCheckpoints, *, device: str | 
               capacity=None, tables=None) -> list:
     """Learning-rate decay, checkpoints (each epoch; with `checkpoint_every_s` and `stop`, within epochs too),
     the first-step report and the progress lines (with `capacity`, a CapacityWatch, beside the prediction; with
-    `tables`, dynamic tables' TableUpkeep, their sweeps and rows)."""
+    `tables`, dynamic tables' TableReport, their rows)."""
     events = (run.scratch or run.files.output) / "tensorboard" / "train"
     saving = Checkpointing(checkpoints, run.steps_per_epoch, run.log, every_s=checkpoint_every_s, stop=stop,
                            resume_steps=resume_steps)
-    return [StepDecay(run.options), saving, FirstStepReport(run.log), *([tables] if tables else []),
+    return [StepDecay(run.options), saving, FirstStepReport(run.log),
             ProgressReport(run.log, events, run.files if run.lead else None, epochs=run.options.epochs,
                            steps_per_epoch=run.steps_per_epoch, global_batch=run.global_batch,
                            every_s=run.options.progress_every_s, device=device, capacity=capacity,

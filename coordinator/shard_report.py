@@ -5,7 +5,7 @@ bookkeeping, reported apart: `bookkeeping_bytes`; its index's own memory is meas
 figures come from a sample batch of ids: the rows each shard of each table serves (after de-duplication when
 the model de-duplicates), times the row size twice (rows out, gradient rows back) plus the ids both ways, plus
 every dense variable on that ps read and its gradient written back once per step. A dynamic table's rows in use
-and ids admitted, expired and turned away per ps are merged in by the chief (coordinator/dynamic/upkeep.py).
+and ids admitted, expired and turned away per ps are merged in by the chief (coordinator/dynamic/report.py).
 """
 
 from __future__ import annotations

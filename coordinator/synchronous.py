@@ -15,7 +15,7 @@ from cluster.config import ClusterConfig
 from cluster.run_files import RunFiles, RunSummary, read_summary
 from cluster.training_options import TrainingOptions
 from coordinator import custom_loop, setup, strategy
-from coordinator.dynamic.upkeep import upkeep_for
+from coordinator.dynamic.report import table_report
 from coordinator.lost_tasks import exit_when_a_task_is_lost
 
 BATCH_NOTE = "global batch {global_batch} ({per_worker} per worker, {workers} worker(s), split over the replicas)"
@@ -34,7 +34,7 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     start = setup.resume(run, checkpoints, model)
     if start is None:
         return read_summary(run.files)
-    callback_list = setup.callbacks(run, checkpoints, device=None, tables=upkeep_for(model))
+    callback_list = setup.callbacks(run, checkpoints, device=None, tables=table_report(model))
     with exit_when_a_task_is_lost(log, "a worker left the collective", "the whole group restarts from the last "
                                   "backup"):
         if options.loop == "custom":

@@ -49,8 +49,8 @@ def test_an_id_gets_its_row_at_the_admit_after_th_sighting(found):
 
 
 def test_expiry_frees_idle_rows_and_new_ids_reuse_them_reset(found):
-    facts = found["expiry"]  # expire_after_steps 3: A idle for 4 steps
-    assert facts["sweeps"] == [[0, 8], [8, 0]]  # the first sweep expires A's 8 rows, the next frees them
+    facts = found["expiry"]  # expire_after_steps 3: A idle from step 2, B trained at steps 3 to 7
+    assert facts["in_use_after_each_b"] == [16, 16, 16, 16, 8]  # A's 8 rows expire at step 6 and are free at step 7
     assert facts["a_held_after"] == 0 and facts["expired"] == 8
     assert facts["c_took_freed_rows_first"]
     assert facts["c_accumulators"] == [pytest.approx(1.1)]  # 0.1 + one gradient of 1: reset, not A's 3.1

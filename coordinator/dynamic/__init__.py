@@ -1,6 +1,6 @@
 """Dynamic embedding tables: ids admitted into rows of their own as they come, and let go when they stop coming.
 
 layer.py is the Keras layer (DynamicTables) and the seam to the rest of the toolkit; partition.py the index,
-bookkeeping and lock on each ps; checkpoint.py the checkpoint form; serving.py the exported form; upkeep.py
-the chief's sweeps and reports. docs/dynamic-embeddings.md tells how it works.
+bookkeeping, lock and sweeps on each ps; checkpoint.py the checkpoint form; serving.py the exported form;
+report.py what the chief reports of them. docs/dynamic-embeddings.md tells how it works.
 """

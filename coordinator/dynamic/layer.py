@@ -5,7 +5,8 @@ are one variable, split by the strategy's partitioner into shards spread evenly 
 partition (coordinator/dynamic/partition.py) whose index, bookkeeping and lock live on the shard's ps, and an
 id belongs to the partition a mixing hash of it names. A training lookup admits new ids (at their `admit_after`th
 sighting) into free rows; until then, and when the partition is full, an id reads and trains its feature's
-shared row. A sweep (`sweep`, run by the chief) frees rows not looked up for `expire_after_steps` steps.
+shared row. Training lookups sweep every `expire_after_steps // SWEEPS_PER_EXPIRY` steps: rows not looked up
+for `expire_after_steps` steps are freed.
 
 The rows and their optimizer slots are saved by the layer's `state` in a form that does not depend on the
 partitioning (coordinator/dynamic/checkpoint.py), so they are deliberately not Keras weights of the checkpoint:
@@ -24,6 +25,8 @@ from coordinator.dynamic.checkpoint import TableState
 from coordinator.dynamic.mixing import partition_of
 from coordinator.dynamic.partition import Partition
 from coordinator.table_init import filled, uniform_table
+
+SWEEPS_PER_EXPIRY = 8  # a row idle for expire_after_steps is freed within 1/8 of that (and one sweep's grace) more
 
 
 class _Rows:
@@ -85,8 +88,8 @@ class DynamicTables(tf_keras.layers.Layer):
         held, vectors = [], []
         for number, (partition, picked) in enumerate(zip(self.partitions, chosen, strict=True)):
             picked_ids = tf.gather(unique, picked)
-            rows = partition.train_lookup(picked_ids, tf.gather(sightings, picked), self._step()) if training \
-                else partition.lookup(picked_ids)
+            rows = partition.train_lookup(picked_ids, tf.gather(sightings, picked), self._step(),
+                                          self._expiry()) if training else partition.lookup(picked_ids)
             wanted, slots = (tf.cast(picked, tf.int64), None) if self.deduplicate else self._occurrences(
                 picked, tf.equal(tf.gather(parts, positions), number), positions, tf.size(unique))
             with tf.device(partition.device):  # on the ps: only held rows, and which units they serve, come back
@@ -127,10 +130,11 @@ class DynamicTables(tf_keras.layers.Layer):
                              "bind_optimizer(optimizer) after creating its slots (SparseDenseModel does)")
         return tf.cast(self._optimizer.iterations, tf.int32)
 
-    @tf.function
-    def sweep(self):
-        """Frees expired rows (coordinator/dynamic/partition.py); returns [rows freed, rows expired] per partition."""
-        return tf.stack([p.sweep(self._step(), self.expire_after_steps) for p in self.partitions])
+    def _expiry(self) -> tuple:
+        """(expire_after_steps, sweep every so many steps), or () when rows never expire."""
+        if not self.expire_after_steps:
+            return ()
+        return self.expire_after_steps, max(1, self.expire_after_steps // SWEEPS_PER_EXPIRY)
 
     @tf.function
     def stats(self):

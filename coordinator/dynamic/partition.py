@@ -9,6 +9,11 @@ once therefore queue: the second finds the first's entry and uses that row. The 
 lock. So one id never has two rows, and a row goes to an id only from the free rows. An expired row waits one
 sweep before it is free again (RELEASING), so a step that looked its id up just before the expiry writes its
 update there, not into the row's next id.
+
+Sweeps. The training step sweeps: a training lookup whose step is `every` steps past the partition's last sweep
+takes the lock and, if no other worker swept meanwhile, sweeps. So expiry keeps to steps whatever loop drives
+them (the chief's batch hooks under ParameterServerStrategy run when steps are scheduled, a whole epoch's at once,
+which once let rows wait an epoch to be freed).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class Partition:
             self.last_seen = tf.Variable(lambda: filled([self.rows], tf.int32, 0), trainable=False,
                                          name="row_last_seen")
             self.counters = tf.Variable(tf.zeros([3], tf.int64), trainable=False, name="counters")
+            self.swept_at = tf.Variable(tf.constant(0, tf.int32), trainable=False, name="swept_at_step")
             self.allocator = RowAllocator(self.rows)
             self.sketch = AdmissionSketch(self.rows, admit_after) if admit_after > 1 else None
         with tf.device(self.device):
@@ -62,9 +68,10 @@ class Partition:
         with tf.device(self.device):
             return tf.reshape(self.index.lookup(ids), [-1])
 
-    def train_lookup(self, ids: tf.Tensor, sightings: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
+    def train_lookup(self, ids: tf.Tensor, sightings: tf.Tensor, step: tf.Tensor, expiry: tuple = ()) -> tf.Tensor:
         """Each distinct id's row, admitting missing ids under the lock; -1 for ids without one (not admitted
-        yet, or the partition full). Marks the rows as looked up at `step` (int32)."""
+        yet, or the partition full). Marks the rows as looked up at `step` (int32), then, with `expiry`
+        (expire_after, every), sweeps when the last sweep is `every` steps behind."""
         with tf.device(self.device):
             found = tf.reshape(self.index.lookup(ids), [-1])
             rows = tf.cond(tf.reduce_any(found < 0),
@@ -74,6 +81,8 @@ class Partition:
             seen = tf.boolean_mask(rows, rows >= 0)
             touched = self.last_seen.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(seen), step), seen))
             with tf.control_dependencies([touched]):
+                swept = [self.sweep_when_due(step, *expiry)] if expiry else []
+            with tf.control_dependencies([touched, *swept]):
                 return tf.identity(rows)
 
     def _admit(self, ids, sightings, found, step) -> tf.Tensor:
@@ -110,11 +119,18 @@ class Partition:
             resets.append(slot.scatter_update(tf.IndexedSlices(start, rows)))
         return resets
 
-    def sweep(self, step: tf.Tensor, expire_after: int) -> tf.Tensor:
-        """Frees the rows that expired at the last sweep, then expires rows not looked up for `expire_after`
-        steps (their ids leave the index); returns [rows freed, rows expired]."""
-        with tf.device(self.device), tf.control_dependencies([step]):  # the lock only once its input is here
-            return self.lock.execute(lambda: self._sweep(step, expire_after), exclusive_resource_access=False)
+    def sweep_when_due(self, step: tf.Tensor, expire_after: int, every: int) -> tf.Tensor:
+        """Sweeps when `step` is `every` steps past the last sweep (checked again under the lock: two workers
+        due at once sweep once); returns [rows freed, rows expired], zeros when no sweep was due."""
+        def under_lock():
+            return tf.cond(step - self.swept_at >= every, lambda: self._sweep(step, expire_after), nothing)
+
+        def nothing():
+            return tf.zeros([2], tf.int64)
+
+        with tf.device(self.device):
+            return tf.cond(step - self.swept_at >= every,
+                           lambda: self.lock.execute(under_lock, exclusive_resource_access=False), nothing)
 
     def _sweep(self, step, expire_after: int) -> tf.Tensor:
         releasing = tf.where(tf.equal(self.owner, RELEASING))[:, 0]
@@ -129,7 +145,8 @@ class Partition:
             RELEASING, tf.int64)), stale))
         counted = self.counters.assign_add(tf.stack([tf.constant(0, tf.int64), tf.size(stale, out_type=tf.int64),
                                                      tf.constant(0, tf.int64)]))
-        with tf.control_dependencies([removed, marked, counted]):
+        dated = self.swept_at.assign(step)
+        with tf.control_dependencies([removed, marked, counted, dated]):
             return tf.stack([tf.size(releasing, out_type=tf.int64), tf.size(stale, out_type=tf.int64)])
 
     def stats(self) -> tf.Tensor:
