@@ -98,7 +98,8 @@ def measure_one(hosts, directory: Path, training: dict, mbit: int, ps: int, work
             "measured_steps_per_s": measured, "error": round(predicted["steps_per_s"] / measured - 1, 3)
             if measured else None, "links_mbit": [round(link["bytes_per_s"] * 8 / 1e6) for link in plan["links"]],
             "compute_ms": round(plan["compute_s"] * 1e3, 1), "steps": summary["optimizer_steps"],
-            "parts_ms": {part: round(predicted[f"{part}_s"] * 1e3, 1) for part in ("compute", "transfer", "fixed")},
+            "parts_ms": {part: round(predicted[f"{part}_s"] * 1e3, 1)
+                         for part in ("compute", "transfer", "fixed", "queued")},
             "ceilings": {name: round(value, 2) for name, value in predicted["ceilings"].items()},
             "run_s": round(time.monotonic() - started, 1), **quiet, "load_after": os.getloadavg()[0]}
 
@@ -109,10 +110,11 @@ def off(row: dict) -> str:
     if row["error"] is None or abs(row["error"]) <= WITHIN or "parts_ms" not in row:
         return ""
     parts = row["parts_ms"]
-    if row["bound"] in ("compute", "worker links", "fixed costs"):
+    if row["bound"] in ("compute", "worker links", "fixed costs") or parts.get("queued"):
         measured_ms = row["workers"] / row["measured_steps_per_s"] * 1e3
         return (f"a worker's step: {measured_ms:.1f} ms measured, predicted compute {parts['compute']} + transfer "
-                f"{parts['transfer']} + fixed {parts['fixed']} = {sum(parts.values()):.1f} ms")
+                f"{parts['transfer']} + fixed {parts['fixed']} + queued at the ps links {parts.get('queued', 0.0)} = "
+                f"{sum(parts.values()):.1f} ms")
     return f"the {row['bound']} ceiling ({row['ceilings'].get(row['bound'])} steps/s)"
 
 

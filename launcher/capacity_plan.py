@@ -54,13 +54,14 @@ def shares_memory(worker_hosts, ps_hosts) -> bool:
 def table(predictions: list[capacity.Prediction], configured: int) -> list[str]:
     """One aligned row per ps count: steps/s, the bound, each bound's own ceiling, a worker's step in parts."""
     rows = ["    ps | steps/s | bound          | ps links |  workers |  cores |  chief | compute ms | transfer ms | "
-            "fixed ms"]
+            "fixed ms | queued ms"]
     for p in predictions:
         mark = "*" if p.ps == configured else " "
         c = p.ceilings
         rows.append(f"  {mark}{p.ps:3d} | {p.steps_per_s:7.2f} | {p.bound:<14} | {c[capacity.PS_LINKS]:8.2f} | "
                     f"{c[capacity.WORKERS]:8.2f} | {c[capacity.CORES]:6.1f} | {c[capacity.CHIEF]:6.1f} | "
-                    f"{p.compute_s * 1e3:10.1f} | {p.transfer_s * 1e3:11.1f} | {p.fixed_s * 1e3:8.1f}")
+                    f"{p.compute_s * 1e3:10.1f} | {p.transfer_s * 1e3:11.1f} | {p.fixed_s * 1e3:8.1f} | "
+                    f"{p.queued_s * 1e3:9.1f}")
     return rows
 
 
