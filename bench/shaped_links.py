@@ -97,6 +97,7 @@ def measure_one(hosts, directory: Path, training: dict, mbit: int, ps: int, work
             "chief_predicted_steps_per_s": summary["capacity"].get("predicted_steps_per_s"),
             "measured_steps_per_s": measured, "error": round(predicted["steps_per_s"] / measured - 1, 3)
             if measured else None, "links_mbit": [round(link["bytes_per_s"] * 8 / 1e6) for link in plan["links"]],
+            "links_after_pause_mbit": [round(link.get("idle_bytes_per_s", 0) * 8 / 1e6) for link in plan["links"]],
             "compute_ms": round(plan["compute_s"] * 1e3, 1), "steps": summary["optimizer_steps"],
             "parts_ms": {part: round(predicted[f"{part}_s"] * 1e3, 1)
                          for part in ("compute", "transfer", "fixed", "queued")},
