@@ -86,8 +86,10 @@ def measure_one(hosts, directory: Path, training: dict, mbit: int, ps: int, work
     document["training"]["steps_per_epoch"] = max(10, min(600, round(predicted["steps_per_s"] * RUN_SECONDS)))
     path.write_text(json.dumps(document, indent=2))
     quiet = quiet_check()
+    drops_before = sum(shaping.dropped(hosts, index) for index in range(len(hosts.addresses)))
     started = time.monotonic()
     ran = _launch("sh", str(ROOT / "run.sh"), str(path), timeout_s=600)
+    quiet["tbf_drops"] = sum(shaping.dropped(hosts, index) for index in range(len(hosts.addresses))) - drops_before
     _launch("sh", str(ROOT / "kill.sh"), str(path), timeout_s=120)
     if ran.returncode != 0:
         return {"failed": f"run.sh exit {ran.returncode}: {ran.stderr.strip()[-500:]}", **quiet}
@@ -121,16 +123,21 @@ def off(row: dict) -> str:
 
 def render(results: dict) -> str:
     rows = ["| model | link Mbit/s (measured) | ps | workers | predicted steps/s | bound | measured steps/s | "
-            "prediction error | what was off | load before | others using CPU |", "|" + " --- |" * 11]
+            "prediction error | what was off | packets the links' queues dropped | load before | others using CPU |",
+            "|" + " --- |" * 12]
     for row in results["runs"]:
         if "failed" in row:
             rows.append(f"| {row['model']} | {row['mbit']} | {row['ps']} | {row['workers']} | failed: "
-                        f"{row['failed'][:200]} | | | | | | |")
+                        f"{row['failed'][:200]} | | | | | | | |")
             continue
         error = f"{row['error']:+.0%}" if row["error"] is not None else "n/a"
-        rows.append(f"| {row['model']} | {row['mbit']} ({', '.join(map(str, row['links_mbit']))}) | {row['ps']} | "
+        after = row.get("links_after_pause_mbit")
+        links = ", ".join(map(str, row["links_mbit"])) + (f"; a step after a pause: {', '.join(map(str, after))}"
+                                                           if after else "")
+        rows.append(f"| {row['model']} | {row['mbit']} ({links}) | {row['ps']} | "
                     f"{row['workers']} | {row['predicted_steps_per_s']:.2f} | {row['bound']} | "
-                    f"{row['measured_steps_per_s']} | {error} | {off(row)} | {row['load_before']:.2f} | "
+                    f"{row['measured_steps_per_s']} | {error} | {off(row)} | {row.get('tbf_drops', 'n/a')} | "
+                    f"{row['load_before']:.2f} | "
                     f"{'; '.join(row['others_using_cpu']) or 'none'} |")
     machine = results["machine"]
     return "\n".join([
