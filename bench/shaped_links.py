@@ -86,8 +86,10 @@ def measure_one(hosts, directory: Path, training: dict, mbit: int, ps: int, work
     document["training"]["steps_per_epoch"] = max(10, min(600, round(predicted["steps_per_s"] * RUN_SECONDS)))
     path.write_text(json.dumps(document, indent=2))
     quiet = quiet_check()
+    drops_before = sum(shaping.dropped(hosts, index) for index in range(len(hosts.addresses)))
     started = time.monotonic()
     ran = _launch("sh", str(ROOT / "run.sh"), str(path), timeout_s=600)
+    quiet["tbf_drops"] = sum(shaping.dropped(hosts, index) for index in range(len(hosts.addresses))) - drops_before
     _launch("sh", str(ROOT / "kill.sh"), str(path), timeout_s=120)
     if ran.returncode != 0:
         return {"failed": f"run.sh exit {ran.returncode}: {ran.stderr.strip()[-500:]}", **quiet}
@@ -97,8 +99,10 @@ def measure_one(hosts, directory: Path, training: dict, mbit: int, ps: int, work
             "chief_predicted_steps_per_s": summary["capacity"].get("predicted_steps_per_s"),
             "measured_steps_per_s": measured, "error": round(predicted["steps_per_s"] / measured - 1, 3)
             if measured else None, "links_mbit": [round(link["bytes_per_s"] * 8 / 1e6) for link in plan["links"]],
+            "links_after_pause_mbit": [round(link.get("idle_bytes_per_s", 0) * 8 / 1e6) for link in plan["links"]],
             "compute_ms": round(plan["compute_s"] * 1e3, 1), "steps": summary["optimizer_steps"],
-            "parts_ms": {part: round(predicted[f"{part}_s"] * 1e3, 1) for part in ("compute", "transfer", "fixed")},
+            "parts_ms": {part: round(predicted[f"{part}_s"] * 1e3, 1)
+                         for part in ("compute", "transfer", "fixed", "queued")},
             "ceilings": {name: round(value, 2) for name, value in predicted["ceilings"].items()},
             "run_s": round(time.monotonic() - started, 1), **quiet, "load_after": os.getloadavg()[0]}
 
@@ -109,25 +113,31 @@ def off(row: dict) -> str:
     if row["error"] is None or abs(row["error"]) <= WITHIN or "parts_ms" not in row:
         return ""
     parts = row["parts_ms"]
-    if row["bound"] in ("compute", "worker links", "fixed costs"):
+    if row["bound"] in ("compute", "worker links", "fixed costs") or parts.get("queued"):
         measured_ms = row["workers"] / row["measured_steps_per_s"] * 1e3
         return (f"a worker's step: {measured_ms:.1f} ms measured, predicted compute {parts['compute']} + transfer "
-                f"{parts['transfer']} + fixed {parts['fixed']} = {sum(parts.values()):.1f} ms")
+                f"{parts['transfer']} + fixed {parts['fixed']} + queued at the ps links {parts.get('queued', 0.0)} = "
+                f"{sum(parts.values()):.1f} ms")
     return f"the {row['bound']} ceiling ({row['ceilings'].get(row['bound'])} steps/s)"
 
 
 def render(results: dict) -> str:
     rows = ["| model | link Mbit/s (measured) | ps | workers | predicted steps/s | bound | measured steps/s | "
-            "prediction error | what was off | load before | others using CPU |", "|" + " --- |" * 11]
+            "prediction error | what was off | packets the links' queues dropped | load before | others using CPU |",
+            "|" + " --- |" * 12]
     for row in results["runs"]:
         if "failed" in row:
             rows.append(f"| {row['model']} | {row['mbit']} | {row['ps']} | {row['workers']} | failed: "
-                        f"{row['failed'][:200]} | | | | | | |")
+                        f"{row['failed'][:200]} | | | | | | | |")
             continue
         error = f"{row['error']:+.0%}" if row["error"] is not None else "n/a"
-        rows.append(f"| {row['model']} | {row['mbit']} ({', '.join(map(str, row['links_mbit']))}) | {row['ps']} | "
+        after = row.get("links_after_pause_mbit")
+        links = ", ".join(map(str, row["links_mbit"])) + (f"; a step after a pause: {', '.join(map(str, after))}"
+                                                           if after else "")
+        rows.append(f"| {row['model']} | {row['mbit']} ({links}) | {row['ps']} | "
                     f"{row['workers']} | {row['predicted_steps_per_s']:.2f} | {row['bound']} | "
-                    f"{row['measured_steps_per_s']} | {error} | {off(row)} | {row['load_before']:.2f} | "
+                    f"{row['measured_steps_per_s']} | {error} | {off(row)} | {row.get('tbf_drops', 'n/a')} | "
+                    f"{row['load_before']:.2f} | "
                     f"{'; '.join(row['others_using_cpu']) or 'none'} |")
     machine = results["machine"]
     return "\n".join([

@@ -4,12 +4,16 @@ A step moves bytes from each ps to the worker and back (dense: every variable ou
 sparse: the rows a batch looks up). On the worker the two happen one after the other around the compute, and a
 step also pays fixed costs that no byte count shows (the chief's dispatch, the RPCs' own work: `fixed_s`,
 measured by the calibration run) and some round trips of its link (`round_trips` x the link's round-trip time).
-So one worker runs at most 1 / (compute + fixed + moved / B + round trips x RTT) steps/s. A ps host sends and
-receives at once (links are full duplex), so it serves at most B / (half its bytes moved per step) steps/s to
-the whole cluster: S·B/V for V spread evenly over S ps. Tasks that share a host share its link. Every task uses
-CPU per step (worker, ps and chief, measured): the tasks on one machine (hosts with the same kernel, e.g.
-network namespaces or containers) share its cores, and the chief dispatches every step from one thread.
-Bandwidths are bytes per second between a worker host and a ps host; everything here is pure arithmetic.
+So one worker alone runs at most 1 / (compute + fixed + moved / B + round trips x RTT) steps/s. A ps host sends
+and receives at once (links are full duplex), so it serves at most B / (half its bytes moved per step) steps/s
+to the whole cluster: S·B/V for V spread evenly over S ps. Below that ceiling the workers still queue at a
+ps's link behind each other's transfers (they read at once, then write at once): the cluster's steps/s is that
+of a closed queueing network, one worker a customer (mean value analysis, `_queued`); a worker's reads from
+several ps run at once, so each direction lasts as long as its own link needs or its slowest ps's queue,
+whichever is longer. Tasks that share a host share its link. Every task uses CPU per step (worker, ps and
+chief, measured): the tasks on one machine (hosts with the same kernel, e.g. network namespaces or containers)
+share its cores, and the chief dispatches every step from one thread. Bandwidths are bytes per second between
+a worker host and a ps host; everything here is pure arithmetic.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ class Prediction:
     transfer_s: float  # one step's transfer time on the slowest worker host
     compute_s: float
     fixed_s: float = 0.0  # one step's fixed costs and round trips on the slowest worker host
+    queued_s: float = 0.0  # one step's wait at the ps links behind the other workers' transfers
 
 
 Links = Callable[[str, str], float]  # (worker host, ps host) -> bytes/s, or -> round-trip seconds
@@ -101,25 +106,41 @@ def _per_s(seconds: float, count: float = 1) -> float:
     return count / seconds if seconds > 0 else float("inf")
 
 
-def _worker_ceiling(layout: Layout, transfer: dict, waits: dict) -> float:
-    """The workers' steps/s: each alone, its host's link shared by its workers (half the bytes each way) and,
-    without CPU figures, its cores (the compute is measured with all of them)."""
+def _worker_ceiling(layout: Layout, transfer: dict, sustained: dict, waits: dict) -> float:
+    """The workers' steps/s: each alone, its host's link shared by its workers (half the bytes each way, at the
+    sustained rate) and, without CPU figures, its cores (the compute is measured with all of them)."""
     total = 0.0
     for host, count in Counter(layout.worker_hosts).items():
         alone = _per_s(layout.compute_s + transfer[host] + waits[host], count)
         cores = float("inf") if layout.costs.cpu_s else _per_s(layout.compute_s)
-        total += min(alone, _per_s(transfer[host], 2), cores)
+        total += min(alone, _per_s(sustained[host], 2), cores)
     return total
 
 
-def _ps_ceiling(layout: Layout, links: Links) -> float:
+def _ps_link_s(layout: Layout, links: Links) -> list[float]:
+    """Seconds each ps host's link spends per step (of any worker, in their share) in each direction."""
     share = {host: count / len(layout.worker_hosts) for host, count in Counter(layout.worker_hosts).items()}
-    ceiling = float("inf")
-    for host, nbytes in _ps_host_bytes(layout).items():  # steps come from every worker host in their share
-        seconds_per_step = sum(share[w] * (nbytes / 2) / links(w, host) for w in share)
-        if seconds_per_step > 0:
-            ceiling = min(ceiling, 1 / seconds_per_step)
-    return ceiling
+    return [sum(share[w] * (nbytes / 2) / links(w, host) for w in share)
+            for host, nbytes in _ps_host_bytes(layout).items()]
+
+
+def _queued(layout: Layout, transfer: dict, waits: dict, idle_s: list[float],
+            link_s: list[float]) -> tuple[float, float]:
+    """The workers' steps/s and a step's wait when they queue at the ps links, by mean value analysis: with n
+    workers a transfer through ps link k takes its own time there (`idle_s`: the link idle before it) plus the
+    transfers queued there with n-1 workers, each at the sustained rate (`link_s`). A worker reads from all ps
+    at once (and writes at once), so a direction lasts its own link's time or the slowest ps's time with its
+    queue, whichever is longer; a link carries both directions at once."""
+    count = len(layout.worker_hosts)
+    own = sum(transfer[host] for host in layout.worker_hosts) / count / 2  # one direction on the worker's link
+    rest = layout.compute_s + sum(waits[host] for host in layout.worker_hosts) / count
+    queues, steps_per_s, direction_s = [0.0] * len(link_s), 0.0, own
+    for n in range(1, count + 1):
+        times = [i + s * q for i, s, q in zip(idle_s, link_s, queues, strict=True)]
+        direction_s = max([own, *times])
+        steps_per_s = _per_s(rest + 2 * direction_s, n)
+        queues = [steps_per_s * t if s else 0.0 for t, s in zip(times, link_s, strict=True)]
+    return steps_per_s, 2 * (direction_s - own)
 
 
 def _cores_ceiling(layout: Layout) -> float:
@@ -145,31 +166,40 @@ def _cores_ceiling(layout: Layout) -> float:
     return min((_per_s(seconds, cores[name]) for name, seconds in load.items()), default=float("inf"))
 
 
-def predict(layout: Layout, links: Links, round_trip: Links = no_round_trips) -> Prediction:
-    """The steps/s the cluster can reach: the lowest of the workers', the ps hosts', the shared cores' and the
-    chief's ceilings. `round_trip(worker host, ps host)` is the link's round-trip time in seconds."""
+def predict(layout: Layout, links: Links, round_trip: Links = no_round_trips, idle: Links | None = None) -> Prediction:
+    """The steps/s the cluster can reach: the workers' steps/s with their queues at the ps links, at most the
+    workers', the ps hosts', the shared cores' and the chief's ceilings. `links` are sustained rates;
+    `round_trip(worker host, ps host)` is the link's round-trip time in seconds; `idle` the rate of a step's
+    transfer on the link idle before it (a token bucket's burst; default: the sustained rate)."""
+    idle = idle or links
     workers = Counter(layout.worker_hosts)
-    transfer = {host: _transfer_s(layout, links, host) for host in workers}
+    transfer = {host: _transfer_s(layout, idle, host) for host in workers}
     waits = {host: layout.costs.fixed_s + layout.costs.round_trips * max(round_trip(host, p) for p in
                                                                            layout.ps_hosts) for host in workers}
-    ceilings = {WORKERS: _worker_ceiling(layout, transfer, waits), PS_LINKS: _ps_ceiling(layout, links),
+    link_s = _ps_link_s(layout, links)
+    sustained = {host: _transfer_s(layout, links, host) for host in workers}
+    ceilings = {WORKERS: _worker_ceiling(layout, transfer, sustained, waits),
+                PS_LINKS: min((_per_s(s) for s in link_s if s > 0), default=float("inf")),
                 COMPUTE: _per_s(layout.compute_s, len(workers)), CORES: _cores_ceiling(layout),
                 CHIEF: _per_s(layout.costs.cpu_s.get("chief", 0.0))}
-    steps_per_s = min(ceilings[WORKERS], ceilings[PS_LINKS], ceilings[CORES], ceilings[CHIEF])
+    queued, queued_s = _queued(layout, transfer, waits, _ps_link_s(layout, idle), link_s)
+    steps_per_s = min(queued, ceilings[WORKERS], ceilings[PS_LINKS], ceilings[CORES], ceilings[CHIEF])
     slowest = max(workers, key=lambda host: transfer[host] + waits[host])
-    return Prediction(ps=len(layout.ps_hosts), steps_per_s=steps_per_s, bound=_bound(ceilings, steps_per_s, layout,
-                                                                                       transfer[slowest],
-                                                                                       waits[slowest]),
-                      ceilings=ceilings, transfer_s=transfer[slowest], compute_s=layout.compute_s,
-                      fixed_s=waits[slowest])
+    parts = {WORKER_LINKS: transfer[slowest], COMPUTE: layout.compute_s, FIXED: waits[slowest]}
+    return Prediction(ps=len(layout.ps_hosts), steps_per_s=steps_per_s,
+                      bound=_bound(ceilings, steps_per_s, queued_s, parts), ceilings=ceilings,
+                      transfer_s=transfer[slowest], compute_s=layout.compute_s, fixed_s=waits[slowest],
+                      queued_s=queued_s)
 
 
-def _bound(ceilings: dict, steps_per_s: float, layout: Layout, transfer_s: float, waits_s: float) -> str:
-    """What sets the prediction: a shared resource (ps links, cores, the chief), or the workers' largest part."""
-    for name in (PS_LINKS, CORES, CHIEF):
+def _bound(ceilings: dict, steps_per_s: float, queued_s: float, parts: dict) -> str:
+    """What sets the prediction: a shared resource (ps links, cores, the chief), or the workers' largest part
+    of a step (their wait in the ps links' queues counts as the ps links')."""
+    for name in (CORES, CHIEF):
         if ceilings[name] <= steps_per_s:
             return name
-    parts = {WORKER_LINKS: transfer_s, COMPUTE: layout.compute_s, FIXED: waits_s}
+    if ceilings[PS_LINKS] <= steps_per_s or queued_s > max(parts.values()):
+        return PS_LINKS
     return max(parts, key=parts.get)
 
 
@@ -198,14 +228,15 @@ def even_split(total_bytes: float) -> Callable[[int], tuple[float, ...]]:
 
 
 def sweep(configured: Layout, links: Links, bytes_for: Callable[[int], Sequence[float]],
-          counts: Sequence[int], round_trip: Links = no_round_trips) -> list[Prediction]:
+          counts: Sequence[int], round_trip: Links = no_round_trips, idle: Links | None = None) -> list[Prediction]:
     """Predictions for each ps count, the workers, compute and costs as configured."""
     found = []
     for count in counts:
         hosts = ps_hosts_for(configured.ps_hosts, configured.worker_hosts, count)
         layout = dataclasses.replace(configured, ps_hosts=hosts, ps_bytes_per_step=tuple(bytes_for(count)))
         found.append(predict(layout, with_new_hosts(links, configured.ps_hosts),
-                             with_new_hosts(round_trip, configured.ps_hosts, max)))
+                             with_new_hosts(round_trip, configured.ps_hosts, max),
+                             with_new_hosts(idle or links, configured.ps_hosts)))
     return found
 
 

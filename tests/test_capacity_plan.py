@@ -92,8 +92,8 @@ def test_plan_on_paper_resnet50_on_10gbe():
                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr
     rows = {int(line[:7].strip("* ")): line for line in result.stdout.splitlines() if line[:7].strip("* ").isdigit()}
-    assert "12.25 | ps links       |    12.25 |    36.75" in rows[1] and "24.51 | ps links" in rows[2]
-    assert "enough ps: 3" in result.stdout
+    assert "11.31 | ps links       |    12.25 |    36.75" in rows[1] and "22.06 | ps links" in rows[2]
+    assert "enough ps: 4" in result.stdout
 
 
 @pytest.mark.multihost
@@ -115,6 +115,8 @@ def test_plan_measures_a_shaped_link_between_hosts(tmp_path):
     (link,) = saved["links"]
     assert link["source"] == "measured"
     assert 60 <= link["bytes_per_s"] * 8 / 1e6 <= 110, link  # a behaviour check of the probe, not a timing of ours
+    # a step's reads (0.6 MB) after a pause: tbf's 128 KiB burst at once, the rest at the rate (1.28x the rate)
+    assert link["idle_bytes_per_s"] > 1.1 * link["bytes_per_s"], link
     assert saved["predictions"][0]["bound"] in ("ps links", "worker links")
 
 
