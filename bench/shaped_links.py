@@ -99,7 +99,6 @@ def measure_one(hosts, directory: Path, training: dict, mbit: int, ps: int, work
             "chief_predicted_steps_per_s": summary["capacity"].get("predicted_steps_per_s"),
             "measured_steps_per_s": measured, "error": round(predicted["steps_per_s"] / measured - 1, 3)
             if measured else None, "links_mbit": [round(link["bytes_per_s"] * 8 / 1e6) for link in plan["links"]],
-            "links_after_pause_mbit": [round(link.get("idle_bytes_per_s", 0) * 8 / 1e6) for link in plan["links"]],
             "compute_ms": round(plan["compute_s"] * 1e3, 1), "steps": summary["optimizer_steps"],
             "parts_ms": {part: round(predicted[f"{part}_s"] * 1e3, 1)
                          for part in ("compute", "transfer", "fixed", "queued")},
@@ -131,9 +130,7 @@ def render(results: dict) -> str:
                         f"{row['failed'][:200]} | | | | | | | |")
             continue
         error = f"{row['error']:+.0%}" if row["error"] is not None else "n/a"
-        after = row.get("links_after_pause_mbit")
-        links = ", ".join(map(str, row["links_mbit"])) + (f"; a step after a pause: {', '.join(map(str, after))}"
-                                                           if after else "")
+        links = ", ".join(map(str, row["links_mbit"]))
         rows.append(f"| {row['model']} | {row['mbit']} ({links}) | {row['ps']} | "
                     f"{row['workers']} | {row['predicted_steps_per_s']:.2f} | {row['bound']} | "
                     f"{row['measured_steps_per_s']} | {error} | {off(row)} | {row.get('tbf_drops', 'n/a')} | "

@@ -106,14 +106,14 @@ def _per_s(seconds: float, count: float = 1) -> float:
     return count / seconds if seconds > 0 else float("inf")
 
 
-def _worker_ceiling(layout: Layout, transfer: dict, sustained: dict, waits: dict) -> float:
-    """The workers' steps/s: each alone, its host's link shared by its workers (half the bytes each way, at the
-    sustained rate) and, without CPU figures, its cores (the compute is measured with all of them)."""
+def _worker_ceiling(layout: Layout, transfer: dict, waits: dict) -> float:
+    """The workers' steps/s: each alone, its host's link shared by its workers (half the bytes each way) and,
+    without CPU figures, its cores (the compute is measured with all of them)."""
     total = 0.0
     for host, count in Counter(layout.worker_hosts).items():
         alone = _per_s(layout.compute_s + transfer[host] + waits[host], count)
         cores = float("inf") if layout.costs.cpu_s else _per_s(layout.compute_s)
-        total += min(alone, _per_s(sustained[host], 2), cores)
+        total += min(alone, _per_s(transfer[host], 2), cores)
     return total
 
 
@@ -124,22 +124,19 @@ def _ps_link_s(layout: Layout, links: Links) -> list[float]:
             for host, nbytes in _ps_host_bytes(layout).items()]
 
 
-def _queued(layout: Layout, transfer: dict, waits: dict, idle_s: list[float],
-            link_s: list[float]) -> tuple[float, float]:
+def _queued(layout: Layout, transfer: dict, waits: dict, link_s: list[float]) -> tuple[float, float]:
     """The workers' steps/s and a step's wait when they queue at the ps links, by mean value analysis: with n
-    workers a transfer through ps link k takes its own time there (`idle_s`: the link idle before it) plus the
-    transfers queued there with n-1 workers, each at the sustained rate (`link_s`). A worker reads from all ps
-    at once (and writes at once), so a direction lasts its own link's time or the slowest ps's time with its
-    queue, whichever is longer; a link carries both directions at once."""
+    workers a transfer through ps link k lasts its own time there times (1 + the transfers queued there with n-1
+    workers). A worker reads from all ps at once (and writes at once), so a direction lasts its own link's time
+    or the slowest ps's time with its queue, whichever is longer; a link carries both directions at once."""
     count = len(layout.worker_hosts)
     own = sum(transfer[host] for host in layout.worker_hosts) / count / 2  # one direction on the worker's link
     rest = layout.compute_s + sum(waits[host] for host in layout.worker_hosts) / count
     queues, steps_per_s, direction_s = [0.0] * len(link_s), 0.0, own
     for n in range(1, count + 1):
-        times = [i + s * q for i, s, q in zip(idle_s, link_s, queues, strict=True)]
-        direction_s = max([own, *times])
+        direction_s = max([own, *(s * (1 + q) for s, q in zip(link_s, queues, strict=True))])
         steps_per_s = _per_s(rest + 2 * direction_s, n)
-        queues = [steps_per_s * t if s else 0.0 for t, s in zip(times, link_s, strict=True)]
+        queues = [steps_per_s * s * (1 + q) if s else 0.0 for s, q in zip(link_s, queues, strict=True)]
     return steps_per_s, 2 * (direction_s - own)
 
 
@@ -166,23 +163,20 @@ def _cores_ceiling(layout: Layout) -> float:
     return min((_per_s(seconds, cores[name]) for name, seconds in load.items()), default=float("inf"))
 
 
-def predict(layout: Layout, links: Links, round_trip: Links = no_round_trips, idle: Links | None = None) -> Prediction:
+def predict(layout: Layout, links: Links, round_trip: Links = no_round_trips) -> Prediction:
     """The steps/s the cluster can reach: the workers' steps/s with their queues at the ps links, at most the
-    workers', the ps hosts', the shared cores' and the chief's ceilings. `links` are sustained rates;
-    `round_trip(worker host, ps host)` is the link's round-trip time in seconds; `idle` the rate of a step's
-    transfer on the link idle before it (a token bucket's burst; default: the sustained rate)."""
-    idle = idle or links
+    workers', the ps hosts', the shared cores' and the chief's ceilings. `round_trip(worker host, ps host)` is
+    the link's round-trip time in seconds."""
     workers = Counter(layout.worker_hosts)
-    transfer = {host: _transfer_s(layout, idle, host) for host in workers}
+    transfer = {host: _transfer_s(layout, links, host) for host in workers}
     waits = {host: layout.costs.fixed_s + layout.costs.round_trips * max(round_trip(host, p) for p in
                                                                            layout.ps_hosts) for host in workers}
     link_s = _ps_link_s(layout, links)
-    sustained = {host: _transfer_s(layout, links, host) for host in workers}
-    ceilings = {WORKERS: _worker_ceiling(layout, transfer, sustained, waits),
+    ceilings = {WORKERS: _worker_ceiling(layout, transfer, waits),
                 PS_LINKS: min((_per_s(s) for s in link_s if s > 0), default=float("inf")),
                 COMPUTE: _per_s(layout.compute_s, len(workers)), CORES: _cores_ceiling(layout),
                 CHIEF: _per_s(layout.costs.cpu_s.get("chief", 0.0))}
-    queued, queued_s = _queued(layout, transfer, waits, _ps_link_s(layout, idle), link_s)
+    queued, queued_s = _queued(layout, transfer, waits, link_s)
     steps_per_s = min(queued, ceilings[WORKERS], ceilings[PS_LINKS], ceilings[CORES], ceilings[CHIEF])
     slowest = max(workers, key=lambda host: transfer[host] + waits[host])
     parts = {WORKER_LINKS: transfer[slowest], COMPUTE: layout.compute_s, FIXED: waits[slowest]}
@@ -228,15 +222,14 @@ def even_split(total_bytes: float) -> Callable[[int], tuple[float, ...]]:
 
 
 def sweep(configured: Layout, links: Links, bytes_for: Callable[[int], Sequence[float]],
-          counts: Sequence[int], round_trip: Links = no_round_trips, idle: Links | None = None) -> list[Prediction]:
+          counts: Sequence[int], round_trip: Links = no_round_trips) -> list[Prediction]:
     """Predictions for each ps count, the workers, compute and costs as configured."""
     found = []
     for count in counts:
         hosts = ps_hosts_for(configured.ps_hosts, configured.worker_hosts, count)
         layout = dataclasses.replace(configured, ps_hosts=hosts, ps_bytes_per_step=tuple(bytes_for(count)))
         found.append(predict(layout, with_new_hosts(links, configured.ps_hosts),
-                             with_new_hosts(round_trip, configured.ps_hosts, max),
-                             with_new_hosts(idle or links, configured.ps_hosts)))
+                             with_new_hosts(round_trip, configured.ps_hosts, max)))
     return found
 
 

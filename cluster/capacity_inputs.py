@@ -73,16 +73,12 @@ def links_and_compute(config: ClusterConfig, plan: dict | None) -> tuple[dict, f
 
 
 def planned_costs(config: ClusterConfig, plan: dict | None) -> dict:
-    """The Layout fields `plan` measured beyond links and compute (step costs, machines, the chief's host), each
-    pair's round trip (given first, then the plan's) and each measured pair's rate of a step's reads after a
-    pause; {} without a plan."""
+    """The Layout fields `plan` measured beyond links and compute (step costs, machines, the chief's host), and
+    each pair's round trip: given first, then the plan's; {} without a plan."""
     if not plan or "costs" not in plan:
         return {}
     planned = {(link["worker_host"], link["ps_host"]): link.get("rtt_s", 0.0) for link in plan.get("links", [])}
     trips = {pair: given_rtt_s(config, *pair) if given_rtt_s(config, *pair) is not None else rtt
              for pair, rtt in planned.items()}
-    idle = {(link["worker_host"], link["ps_host"]): link["idle_bytes_per_s"] for link in plan.get("links", [])
-            if "idle_bytes_per_s" in link and given_link(config, link["worker_host"], link["ps_host"]) is None}
     return {"costs": StepCosts(**plan["costs"]), "chief_host": plan.get("chief_host"),
-            "machines": {host: Machine(**m) for host, m in plan.get("machines", {}).items()}, "round_trips": trips,
-            "idle_rates": idle}
+            "machines": {host: Machine(**m) for host, m in plan.get("machines", {}).items()}, "round_trips": trips}

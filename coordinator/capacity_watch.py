@@ -79,11 +79,10 @@ def watch(config: ClusterConfig, model, source, global_batch: int, log) -> Capac
         return None
     ids = step_traffic.sample_ids(source, global_batch) if hasattr(model, "split_variables") else []
     measured = planned_costs(config, plan)
-    trips, idle = measured.pop("round_trips", {}), measured.pop("idle_rates", {})
+    trips = measured.pop("round_trips", {})
     layout = capacity.Layout(ps_hosts=ps, worker_hosts=workers, compute_s=compute_s,
                              ps_bytes_per_step=step_traffic.bytes_per_ps(model, len(ps), ids), **measured)
-    prediction = capacity.predict(layout, lambda w, p: links[(w, p)], lambda w, p: trips.get((w, p), 0.0),
-                                  lambda w, p: idle.get((w, p), links[(w, p)]))
+    prediction = capacity.predict(layout, lambda w, p: links[(w, p)], lambda w, p: trips.get((w, p), 0.0))
     log.info("capacity: predicted %.2f steps/s, bound by %s (%.2f MB per step over %d ps, compute %.1f ms)",
              prediction.steps_per_s, prediction.bound, sum(layout.ps_bytes_per_step) / 1e6, len(ps),
              compute_s * 1e3)

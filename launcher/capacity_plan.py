@@ -27,27 +27,22 @@ SHARED_MEMORY = ("tasks on one host reach each other through memory (loopback): 
                  "memory bandwidth and its cores, so these are not network figures")
 
 
-def links(config: ClusterConfig, say, step_bytes: float = 0.0,
-          idle_s: float = 0.0) -> dict[tuple[str, str], tuple[float, float, str, float]]:
-    """{(worker host, ps host): (bytes/s, round-trip s, "given" or "measured", bytes/s of `step_bytes` on the link
-    idle `idle_s` before them)} for every pair the cluster uses."""
+def links(config: ClusterConfig, say) -> dict[tuple[str, str], tuple[float, float, str]]:
+    """{(worker host, ps host): (bytes/s, round-trip s, "given" or "measured")} for every pair the cluster uses."""
     found = {}
     ports = {a.host: a.port for a in config.jobs["ps"]}
     for worker_host in dict.fromkeys(hosts_of(config, "worker")):
         for ps_host in dict.fromkeys(hosts_of(config, "ps")):
             rate, rtt = given_link(config, worker_host, ps_host), given_rtt_s(config, worker_host, ps_host)
             if rate is not None and rtt is not None:
-                found[(worker_host, ps_host)] = (rate, rtt, "given", rate)
+                found[(worker_host, ps_host)] = (rate, rtt, "given")
                 continue
-            probed = link_probe.measure(config, worker_host, ps_host, ports[ps_host], step_bytes=round(step_bytes),
-                                        idle_s=idle_s)
+            probed = link_probe.measure(config, worker_host, ps_host, ports[ps_host])
             how = "measured" if rate is None and rtt is None else "given rate, measured round trip" \
                 if rtt is None else "measured rate, given round trip"
-            found[(worker_host, ps_host)] = (rate or probed.bytes_per_s, probed.rtt_s if rtt is None else rtt, how,
-                                             rate or probed.idle_bytes_per_s)
+            found[(worker_host, ps_host)] = (rate or probed.bytes_per_s, probed.rtt_s if rtt is None else rtt, how)
             say(f"link {ps_host} -> {worker_host}: {probed.bytes_per_s * 8 / 1e9:.3f} Gbit/s, round trip "
-                f"{probed.rtt_s * 1e3:.2f} ms, a step's {step_bytes / 1e6:.2f} MB after a pause at "
-                f"{probed.idle_bytes_per_s * 8 / 1e9:.3f} Gbit/s, measured")
+                f"{probed.rtt_s * 1e3:.2f} ms measured")
     return found
 
 
@@ -70,12 +65,11 @@ def table(predictions: list[capacity.Prediction], configured: int) -> list[str]:
     return rows
 
 
-def sweep_lines(layout: capacity.Layout, rate, bytes_for, round_trip=capacity.no_round_trips,
-                idle=None) -> tuple[list[str], list[capacity.Prediction], int]:
+def sweep_lines(layout: capacity.Layout, rate, bytes_for,
+                round_trip=capacity.no_round_trips) -> tuple[list[str], list[capacity.Prediction], int]:
     """The table for 1..2x the configured ps (and the enough count, when it lies beyond) and that count."""
     configured = len(layout.ps_hosts)
-    searched = capacity.sweep(layout, rate, bytes_for, range(1, max(2 * configured, SEARCH_UP_TO) + 1), round_trip,
-                              idle)
+    searched = capacity.sweep(layout, rate, bytes_for, range(1, max(2 * configured, SEARCH_UP_TO) + 1), round_trip)
     enough = capacity.enough_ps(searched)
     shown = [p for p in searched if p.ps <= 2 * configured or p.ps == enough]
     best = max(p.steps_per_s for p in searched)
@@ -120,14 +114,13 @@ def plan(config: ClusterConfig, say) -> list[str]:
     if compute_s is None:
         compute_s, compute_from = step_traffic.compute_s(model, source, global_batch), "measured on this machine"
     costs, costs_line = step_costs.measured(config, compute_s=compute_s, bytes_per_step=sum(bytes_for(1)), say=say)
-    found = links(config, say, sum(bytes_for(len(ps))) / 2, compute_s)  # a worker's reads, its link idle meanwhile
+    found = links(config, say)
     chief = config.jobs["chief"][0].host
     machines = host_facts.machines(config, (*workers, *ps, chief))
     layout = capacity.Layout(ps_hosts=ps, worker_hosts=workers, compute_s=compute_s, ps_bytes_per_step=bytes_for(
         len(ps)), costs=costs, machines=machines, chief_host=chief)
     lines, searched, enough = sweep_lines(layout, lookup({pair: f[0] for pair, f in found.items()}), bytes_for,
-                                          lookup({pair: f[1] for pair, f in found.items()}),
-                                          lookup({pair: f[3] for pair, f in found.items()}))
+                                          lookup({pair: f[1] for pair, f in found.items()}))
     write(config, layout, found, searched, enough)
     tables = table_lines(options, model, created, ids, layout)
     return _head(config, model, layout, found, compute_from) + [costs_line, *_machine_lines(machines), *tables] + lines
@@ -182,9 +175,8 @@ def _head(config: ClusterConfig, model, layout: capacity.Layout, found: dict, co
             f"trainable variables, {len(workers)} worker(s), batch {config.training.per_worker_batch * len(workers)} "
             f"per step; {moved / 1e6:.2f} MB moved per step over {len(ps)} ps",
             f"compute: {layout.compute_s * 1e3:.1f} ms per step, {compute_from}"]
-    head += [f"link {p} -> {w}: {rate * 8 / 1e9:.3f} Gbit/s, round trip {rtt * 1e3:.2f} ms, "
-             + (f"a step's reads after a pause at {idle * 8 / 1e9:.3f} Gbit/s, " if idle != rate else "") + how
-             for (w, p), (rate, rtt, how, idle) in found.items()]
+    head += [f"link {p} -> {w}: {rate * 8 / 1e9:.3f} Gbit/s, round trip {rtt * 1e3:.2f} ms, {how}"
+             for (w, p), (rate, rtt, how) in found.items()]
     if shares_memory(workers, ps):
         head.append(f"note: {SHARED_MEMORY}")
     return head
@@ -205,8 +197,8 @@ def write(config: ClusterConfig, layout: capacity.Layout, found: dict, searched:
                 "compute_s": layout.compute_s, "ps_bytes_per_step": list(layout.ps_bytes_per_step),
                 "costs": dataclasses.asdict(layout.costs), "chief_host": layout.chief_host,
                 "machines": {host: dataclasses.asdict(m) for host, m in layout.machines.items()},
-                "links": [{"worker_host": w, "ps_host": p, "bytes_per_s": rate, "rtt_s": rtt, "source": how,
-                           "idle_bytes_per_s": idle} for (w, p), (rate, rtt, how, idle) in found.items()],
+                "links": [{"worker_host": w, "ps_host": p, "bytes_per_s": rate, "rtt_s": rtt, "source": how}
+                          for (w, p), (rate, rtt, how) in found.items()],
                 "enough_ps": enough, "predictions": [dataclasses.asdict(p) for p in searched]}
     path.write_text(json.dumps(document, indent=2))
     return path

@@ -4,11 +4,7 @@ A tiny sender listens on the ps host (at the ps's own port when it is free, as t
 started on the worker host connects as a worker would, first bounces PINGS one-byte messages off the sender (the
 median is the round-trip time), then receives zeros. Both run through the launcher's ssh (or here, for this
 machine) with the system's python3, stop after `seconds` or `max_bytes`, whichever comes first, and the receiver
-reports the rate after the first fifth of the time (TCP's slow start). Then, given a step's bytes, it asks for
-them BURSTS times, each after the link idled as long as a step leaves it idle (the compute and the other
-direction): the median time is what a step's transfer takes on that link, which a token bucket's burst (tc's
-tbf, a cloud's rate limit) makes shorter than its bytes over the sustained rate. Transfers longer than
-LONG_S are not asked for: against them a burst is small.
+reports the rate after the first fifth of the time (TCP's slow start).
 """
 
 from __future__ import annotations
@@ -26,12 +22,9 @@ from launcher.backends.local import is_this_machine
 SECONDS = 1.0
 MAX_BYTES = 512 * 2 ** 20
 PINGS = 20
-BURSTS = 4  # the first (TCP's window still growing) is dropped
-LONG_S = 0.5
 SENDER = r"""
 import json, socket, sys, time
-host, port, seconds, max_bytes, pings, step_bytes = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), *map(
-    int, sys.argv[4:7])
+host, port, seconds, max_bytes, pings = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), *map(int, sys.argv[4:6])
 server = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
 server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try:
@@ -48,16 +41,11 @@ for _ in range(pings):
 block, sent, deadline = bytes(1 << 20), 0, time.monotonic() + seconds
 while sent < max_bytes and time.monotonic() < deadline:
     sent += connection.send(block)
-connection.sendall(b"\x01")  # the end of the zeros
-step = bytes(step_bytes)
-while connection.recv(1):
-    connection.sendall(step)
 connection.close()
 """
 RECEIVER = r"""
 import json, socket, statistics, sys, time
-host, port, seconds, pings, step_bytes, idle_s, bursts, long_s = sys.argv[1], int(sys.argv[2]), float(
-    sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]), int(sys.argv[7]), float(sys.argv[8])
+host, port, seconds, pings = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 connection = socket.create_connection((host, port), timeout=seconds + 30)
 connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 trips = []
@@ -70,32 +58,19 @@ marks, received, started = [], 0, time.monotonic()
 while chunk := connection.recv(1 << 20):
     received += len(chunk)
     marks.append((time.monotonic() - started, received))
-    if chunk.endswith(b"\x01"):
-        break
 end = marks[-1] if marks else (0.0, 0)
 skip = next((m for m in marks if m[0] >= end[0] / 5), (0.0, 0))
 rate = (end[1] - skip[1]) / (end[0] - skip[0]) if end[0] > skip[0] else 0.0
-rtt, took = statistics.median(trips), []
-while step_bytes and rate and step_bytes / rate <= long_s and len(took) < bursts:
-    time.sleep(idle_s + step_bytes / rate)
-    sent_at, got = time.perf_counter(), 0
-    connection.sendall(b"s")
-    while got < step_bytes:
-        got += len(connection.recv(1 << 20))
-    took.append(max(time.perf_counter() - sent_at - rtt, 1e-6))
-step_s = statistics.median(took[1:]) if len(took) > 1 else None
-print(json.dumps({"bytes": received, "seconds": end[0], "bytes_per_s": rate, "rtt_s": rtt,
-                  "idle_bytes_per_s": step_bytes / step_s if step_s else rate}), flush=True)
+print(json.dumps({"bytes": received, "seconds": end[0], "bytes_per_s": rate, "rtt_s": statistics.median(trips)}),
+      flush=True)
 """
 
 
 class Measured(NamedTuple):
-    """What one probe found: bytes per second from the ps host to the worker host, the round-trip time, and
-    the rate of one step's bytes on the link idle before them (the sustained rate when not asked for)."""
+    """What one probe found: bytes per second from the ps host to the worker host, and the round-trip time."""
 
     bytes_per_s: float
     rtt_s: float
-    idle_bytes_per_s: float
 
 
 class ProbeFailed(Exception):
@@ -112,12 +87,11 @@ def command_on(config: ClusterConfig, host: str, *arguments) -> list[str]:
 
 
 def measure(config: ClusterConfig, worker_host: str, ps_host: str, port: int, *, seconds: float = SECONDS,
-            max_bytes: int = MAX_BYTES, pings: int = PINGS, step_bytes: int = 0, idle_s: float = 0.0) -> Measured:
-    """Bytes per second from `ps_host` to `worker_host` over one bounded transfer, the median round trip and,
-    with `step_bytes`, the rate of that many bytes after `idle_s` (and their own time) without traffic."""
-    timeout_s = 2 * config.launcher.ssh_connect_timeout_s + seconds + 30 + BURSTS * (idle_s + 2 * LONG_S)
+            max_bytes: int = MAX_BYTES, pings: int = PINGS) -> Measured:
+    """Bytes per second from `ps_host` to `worker_host` over one bounded transfer, and the median round trip."""
+    timeout_s = 2 * config.launcher.ssh_connect_timeout_s + seconds + 30
     sender = subprocess.Popen(command_on(config, ps_host, "-c", SENDER, ps_host, port, seconds, max_bytes,
-                                         pings, int(step_bytes)),
+                                         pings),
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = sender.stdout.readline()  # the listening port; the sender exits by itself after `seconds`
@@ -126,7 +100,7 @@ def measure(config: ClusterConfig, worker_host: str, ps_host: str, port: int, *,
                               f"{sender.communicate(timeout=timeout_s)[1].strip()[-300:]}")
         listening = json.loads(first)["port"]
         receiver = subprocess.run(command_on(config, worker_host, "-c", RECEIVER, ps_host, listening, seconds,
-                                             pings, int(step_bytes), idle_s, BURSTS, LONG_S),
+                                             pings),
                                   capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
         if receiver.returncode != 0:
             raise ProbeFailed(f"link {ps_host} -> {worker_host}: the receiver on {worker_host} failed: "
@@ -141,5 +115,5 @@ def measure(config: ClusterConfig, worker_host: str, ps_host: str, port: int, *,
     found = json.loads(receiver.stdout.strip().splitlines()[-1])
     if found["bytes_per_s"] <= 0:
         raise ProbeFailed(f"link {ps_host} -> {worker_host}: nothing arrived")
-    return Measured(found["bytes_per_s"], found["rtt_s"], found["idle_bytes_per_s"])
+    return Measured(found["bytes_per_s"], found["rtt_s"])
 

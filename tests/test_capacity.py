@@ -77,17 +77,6 @@ def test_resnet50_on_10gbe_one_ps_caps_fifteen_workers_at_about_twelve_steps():
     assert capacity.enough_ps(found) == 4 and found[3].bound == COMPUTE
 
 
-def test_a_steps_transfer_after_a_pause_takes_its_measured_time_and_queued_ones_the_sustained_rate():
-    layout = dense(50e6, ps=1, workers=1, compute_s=0.01)
-    burst = capacity.predict(layout, same_links(1e9), idle=same_links(2e9))  # a token bucket's burst
-    assert burst.steps_per_s == pytest.approx(1 / (0.01 + 2 * 50e6 / 2e9)) and burst.transfer_s == pytest.approx(0.05)
-    two = dataclasses.replace(layout, worker_hosts=("w0", "w1"))
-    p = capacity.predict(two, same_links(1e9), idle=same_links(2e9))
-    queued = burst.steps_per_s * 0.025  # the second worker finds that many transfers at the ps link...
-    assert p.queued_s == pytest.approx(2 * 0.05 * queued)  # ...each drains at the sustained rate: 50 ms
-    assert p.ceilings[PS_LINKS] == pytest.approx(20) and p.ceilings[WORKERS] == pytest.approx(2 / 0.06)
-
-
 def test_workers_on_one_host_share_its_link():
     layout = Layout(ps_hosts=("p",), worker_hosts=("w", "w", "w"), ps_bytes_per_step=(200e6,), compute_s=0.0)
     p = capacity.predict(layout, same_links(1e9))

@@ -115,8 +115,6 @@ def test_plan_measures_a_shaped_link_between_hosts(tmp_path):
     (link,) = saved["links"]
     assert link["source"] == "measured"
     assert 60 <= link["bytes_per_s"] * 8 / 1e6 <= 110, link  # a behaviour check of the probe, not a timing of ours
-    # a step's reads (0.6 MB) after a pause: tbf's 128 KiB burst at once, the rest at the rate (1.28x the rate)
-    assert link["idle_bytes_per_s"] > 1.1 * link["bytes_per_s"], link
     assert saved["predictions"][0]["bound"] in ("ps links", "worker links")
 
 
