@@ -61,12 +61,22 @@ def quick_run() -> None:
     print(f"[bench] quick size done in {results['seconds']} s: {QUICK_FILE}", file=sys.stderr)
 
 
+def require_plotting() -> None:
+    """Exits with one line before measuring when matplotlib is missing (a full run ends with the plot)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        sys.exit("[bench] matplotlib is missing (the run ends by drawing bench/results.png): run `sh "
+                 "roles/bootstrap.sh bench` first")
+
+
 def main(repeats: int = 3, steps: int = 150, scaling_steps: int = 30, resume: bool = False,
          quick: bool = False) -> None:
     """Measures everything and writes the results beside this file; `--resume` keeps the stages that
     bench/results.json already holds (after a failure) and measures the rest; `--quick`: see the module's doc."""
     if quick:
         return quick_run()
+    require_plotting()
     from bench import levers, operations, scaling, throughput, transfer  # TensorFlow: not for --help
     from bench.quiet import require_quiet, wait_for_quiet
     from bench.report import plot, render
