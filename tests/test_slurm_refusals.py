@@ -137,6 +137,17 @@ def test_endings_are_named_by_their_cause():
     assert "Slurm no longer lists it" in endings.cause("8", {}, "")
 
 
+def test_a_completing_job_is_asked_again_until_it_shows_why_it_ended():
+    answers = iter([{"JobState": "COMPLETING"}, {"JobState": "CANCELLED", "EndTime": "2026-11-26T08:18:06"}])
+    named = endings.settled_cause("4", {"JobState": "COMPLETING"}, lambda: next(answers), lambda: "", pause_s=0)
+    assert named.startswith("job 4 ended at 2026-11-26T08:18:06: CANCELLED (it was cancelled with scancel"), named
+    outputs = iter(["", "*** JOB 4 ON n01 CANCELLED AT 2026-11-26T08:18:05 ***"])
+    named = endings.settled_cause("4", {"JobState": "COMPLETING"}, dict, lambda: next(outputs), pause_s=0)
+    assert named.startswith("job 4 ended at 2026-11-26T08:18:05: CANCELLED"), named
+    stuck = endings.settled_cause("4", {"JobState": "COMPLETING"}, dict, str, timeout_s=0.05, pause_s=0.01)
+    assert stuck == "job 4 ended: COMPLETING; see `scontrol show job 4`", stuck
+
+
 def test_the_time_left_is_read_from_endtime():
     import time
     end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(1_800_000_000))

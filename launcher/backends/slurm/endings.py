@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Callable
 
 ENDINGS = {
     "TIMEOUT": "it reached its time limit ({limit}; slurm.time_limit)",
@@ -20,6 +21,7 @@ BANNER = re.compile(r"\*\*\* JOB \d+ ON (\S+) CANCELLED AT (\S+)(?: DUE TO ([A-Z
 DUE_TO = {"TIME LIMIT": "TIMEOUT", "PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL"}
 WARNING = "pscluster: Slurm --signal says the time limit is near"  # what the batch shell prints when warned
 RESUME = "`sh run.sh` again (without --fresh) resumes from the last checkpoint"
+SETTLE_S = 20.0  # how long a COMPLETING job may hide its final state before the ending is named as it stands
 
 
 def state_of(fields: dict[str, str], output: str) -> str:
@@ -47,6 +49,18 @@ def cause(job_id: str, fields: dict[str, str], output: str) -> str:
     advice = {"TIMEOUT": f"raise slurm.time_limit; {RESUME}", "PREEMPTED": RESUME, "CANCELLED": RESUME,
               "NODE_FAIL": RESUME}.get(state, f"see `scontrol show job {job_id}`")
     return f"job {job_id} ended{when}: {state}{' (' + why + ')' if why else ''}; {advice}"
+
+
+def settled_cause(job_id: str, fields: dict[str, str], ask: Callable[[], dict[str, str]],
+                  read_output: Callable[[], str], timeout_s: float = SETTLE_S, pause_s: float = 0.5) -> str:
+    """cause() once the job shows why it ended: while it is COMPLETING with neither Reason nor banner (slurmstepd
+    writes the banner as it ends the steps, slurmctld the final state after), asks again for up to `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    output = read_output()
+    while state_of(fields, output) == "COMPLETING" and time.monotonic() < deadline:
+        time.sleep(pause_s)
+        fields, output = ask() or fields, read_output()
+    return cause(job_id, fields, output)
 
 
 def warned(output: str, marker: str) -> bool:

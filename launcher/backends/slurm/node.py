@@ -81,7 +81,8 @@ class SlurmView:
                 self._ask()
             state, job, job_nodes = self.nodes.get(node, "unknown"), dict(self.job), set(self.job_nodes)
         if job.get("JobState") != slurm.RUNNING:
-            raise AgentFailed(endings.cause(self.job_id, job, _read(self.output)))
+            raise AgentFailed(endings.settled_cause(self.job_id, job, lambda: slurm.job_fields(self.job_id),
+                                                    lambda: _read(self.output)))
         if node not in job_nodes:
             raise HostUnreachable(f"{node}: Slurm took it out of job {self.job_id} (node state {state}); its "
                                   "tasks are lost, never relaunched there")
