@@ -93,6 +93,18 @@ def test_an_id_used_twice_in_a_batch_gets_one_row_and_both_gradients(deduplicate
     np.testing.assert_array_equal(out[0, 0], out[1, 0])
 
 
+@pytest.mark.parametrize("deduplicate", [True, False])
+def test_each_occurrence_trains_its_own_row_or_its_features_shared_row(deduplicate):
+    layer, optimizer = table(64, 2, "sgd", admit_after=2, deduplicate=deduplicate)  # plain SGD, learning rate 0.1
+    shared = layer.shared.numpy()
+    train(layer, optimizer, [[5, 6], [5, 7], [5, 8]])  # 5 (feature 0) is seen 3 times: admitted; 6, 7, 8 are not
+    np.testing.assert_allclose(layer.shared.numpy() - shared, [[0.0] * 4, [-0.3] * 4], atol=1e-6)
+    assert (layer.locate([6, 7, 8])[1] < 0).all()
+    first = layer.snapshot()["vectors"][0]
+    train(layer, optimizer, [[5, 6], [9, 6]])  # 5 holds a row: its one occurrence trains it
+    np.testing.assert_allclose(layer.snapshot()["vectors"][0] - first, [-0.1] * 4, atol=1e-6)
+
+
 @pytest.mark.parametrize("name, slots", [("sgd", []), ("ftrl", ["accumulator", "linear"])])
 def test_the_other_table_optimizers_train_reset_and_save_their_slots(tmp_path, name, slots):
     layer, optimizer = table(8, 2, name, expire_after_steps=1)

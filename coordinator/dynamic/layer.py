@@ -29,6 +29,16 @@ from coordinator.table_init import filled, uniform_table
 SWEEPS_PER_EXPIRY = 8  # a row idle for expire_after_steps is freed within 1/8 of that (and one sweep's grace) more
 
 
+@tf.custom_gradient
+def gather_summing_gradients(params: tf.Tensor, indices: tf.Tensor):
+    """tf.gather whose gradient is summed per row of `params` at once (dense), where tf.gather hands one slice per
+    index down the graph, to be split and summed again at every concat on the way to the ps."""
+    def gradient(upstream):
+        return tf.math.unsorted_segment_sum(upstream, indices, tf.shape(params, out_type=indices.dtype)[0]), None
+
+    return tf.gather(params, indices), gradient
+
+
 class _Rows:
     """Holds the rows variable and the partitions out of Keras' and the checkpoint's sight (a plain object)."""
 
@@ -113,16 +123,13 @@ class DynamicTables(tf_keras.layers.Layer):
         return occurrences, tf.gather(slot_of_unique, tf.gather(positions, occurrences))
 
     def _per_occurrence(self, held, vectors, units, unit_of_occurrence, features) -> tf.Tensor:
-        """Row vectors per occurrence from the units' held rows; occurrences of units without a row read their
-        feature's shared row (each feature's moves once per step)."""
+        """Row vectors per occurrence, in one gather from the held rows followed by each feature's shared row:
+        an occurrence of a unit with a row reads it, one of a unit without reads its feature's shared row."""
         slot_of_unit = tf.scatter_nd(held[:, tf.newaxis], tf.range(1, tf.size(held, out_type=tf.int64) + 1),
                                      tf.reshape(tf.cast(units, tf.int64), [1])) - 1
         slot = tf.gather(slot_of_unit, unit_of_occurrence)  # -1: no row
-        with_row, without = tf.where(slot >= 0)[:, 0], tf.where(slot < 0)[:, 0]
-        own = tf.gather(vectors, tf.gather(slot, with_row))
-        needed, positions = tf.unique(tf.gather(features, without))
-        shared = tf.gather(tf.gather(self.shared, needed), positions)
-        return tf.dynamic_stitch([tf.cast(with_row, tf.int32), tf.cast(without, tf.int32)], [own, shared])
+        shared_slot = tf.size(held, out_type=tf.int64) + tf.cast(features, tf.int64)
+        return gather_summing_gradients(tf.concat([vectors, self.shared], 0), tf.where(slot >= 0, slot, shared_slot))
 
     def _step(self) -> tf.Tensor:
         if self._optimizer is None:

@@ -4,8 +4,10 @@
 take memory without bound (a flood of ids seen once each, as junk traffic or an attack sends, would fill the
 ps), so sightings go into a count-min sketch of DEPTH rows, as wide as the partition has rows: each id adds its
 sightings to one cell per row (only to the cells at its current minimum: the conservative update) and is
-estimated at the smallest of its cells. The estimate is never below the truth; it is above it only when all
-DEPTH cells are shared with other ids. So that a flood cannot fill the cells, the sketch halves every cell each
+estimated at the smallest of its cells. The estimate is above the truth only when all DEPTH cells are shared
+with other ids; it is below it only when two ids raised one cell in the same lookup (the cells are written, not
+maxed, to save half the update's time: the smaller count may win), which costs an id one more sighting, never
+admits one early. So that a flood cannot fill the cells, the sketch halves every cell each
 time it has taken a quarter of its width in new sightings: an id must be seen N times within about that window,
 at most some 22 % of a row's cells are in use (1 - e^-1/4), and an id seen once passes for N = 2 with odds of
 about 0.22 ** DEPTH (0.2 %) at worst.
@@ -35,15 +37,16 @@ class AdmissionSketch:
         halved = tf.cond(self.load + added > self.width // 4, self._halve, lambda: tf.constant(False))
         with tf.control_dependencies([halved]):
             cells = sketch_cells(ids, DEPTH, self.width)
-            estimate = tf.reduce_min(tf.gather(self.counts, cells), axis=1) + sightings
-        raised = self.counts.scatter_max(tf.IndexedSlices(
-            tf.reshape(tf.broadcast_to(estimate[:, tf.newaxis], tf.shape(cells)), [-1]), tf.reshape(cells, [-1])))
+            counted = tf.gather(self.counts, cells)
+            estimate = tf.reduce_min(counted, axis=1) + sightings
+        raised = self.counts.scatter_update(tf.IndexedSlices(
+            tf.reshape(tf.maximum(counted, estimate[:, tf.newaxis]), [-1]), tf.reshape(cells, [-1])))
         loaded = self.load.assign_add(added)
         with tf.control_dependencies([raised, loaded]):
             return estimate >= self.threshold
 
     def _halve(self) -> tf.Tensor:
-        with tf.control_dependencies([self.counts.assign(self.counts // 2), self.load.assign(0)]):
+        with tf.control_dependencies([self.counts.assign(tf.bitwise.right_shift(self.counts, 1)), self.load.assign(0)]):
             return tf.constant(True)
 
     def state(self) -> tuple[tf.Tensor, tf.Tensor]:
