@@ -131,11 +131,12 @@ class DynamicTables(tf_keras.layers.Layer):
         shared_slot = tf.size(held, out_type=tf.int64) + tf.cast(features, tf.int64)
         return gather_summing_gradients(tf.concat([vectors, self.shared], 0), tf.where(slot >= 0, slot, shared_slot))
 
-    def _step(self) -> tf.Tensor:
+    def _step(self):
+        """The table optimizer's step counter (the variable: each partition reads it on its own ps)."""
         if self._optimizer is None:
             raise ValueError(f"{self.name}: a training lookup needs the table optimizer: call "
                              "bind_optimizer(optimizer) after creating its slots (SparseDenseModel does)")
-        return tf.cast(self._optimizer.iterations, tf.int32)
+        return self._optimizer.iterations
 
     def _expiry(self) -> tuple:
         """(expire_after_steps, sweep every so many steps), or () when rows never expire."""

@@ -70,9 +70,13 @@ class Partition:
 
     def train_lookup(self, ids: tf.Tensor, sightings: tf.Tensor, step: tf.Tensor, expiry: tuple = ()) -> tf.Tensor:
         """Each distinct id's row, admitting missing ids under the lock; -1 for ids without one (not admitted
-        yet, or the partition full). Marks the rows as looked up at `step` (int32), then, with `expiry`
-        (expire_after, every), sweeps when the last sweep is `every` steps behind."""
+        yet, or the partition full). Marks the rows as looked up at `step` (the optimizer's step counter, read
+        on this ps), then, with `expiry` (expire_after, every), sweeps when the last sweep is `every` steps
+        behind."""
         with tf.device(self.device):
+            # copied here first: a cond's input is switched on the device it comes from, and a switch on the
+            # worker costs the predicate and the branch's pivot a trip each, every step
+            ids, sightings, step = tf.identity(ids), tf.identity(sightings), tf.cast(step, tf.int32)
             found = tf.reshape(self.index.lookup(ids), [-1])
             rows = tf.cond(tf.reduce_any(found < 0),
                            lambda: self.lock.execute(lambda: self._admit(ids, sightings, found, step),
