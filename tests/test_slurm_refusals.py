@@ -148,6 +148,24 @@ def test_a_completing_job_is_asked_again_until_it_shows_why_it_ended():
     assert stuck == "job 4 ended: COMPLETING; see `scontrol show job 4`", stuck
 
 
+def test_a_job_signalling_a_step_still_runs_and_one_that_timed_out_has_ended(tmp_path):
+    import threading
+    import time
+
+    from launcher.backends.base import AgentFailed
+    from launcher.backends.slurm.node import SlurmView
+
+    view = SlurmView.__new__(SlurmView)  # its answers set here instead of asked of slurmctld
+    view.job_id, view.max_age_s, view.lock, view.asked_at = "4", 60.0, threading.Lock(), time.monotonic()
+    view.nodes, view.job_nodes, view.output = {"n01": "alloc"}, {"n01"}, tmp_path / "slurm-4.out"
+    for state in ("RUNNING", "SIGNALING"):  # SIGNALING: while our own warning reaches the chief's step
+        view.job = {"JobState": state}
+        view.check("n01")
+    view.job = {"JobState": "TIMEOUT", "TimeLimit": "00:02:00"}
+    with pytest.raises(AgentFailed, match=r"job 4 ended: TIMEOUT \(it reached its time limit"):
+        view.check("n01")
+
+
 def test_the_time_left_is_read_from_endtime():
     import time
     end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(1_800_000_000))

@@ -15,6 +15,7 @@ from launcher.backends.base import AgentFailed, HostUnreachable
 CLIENT_TIMEOUT_S = 30
 WARN_SIGNAL = "USR1"  # Slurm's --signal to the batch shell before the time limit (SIGTERM would end the job)
 RUNNING, PENDING = "RUNNING", "PENDING"
+LIVE = (RUNNING, "SIGNALING", "RESIZING")  # JobState while its steps run (a flag shows in place of RUNNING)
 
 
 class SlurmError(AgentFailed):

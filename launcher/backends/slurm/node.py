@@ -44,7 +44,7 @@ class SlurmView:
         output = slurm.run_client(["sinfo", "--noheader", "--Node", "--format=%N %t"])
         self.nodes = dict(line.split()[:2] for line in output.splitlines() if len(line.split()) >= 2)
         self.job = slurm.job_fields(self.job_id)
-        if self.job.get("JobState") == slurm.RUNNING and self.job.get("NodeList"):
+        if self.job.get("JobState") in slurm.LIVE and self.job.get("NodeList"):
             self.job_nodes = set(slurm.hostnames(self.job.get("NodeList", "")))
         self.asked_at = time.monotonic()
         if not self.warned and self.config.slurm.signal_before_end_s and self._limit_near():
@@ -80,7 +80,7 @@ class SlurmView:
             if now or time.monotonic() - self.asked_at > self.max_age_s:
                 self._ask()
             state, job, job_nodes = self.nodes.get(node, "unknown"), dict(self.job), set(self.job_nodes)
-        if job.get("JobState") != slurm.RUNNING:
+        if job.get("JobState") not in slurm.LIVE:  # SIGNALING while a signal (ours too) reaches a step
             raise AgentFailed(endings.settled_cause(self.job_id, job, lambda: slurm.job_fields(self.job_id),
                                                     lambda: _read(self.output)))
         if node not in job_nodes:
