@@ -1,16 +1,15 @@
 """Counting the sightings of ids that have no row yet, in bounded memory: a count-min sketch per partition.
 
 `admit_after` N means an id gets a row of its own at its Nth sighting. Counting every id ever seen exactly would
-take memory without bound (a flood of ids seen once each, as junk traffic or an attack sends, would fill the
-ps), so sightings go into a count-min sketch of DEPTH rows, as wide as the partition has rows: each id adds its
-sightings to one cell per row (only to the cells at its current minimum: the conservative update) and is
-estimated at the smallest of its cells. The estimate is above the truth only when all DEPTH cells are shared
-with other ids; it is below it only when two ids raised one cell in the same lookup (the cells are written, not
-maxed, to save half the update's time: the smaller count may win), which costs an id one more sighting, never
-admits one early. So that a flood cannot fill the cells, the sketch halves every cell each
-time it has taken a quarter of its width in new sightings: an id must be seen N times within about that window,
-at most some 22 % of a row's cells are in use (1 - e^-1/4), and an id seen once passes for N = 2 with odds of
-about 0.22 ** DEPTH (0.2 %) at worst.
+take memory without bound (a flood of ids seen once each, as junk traffic or an attack sends, would fill the ps), so
+sightings go into a count-min sketch of DEPTH rows, as wide as the partition has rows: each id adds its sightings to
+one cell per row (only to the cells at its current minimum: the conservative update) and is estimated at the
+smallest of its cells. The estimate is above the truth only when all DEPTH cells are shared with other ids; it is
+below it only when two ids raised one cell in the same lookup (the cells are written, not maxed, to save half the
+update's time: the smaller count may win), which costs an id one more sighting, never admits one early. So that a
+flood cannot fill the cells, the sketch halves every cell each time it has taken a quarter of its width in new
+sightings: an id must be seen N times within about that window, at most some 22 % of a row's cells are in use
+(1 - e^-1/4), and an id seen once passes for N = 2 with odds of about 0.22 ** DEPTH (0.2 %) at worst.
 """
 
 from __future__ import annotations
