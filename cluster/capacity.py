@@ -3,7 +3,8 @@
 A step moves bytes from each ps to the worker and back (dense: every variable out and its gradient back;
 sparse: the rows a batch looks up). On the worker the two happen one after the other around the compute, and a
 step also pays fixed costs that no byte count shows (the chief's dispatch, the RPCs' own work: `fixed_s`,
-measured by the calibration run) and some round trips of its link (`round_trips` x the link's round-trip time).
+measured by the calibration run, and more for each ps it talks to) and some round trips of its link
+(`round_trips` x the link's round-trip time).
 So one worker alone runs at most 1 / (compute + fixed + moved / B + round trips x RTT) steps/s. A ps host sends
 and receives at once (links are full duplex), so it serves at most B / (half its bytes moved per step) steps/s
 to the whole cluster: S·B/V for V spread evenly over S ps. Below that ceiling the workers still queue at a
@@ -33,11 +34,21 @@ NEW_HOST = "new host {k}"
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class StepCosts:
     """What a step costs beside its compute and bytes: fixed seconds per step (dispatch, the RPCs' own work), the
-    link round trips it waits for, and CPU seconds per step of a worker, of all ps together and of the chief."""
+    link round trips it waits for, and CPU seconds per step of a worker, of all ps together and of the chief, all
+    with one ps; and what each ps beyond the first adds to the fixed seconds and to each role's CPU (its own
+    subgraph and RPCs in every step)."""
 
     fixed_s: float = 0.0
     round_trips: float = 0.0
     cpu_s: Mapping[str, float] = dataclasses.field(default_factory=dict)  # "worker", "ps", "chief"
+    fixed_per_ps_s: float = 0.0
+    cpu_per_ps_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def for_ps(self, count: int) -> "StepCosts":
+        """The costs of a step that talks to `count` ps."""
+        more = count - 1
+        cpu = {role: seconds + more * self.cpu_per_ps_s.get(role, 0.0) for role, seconds in self.cpu_s.items()}
+        return StepCosts(fixed_s=self.fixed_s + more * self.fixed_per_ps_s, round_trips=self.round_trips, cpu_s=cpu)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,13 +117,13 @@ def _per_s(seconds: float, count: float = 1) -> float:
     return count / seconds if seconds > 0 else float("inf")
 
 
-def _worker_ceiling(layout: Layout, transfer: dict, waits: dict) -> float:
+def _worker_ceiling(layout: Layout, costs: StepCosts, transfer: dict, waits: dict) -> float:
     """The workers' steps/s: each alone, its host's link shared by its workers (half the bytes each way) and,
     without CPU figures, its cores (the compute is measured with all of them)."""
     total = 0.0
     for host, count in Counter(layout.worker_hosts).items():
         alone = _per_s(layout.compute_s + transfer[host] + waits[host], count)
-        cores = float("inf") if layout.costs.cpu_s else _per_s(layout.compute_s)
+        cores = float("inf") if costs.cpu_s else _per_s(layout.compute_s)
         total += min(alone, _per_s(transfer[host], 2), cores)
     return total
 
@@ -140,10 +151,10 @@ def _queued(layout: Layout, transfer: dict, waits: dict, link_s: list[float]) ->
     return steps_per_s, 2 * (direction_s - own)
 
 
-def _cores_ceiling(layout: Layout) -> float:
+def _cores_ceiling(layout: Layout, costs: StepCosts) -> float:
     """Each machine's cores over the CPU seconds its tasks spend per step of the whole cluster (workers take
     steps in their share, ps work in proportion to their bytes, the chief on every step)."""
-    cpu, machines = layout.costs.cpu_s, layout.machines
+    cpu, machines = costs.cpu_s, layout.machines
     if not cpu or not machines:
         return float("inf")
     load: dict[str, float] = {}
@@ -167,15 +178,15 @@ def predict(layout: Layout, links: Links, round_trip: Links = no_round_trips) ->
     """The steps/s the cluster can reach: the workers' steps/s with their queues at the ps links, at most the
     workers', the ps hosts', the shared cores' and the chief's ceilings. `round_trip(worker host, ps host)` is
     the link's round-trip time in seconds."""
-    workers = Counter(layout.worker_hosts)
+    workers, costs = Counter(layout.worker_hosts), layout.costs.for_ps(len(layout.ps_hosts))
     transfer = {host: _transfer_s(layout, links, host) for host in workers}
-    waits = {host: layout.costs.fixed_s + layout.costs.round_trips * max(round_trip(host, p) for p in
-                                                                           layout.ps_hosts) for host in workers}
+    waits = {host: costs.fixed_s + costs.round_trips * max(round_trip(host, p) for p in layout.ps_hosts)
+             for host in workers}
     link_s = _ps_link_s(layout, links)
-    ceilings = {WORKERS: _worker_ceiling(layout, transfer, waits),
+    ceilings = {WORKERS: _worker_ceiling(layout, costs, transfer, waits),
                 PS_LINKS: min((_per_s(s) for s in link_s if s > 0), default=float("inf")),
-                COMPUTE: _per_s(layout.compute_s, len(workers)), CORES: _cores_ceiling(layout),
-                CHIEF: _per_s(layout.costs.cpu_s.get("chief", 0.0))}
+                COMPUTE: _per_s(layout.compute_s, len(workers)), CORES: _cores_ceiling(layout, costs),
+                CHIEF: _per_s(costs.cpu_s.get("chief", 0.0))}
     queued, queued_s = _queued(layout, transfer, waits, link_s)
     steps_per_s = min(queued, ceilings[WORKERS], ceilings[PS_LINKS], ceilings[CORES], ceilings[CHIEF])
     slowest = max(workers, key=lambda host: transfer[host] + waits[host])

@@ -1,11 +1,12 @@
-"""`python -m coordinator.calibration`: the job's real step for a few seconds on one worker and one ps, timed, with
-each process's CPU counted, so `plan` can price what a step costs beside its compute and its bytes.
+"""`python -m coordinator.calibration`: the job's real step for a few seconds on one worker and a ps or two, timed,
+with each process's CPU counted, so `plan` can price what a step costs beside its compute and its bytes.
 
-Run as the chief of a loopback cluster of one ps and one worker (the launcher starts them, see
+Run as the chief of a loopback cluster of one worker and one or more ps (the launcher starts them, see
 launcher/calibration_run.py) with the job's own model, optimizers and steps_per_execution, and the job's global
 batch as the one worker's batch. A first short epoch traces and connects, a second of PROBE_CHUNKS chunks sizes
-the third to about TARGET_S, which is timed: wall seconds per step, and CPU seconds per step of the chief (this
-process), the worker and the ps (read from /proc by pid). Prints one JSON line.
+the TIMED_EPOCHS after it to about TARGET_S in all: wall seconds per step of the fastest of them (a neighbour's
+burst lengthens an epoch, never shortens one), and CPU seconds per step over all of them of the chief (this
+process), the worker and the ps together (read from /proc by pid). Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from common.errors import exit_on_user_error
 from common.logs import quiet_tensorflow, task_logger
 from common.proc import proc_stat
 
-TARGET_S = 3.0  # the timed epoch's length
+TARGET_S = 3.0  # the timed epochs' length in all
+TIMED_EPOCHS = 3
 WARM_UP_CHUNKS = 2  # of steps_per_execution steps: tracing, connecting, the first reads of every variable
 PROBE_CHUNKS = 5
 MAX_STEPS = 5_000
@@ -37,17 +39,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _fit(model, dataset_fn, steps: int) -> float:
-    """Wall seconds of one epoch of `steps` steps, every one finished."""
+def _fit(model, dataset_fn, steps: int, epochs: int = 1) -> list[float]:
+    """Wall seconds of each of `epochs` epochs of `steps` steps (at an epoch's end every step scheduled has run)."""
     import tf_keras
 
-    started = time.perf_counter()
-    model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn), epochs=1, steps_per_epoch=steps, verbose=0)
-    return time.perf_counter() - started
+    ends = [time.perf_counter()]
+    marker = tf_keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: ends.append(time.perf_counter()))
+    model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn), epochs=epochs, steps_per_epoch=steps, verbose=0,
+              callbacks=[marker])
+    return [end - start for start, end in zip(ends[:-1], ends[1:], strict=True)]
 
 
-def measure(config, pids: dict[str, int], log) -> dict:
-    """Warms up, then times one epoch of about TARGET_S; CPU per step of every process named in `pids`."""
+def cpu_of(pids: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds used so far by each role's processes together."""
+    return {role: sum(cpu_seconds(pid) for pid in group) for role, group in pids.items()}
+
+
+def measure(config, pids: dict[str, list[int]], log) -> dict:
+    """Warms up, then times TIMED_EPOCHS epochs of about TARGET_S in all; CPU per step of each role in `pids`."""
     from coordinator import strategy
     from coordinator.compiled import build_compiled
     from data import source_for
@@ -60,33 +69,36 @@ def measure(config, pids: dict[str, int], log) -> dict:
         model = build_compiled(options, source, steps_per_execution=options.steps_per_execution)
     dataset_fn = source.train_dataset_fn(global_batch, options.seed, workers=1)
     chunk = options.steps_per_execution
-    warm_s = _fit(model, dataset_fn, WARM_UP_CHUNKS * chunk)
-    probe_s = _fit(model, dataset_fn, PROBE_CHUNKS * chunk)
-    steps = max(chunk, min(MAX_STEPS, round(TARGET_S / max(probe_s / (PROBE_CHUNKS * chunk), 1e-4) / chunk) * chunk))
-    before = {name: cpu_seconds(pid) for name, pid in {"chief": os.getpid(), **pids}.items()}
-    wall_s = _fit(model, dataset_fn, steps)
-    used = {name: cpu_seconds(pid) - before[name] for name, pid in {"chief": os.getpid(), **pids}.items()}
-    log.info("calibration: %d steps of batch %d in %.2f s (%.2f ms per step)", steps, global_batch, wall_s,
-             wall_s / steps * 1e3)
-    return {"steps": steps, "global_batch": global_batch, "wall_s": wall_s, "step_s": wall_s / steps,
-            "cpu_s_per_step": {name: seconds / steps for name, seconds in used.items()},
+    (warm_s,) = _fit(model, dataset_fn, WARM_UP_CHUNKS * chunk)
+    (probe_s,) = _fit(model, dataset_fn, PROBE_CHUNKS * chunk)
+    per_step_s = max(probe_s / (PROBE_CHUNKS * chunk), 1e-4)
+    steps = max(chunk, min(MAX_STEPS, round(TARGET_S / TIMED_EPOCHS / per_step_s / chunk) * chunk))
+    pids = {"chief": [os.getpid()], **pids}
+    before = cpu_of(pids)
+    epochs_s = _fit(model, dataset_fn, steps, TIMED_EPOCHS)
+    used = {role: seconds - before[role] for role, seconds in cpu_of(pids).items()}
+    log.info("calibration: %d epochs of %d steps of batch %d in %s s (the fastest %.2f ms per step)", TIMED_EPOCHS,
+             steps, global_batch, ", ".join(f"{s:.2f}" for s in epochs_s), min(epochs_s) / steps * 1e3)
+    return {"steps": steps * TIMED_EPOCHS, "global_batch": global_batch, "wall_s": sum(epochs_s),
+            "step_s": min(epochs_s) / steps, "epochs_s": epochs_s,
+            "cpu_s_per_step": {role: seconds / (steps * TIMED_EPOCHS) for role, seconds in used.items()},
             "steps_per_execution": options.steps_per_execution, "warm_up_s": warm_s}
 
 
 @exit_on_user_error()
 def main(cluster: str, pids="{}") -> None:
-    """Times the job's step on CLUSTER (one ps, one worker on loopback) and prints the figures as one JSON line.
+    """Times the job's step on CLUSTER (one worker and its ps on loopback) and prints the figures as one JSON line.
 
     Args:
       cluster: the calibration cluster's file (the launcher writes it).
-      pids: JSON {"worker": pid, "ps": pid} of the servers, whose CPU is counted.
+      pids: JSON {"worker": [pid], "ps": [pid, ...]} of the servers, whose CPU is counted by role.
     """
     config = cluster_config.load(cluster)
     taskspec.apply_to_this_process(config, config.task("chief", 0))
     log = task_logger("calibration")
     quiet_tensorflow()
     pids = pids if isinstance(pids, dict) else json.loads(pids)  # Fire decodes a JSON object itself
-    figures = measure(config, {name: int(pid) for name, pid in pids.items()}, log)
+    figures = measure(config, {role: [int(pid) for pid in group] for role, group in pids.items()}, log)
     print(json.dumps(figures), flush=True)
 
 

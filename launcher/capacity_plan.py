@@ -113,7 +113,7 @@ def plan(config: ClusterConfig, say) -> list[str]:
     compute_s, compute_from = given_compute_s(config), "given (hosts.<name>.step_compute_ms)"
     if compute_s is None:
         compute_s, compute_from = step_traffic.compute_s(model, source, global_batch), "measured on this machine"
-    costs, costs_line = step_costs.measured(config, compute_s=compute_s, bytes_per_step=sum(bytes_for(1)), say=say)
+    costs, costs_lines = step_costs.measured(config, compute_s=compute_s, bytes_per_step=sum(bytes_for(1)), say=say)
     found = links(config, say)
     chief = config.jobs["chief"][0].host
     machines = host_facts.machines(config, (*workers, *ps, chief))
@@ -123,7 +123,8 @@ def plan(config: ClusterConfig, say) -> list[str]:
                                           lookup({pair: f[1] for pair, f in found.items()}))
     write(config, layout, found, searched, enough)
     tables = table_lines(options, model, created, ids, layout)
-    return _head(config, model, layout, found, compute_from) + [costs_line, *_machine_lines(machines), *tables] + lines
+    head = _head(config, model, layout, found, compute_from)
+    return [*head, *costs_lines, *_machine_lines(machines), *tables, *lines]
 
 
 def table_lines(options, model, created, ids, layout: capacity.Layout) -> list[str]:

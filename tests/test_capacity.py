@@ -194,6 +194,20 @@ def test_tasks_on_one_machine_share_its_cores_and_the_chief_dispatches_every_ste
     assert spread.ceilings[capacity.CORES] == pytest.approx(2 / 0.012)  # the ps and chief's machine binds now
 
 
+def test_each_ps_more_adds_its_fixed_cost_to_every_step_and_its_cpu_to_the_machine():
+    machine = capacity.Machine("box", cores=2)
+    costs = capacity.StepCosts(fixed_s=0.001, cpu_s={"worker": 0.004, "ps": 0.003, "chief": 0.001},
+                               fixed_per_ps_s=0.002, cpu_per_ps_s={"worker": 0.001, "ps": 0.003})
+    one = Layout(ps_hosts=("p",), worker_hosts=("w",), ps_bytes_per_step=(1e3,), compute_s=0.005, costs=costs,
+                 machines={"w": machine, "p": machine, "q": machine, "r": machine, "c": machine}, chief_host="c")
+    three = dataclasses.replace(one, ps_hosts=("p", "q", "r"), ps_bytes_per_step=(1e3,) * 3)
+    assert capacity.predict(one, same_links(1e12)).fixed_s == pytest.approx(0.001)
+    p = capacity.predict(three, same_links(1e12))
+    assert p.fixed_s == pytest.approx(0.001 + 2 * 0.002)
+    assert p.ceilings[capacity.CORES] == pytest.approx(2 / (0.004 + 2 * 0.001 + 0.003 + 2 * 0.003 + 0.001))
+    assert p.ceilings[capacity.CHIEF] == pytest.approx(1000)  # no slope given for the chief: its own CPU
+
+
 def test_a_step_waits_for_two_round_trips_and_its_share_of_the_dispatch():
     from launcher.step_costs import round_trips
 

@@ -44,6 +44,8 @@ def test_plan_of_the_shipped_cluster_builds_the_model_measures_loopback_and_swee
     assert any(line.startswith("enough ps:") for line in lines)
     saved = json.loads((tmp_path / "logs" / "capacity-plan.json").read_text())
     assert saved["ps_hosts"] == ["localhost", "localhost"] and saved["compute_s"] > 0
+    assert any(line.startswith("step on 1 worker + 2 ps here:") for line in lines)
+    assert saved["costs"]["cpu_per_ps_s"]["ps"] > 0  # the second ps's CPU counted beside the first's
     dense_bytes = 2 * 4 * (3 * 3 * 32 + 32 + 26 * 26 * 32 * 128 + 128 + 128 * 10 + 10)  # digits 28x28: conv, dense
     assert sum(saved["ps_bytes_per_step"]) in (pytest.approx(dense_bytes), pytest.approx(2 * 4 * (
         3 * 3 * 32 + 32 + 6 * 6 * 32 * 128 + 128 + 128 * 10 + 10)))  # or the 8x8 digits
