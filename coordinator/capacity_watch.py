@@ -2,13 +2,17 @@
 
 The prediction is made here, on the variables as the strategy really placed them, with the links and compute
 that `plan` measured (LOGS_DIR/capacity-plan.json) or that cluster.json gives; the lines read
-`capacity: measured 8.10 steps/s, predicted 9.00 (90%), bound by ps links`.
+`capacity: measured 8.10 steps/s, predicted 9.00 (90%), bound by ps links`. The run's figure counts the time its
+epochs' steps took, not what happens between epochs (checkpoints, the next epoch's input), which the plan
+does not predict.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+
+import tf_keras
 
 from cluster import capacity
 from cluster.capacity_inputs import (hosts_of, links_and_compute, plan_mismatch, plan_path, planned_costs,
@@ -19,41 +23,57 @@ from coordinator import step_traffic
 FIRST_LINES = 3
 
 
-class CapacityWatch:
-    """Logs the verdict for the first `first_lines` progress lines; `summary()` is the run's in summary.json."""
+class CapacityWatch(tf_keras.callbacks.Callback):
+    """Logs the verdict for the first `first_lines` progress lines; `summary()` is the run's in summary.json. As a
+    callback (placed before the checkpoints'), it times each epoch from its start to its steps' end."""
 
     def __init__(self, prediction: capacity.Prediction, layout: capacity.Layout, log, *,
                  first_lines: int = FIRST_LINES):
+        super().__init__()
         self.prediction, self.layout, self.log, self.first_lines = prediction, layout, log, first_lines
         self.seen: list[float] = []
-        self.epoch_ends: list[tuple[float, int]] = []  # (monotonic seconds, optimizer step) at each epoch's end
+        self.epochs: list[tuple[float, int, float, int]] = []  # (start s, start step, end s, end step), monotonic
+        self.began: tuple[float, int] | None = None
 
     def observe(self, steps_per_s: float) -> None:
         self.seen.append(steps_per_s)
         if len(self.seen) <= self.first_lines:
             self.log.info("%s", capacity.verdict(steps_per_s, self.prediction, warming_up=len(self.seen) == 1))
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch_began(int(self.model.optimizer.iterations.numpy()))
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epoch_ended(int(self.model.optimizer.iterations.numpy()))
+
+    def epoch_began(self, step: int) -> None:
+        self.began = (time.monotonic(), step)
+
     def epoch_ended(self, step: int) -> None:
-        self.epoch_ends.append((time.monotonic(), step))
+        """At an epoch's end every step scheduled in it has run (Keras has fetched its last step's result)."""
+        if self.began is not None:
+            self.epochs.append((*self.began, time.monotonic(), step))
+            self.began = None
 
     def measured(self) -> float | None:
-        """Steps/s from the first epoch's end to the last's (every step scheduled in an epoch has run at its end),
-        else the median of the progress lines after the first (it includes tracing), if any.
+        """Steps/s over the epochs after the first (which traces), each from its start to its steps' end, else
+        the median of the progress lines after the first (it includes tracing), if any.
 
         Not the lines alone: under ParameterServerStrategy the chief's batch hooks run when steps are scheduled,
         a whole short epoch's at once, so a line's step count can be seconds old (a run measured 143.7 steps/s
         between two lines and 11.2 over its last epoch)."""
-        if len(self.epoch_ends) >= 2:
-            (first_s, first_step), (last_s, last_step) = self.epoch_ends[0], self.epoch_ends[-1]
-            if last_s > first_s and last_step > first_step:
-                return (last_step - first_step) / (last_s - first_s)
-        later = self.seen[1:] or self.seen
-        return statistics.median(later) if later else None
+        later = self.epochs[1:]
+        seconds, steps = sum(end - start for start, _, end, _ in later), sum(b - a for _, a, _, b in later)
+        if seconds > 0 and steps > 0:
+            return steps / seconds
+        lines = self.seen[1:] or self.seen
+        return statistics.median(lines) if lines else None
 
     def summary(self) -> dict:
         measured = self.measured()
         if measured is not None:
-            how = "from the first epoch's end to the last's" if len(self.epoch_ends) >= 2 else "median of the run"
+            how = ("the steps of the epochs after the first, checkpoints between them left out"
+                   if len(self.epochs) >= 2 else "median of the run")
             self.log.info("%s (%s)", capacity.verdict(measured, self.prediction), how)
         p = self.prediction
         return {"predicted_steps_per_s": round(p.steps_per_s, 3), "bound": p.bound,

@@ -55,7 +55,8 @@ def _train(config: ClusterConfig, options: TrainingOptions, run: setup.TrainingR
         return run.source.train_dataset_fn(run.global_batch, options.seed + step, workers=workers)
 
     pacing = SchedulePacing(CHUNKS_AHEAD_PER_WORKER * workers)  # first: later hooks see steps done, not queued
-    callback_list = [pacing, *setup.callbacks(run, checkpoints, device=strategy.CHIEF_CPU, stop=stop,
+    timing = [watch] if watch else []  # before the checkpoints: it times an epoch's steps, not what follows them
+    callback_list = [pacing, *timing, *setup.callbacks(run, checkpoints, device=strategy.CHIEF_CPU, stop=stop,
                                               resume_steps=start.steps, checkpoint_every_s=options.checkpoint_every_s,
                                               capacity=watch, tables=table_report(model))]
     final_metrics, seconds = setup.fit(run, model, dataset_fn, callback_list, start, stop)

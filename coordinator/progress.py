@@ -83,8 +83,6 @@ class ProgressReport(tf_keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         step, self.epoch_metrics = self._step(), _fetched(logs)
         self._report(step, self.epoch_metrics, epoch_end=True)
-        if self.capacity is not None:
-            self.capacity.epoch_ended(step)
         self._beat(step)
 
     def on_train_end(self, logs=None):

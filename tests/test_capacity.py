@@ -241,17 +241,19 @@ def test_ids_per_step_counts_lookups_distinct_ids_and_ids_new_to_the_sample():
     assert ids_per_step(batches) == (4.0, pytest.approx(10 / 3), 2.5)  # new: {4, 5} then {6, 7, 8}
 
 
-def test_the_run_is_measured_between_epoch_ends_when_there_are_two(monkeypatch):
-    """Lines whose step counts lag (PSS runs batch hooks when it schedules) do not make the run's figure."""
+def test_the_run_is_measured_over_the_steps_of_its_epochs_after_the_first(monkeypatch):
+    """Lines whose step counts lag (PSS runs batch hooks when it schedules) do not make the run's figure, nor
+    does the time between epochs (checkpoints)."""
     from coordinator.capacity_watch import CapacityWatch
 
-    clock = iter([10.0, 15.0])
+    clock = iter([0.0, 9.0, 10.0, 15.0, 21.0, 26.0])  # epochs: tracing, then 5 s of steps, 6 s of checkpoint
     monkeypatch.setattr("coordinator.capacity_watch.time.monotonic", lambda: next(clock))
     p = capacity.predict(dense(100e6, ps=1, workers=50, compute_s=0.01), same_links(1e9))
     watch = CapacityWatch(p, None, logging.getLogger("test"))
     for steps_per_s in (3.5, 143.7, 11.2):
         watch.observe(steps_per_s)
     assert watch.measured() == pytest.approx(77.45)  # the lines' median after the first
-    watch.epoch_ended(59)
-    watch.epoch_ended(118)
-    assert watch.measured() == pytest.approx(59 / 5.0)
+    for began, ended in ((0, 59), (59, 118), (118, 177)):
+        watch.epoch_began(began)
+        watch.epoch_ended(ended)
+    assert watch.measured() == pytest.approx(118 / 10.0)
