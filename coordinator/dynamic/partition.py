@@ -74,9 +74,10 @@ class Partition:
         on this ps), then, with `expiry` (expire_after, every), sweeps when the last sweep is `every` steps
         behind."""
         with tf.device(self.device):
-            # copied here first: a cond's input is switched on the device it comes from, and a switch on the
-            # worker costs the predicate and the branch's pivot a trip each, every step
-            ids, sightings, step = tf.identity(ids), tf.identity(sightings), tf.cast(step, tf.int32)
+            # made here first: a cond's input is switched on the device it comes from, and a switch on the worker
+            # costs the predicate and the branch's pivot a trip each, every step (a cast, since the graph
+            # optimizer removes an identity and switches the worker's tensor again)
+            ids, sightings, step = tf.identity(ids), tf.cast(sightings, tf.int64), tf.cast(step, tf.int32)
             found = tf.reshape(self.index.lookup(ids), [-1])
             rows = tf.cond(tf.reduce_any(found < 0),
                            lambda: self.lock.execute(lambda: self._admit(ids, sightings, found, step),

@@ -31,13 +31,13 @@ class AdmissionSketch:
         self.load = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="sightings_since_halving")
 
     def admit(self, ids: tf.Tensor, sightings: tf.Tensor) -> tf.Tensor:
-        """Counts `sightings` (int32) of each distinct id; True where the id has now been seen `threshold` times."""
-        added = tf.reduce_sum(tf.cast(sightings, tf.int64))
+        """Counts `sightings` (int64) of each distinct id; True where the id has now been seen `threshold` times."""
+        added = tf.reduce_sum(sightings)
         halved = tf.cond(self.load + added > self.width // 4, self._halve, lambda: tf.constant(False))
         with tf.control_dependencies([halved]):
             cells = sketch_cells(ids, DEPTH, self.width)
             counted = tf.gather(self.counts, cells)
-            estimate = tf.reduce_min(counted, axis=1) + sightings
+            estimate = tf.reduce_min(counted, axis=1) + tf.cast(sightings, tf.int32)
         raised = self.counts.scatter_update(tf.IndexedSlices(
             tf.reshape(tf.maximum(counted, estimate[:, tf.newaxis]), [-1]), tf.reshape(cells, [-1])))
         loaded = self.load.assign_add(added)
