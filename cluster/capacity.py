@@ -11,7 +11,8 @@ to the whole cluster: S·B/V for V spread evenly over S ps. Below that ceiling t
 ps's link behind each other's transfers (they read at once, then write at once): the cluster's steps/s is that
 of a closed queueing network, one worker a customer (mean value analysis, `_queued`); a worker's reads from
 several ps run at once, so each direction lasts as long as its own link needs or its slowest ps's queue,
-whichever is longer. Tasks that share a host share its link. Every task uses CPU per step (worker, ps and
+whichever is longer. Workers whose transfers fit in turns at a ps link take turns there instead of queueing
+(`_sharing`). Tasks that share a host share its link. Every task uses CPU per step (worker, ps and
 chief, measured): the tasks on one machine (hosts with the same kernel, e.g. network namespaces or containers)
 share its cores, and the chief dispatches every step from one thread. Bandwidths are bytes per second between
 a worker host and a ps host; everything here is pure arithmetic.
@@ -29,6 +30,10 @@ WORKERS = "workers"  # the workers' own ceiling: compute and transfer one after 
 ENOUGH_WITHIN = 0.05  # more ps "stop helping" once they add less than this fraction
 FAR_BELOW = 0.5  # a run under this fraction of its prediction is "far below" it
 NEW_HOST = "new host {k}"
+# a round of every worker's transfer through one ps link, over a worker's cycle alone: up to TURNS_FILL the
+# workers take turns there, from SHARING_FILL on they share it (bench/RESULTS-capacity.md: 2 workers on one ps
+# at 0.75-0.95 stepped as if alone, 3 at 1.1-1.4 as the queueing analysis says)
+TURNS_FILL, SHARING_FILL = 0.75, 1.25
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -135,20 +140,33 @@ def _ps_link_s(layout: Layout, links: Links) -> list[float]:
             for host, nbytes in _ps_host_bytes(layout).items()]
 
 
+def _sharing(link_s: float, workers: int, cycle_s: float) -> float:
+    """The part of the queueing analysis's wait a link's workers meet: none while a round of their transfers
+    fills at most TURNS_FILL of a worker's cycle (their transfers take the same time every step, so they fall
+    into turns, one reading while another writes), all of it from SHARING_FILL on (they overlap on every step
+    and share the link), in proportion between."""
+    fill = workers * link_s / cycle_s if cycle_s > 0 else float("inf")
+    return min(1.0, max(0.0, (fill - TURNS_FILL) / (SHARING_FILL - TURNS_FILL)))
+
+
 def _queued(layout: Layout, transfer: dict, waits: dict, link_s: list[float]) -> tuple[float, float]:
     """The workers' steps/s and a step's wait when they queue at the ps links, by mean value analysis: with n
     workers a transfer through ps link k lasts its own time there times (1 + the transfers queued there with n-1
     workers). A worker reads from all ps at once (and writes at once), so a direction lasts its own link's time
-    or the slowest ps's time with its queue, whichever is longer; a link carries both directions at once."""
+    or the slowest ps's time with its queue, whichever is longer; a link carries both directions at once. The
+    workers meet the queue at a link only in the part `_sharing` gives: the rest of the time they take turns."""
     count = len(layout.worker_hosts)
     own = sum(transfer[host] for host in layout.worker_hosts) / count / 2  # one direction on the worker's link
     rest = layout.compute_s + sum(waits[host] for host in layout.worker_hosts) / count
-    queues, steps_per_s, direction_s = [0.0] * len(link_s), 0.0, own
-    for n in range(1, count + 1):
+    alone_s = rest + 2 * max([own, *link_s])  # a worker's cycle with no one else
+    queues = [0.0] * len(link_s)
+    for n in range(1, count):
         direction_s = max([own, *(s * (1 + q) for s, q in zip(link_s, queues, strict=True))])
         steps_per_s = _per_s(rest + 2 * direction_s, n)
         queues = [steps_per_s * s * (1 + q) if s else 0.0 for s, q in zip(link_s, queues, strict=True)]
-    return steps_per_s, 2 * (direction_s - own)
+    met = [_sharing(s, count, alone_s) * q for s, q in zip(link_s, queues, strict=True)]  # of n-1 workers' queue
+    direction_s = max([own, *(s * (1 + m) for s, m in zip(link_s, met, strict=True))])
+    return _per_s(rest + 2 * direction_s, count), 2 * (direction_s - own)
 
 
 def _cores_ceiling(layout: Layout, costs: StepCosts) -> float:

@@ -41,14 +41,35 @@ def test_s_ps_serve_at_most_s_times_the_link_over_the_variables():
         assert 0.95 * ps * 1e9 / 100e6 < p.steps_per_s <= ps * 1e9 / 100e6 and p.bound == PS_LINKS
 
 
-def test_workers_queue_at_a_shared_ps_link_by_mean_value_analysis():
-    link_s, compute_s = 0.05, 0.01  # 50 MB each way per step over 1 GB/s
-    p = capacity.predict(dense(50e6, ps=1, workers=2, compute_s=compute_s), same_links(1e9))
-    alone = 1 / (compute_s + 2 * link_s)  # one worker: read, compute, write
-    queued = alone * link_s  # transfers found at the ps link by the second worker
-    assert p.steps_per_s == pytest.approx(2 / (compute_s + 2 * link_s * (1 + queued)))
-    assert p.queued_s == pytest.approx(2 * link_s * queued)
-    assert p.steps_per_s < 0.8 * min(p.ceilings[PS_LINKS], p.ceilings[WORKERS])  # the ceilings alone: 20 and 18.2
+def _mean_value_wait(link_s: float, compute_s: float, workers: int) -> float:
+    """A transfer's wait at one ps link by mean value analysis, written out: the queue the last worker finds."""
+    queue = 0.0
+    for n in range(1, workers):
+        residence = link_s * (1 + queue)
+        queue = n / (compute_s + 2 * residence) * residence
+    return link_s * queue
+
+
+def test_workers_that_overlap_every_step_queue_at_a_shared_ps_link_by_mean_value_analysis():
+    link_s, compute_s = 0.05, 0.01  # 50 MB each way per step over 1 GB/s: 3 x 0.05 fills 1.36 of the 0.11 s cycle
+    p = capacity.predict(dense(50e6, ps=1, workers=3, compute_s=compute_s), same_links(1e9))
+    wait = _mean_value_wait(link_s, compute_s, 3)
+    assert p.steps_per_s == pytest.approx(3 / (compute_s + 2 * (link_s + wait)))
+    assert p.queued_s == pytest.approx(2 * wait)
+    assert p.steps_per_s < 0.8 * min(p.ceilings[PS_LINKS], p.ceilings[WORKERS])  # the ceilings alone: 20 and 27.3
+
+
+def test_workers_whose_transfers_fit_in_turns_do_not_queue():
+    # 2 workers, each 0.05 s through the ps link each way in a 0.15 s cycle: a round fills 0.67 of it
+    p = capacity.predict(dense(50e6, ps=1, workers=2, compute_s=0.05), same_links(1e9))
+    assert p.queued_s == 0 and p.steps_per_s == pytest.approx(p.ceilings[WORKERS]) == pytest.approx(2 / 0.15)
+
+
+def test_workers_that_just_fill_the_link_meet_half_the_queue():
+    # 3 workers, a round of 0.15 s through the ps link in a 0.15 s cycle: between taking turns and sharing
+    p = capacity.predict(dense(50e6, ps=1, workers=3, compute_s=0.05), same_links(1e9))
+    assert p.queued_s == pytest.approx(2 * 0.5 * _mean_value_wait(0.05, 0.05, 3))
+    assert p.ceilings[WORKERS] > p.steps_per_s > 3 / (0.05 + 2 * (0.05 + _mean_value_wait(0.05, 0.05, 3)))
 
 
 def test_reads_from_several_ps_run_at_once_behind_the_workers_own_link():
@@ -73,8 +94,10 @@ def test_resnet50_on_10gbe_one_ps_caps_fifteen_workers_at_about_twelve_steps():
     assert p.ceilings[WORKERS] == pytest.approx(3 * 12.25, abs=0.05)
     layout = dense(RESNET50, ps=1, workers=15, compute_s=compute_s)
     found = capacity.sweep(layout, same_links(GBE10), capacity.even_split(2 * RESNET50), range(1, 9))
-    assert [round(p.steps_per_s, 1) for p in found[:4]] == [11.3, 22.1, 31.8, 36.8]  # 3 ps: the workers queue
-    assert capacity.enough_ps(found) == 4 and found[3].bound == COMPUTE
+    # 3 ps: a round of the 15 workers' transfers just fills a worker's cycle at each ps link, so they meet half its
+    # queue there, shorter than what a worker's own link takes for the bytes of all 3: the links' ceiling is met
+    assert [round(p.steps_per_s, 1) for p in found[:4]] == [11.3, 22.1, 36.8, 36.8]
+    assert capacity.enough_ps(found) == 3 and found[2].bound == PS_LINKS and found[3].bound == COMPUTE
 
 
 def test_workers_on_one_host_share_its_link():
