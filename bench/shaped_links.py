@@ -107,17 +107,26 @@ def measure_one(hosts, directory: Path, training: dict, mbit: int, ps: int, work
 
 
 def off(row: dict) -> str:
-    """For a prediction outside WITHIN: the terms of a worker's step against the step measured, or the shared
-    ceiling that was predicted to bind."""
+    """For a prediction outside WITHIN: which term of a worker's step was off, from the step measured (or the
+    shared ceiling that was predicted to bind)."""
     if row["error"] is None or abs(row["error"]) <= WITHIN or "parts_ms" not in row:
         return ""
     parts = row["parts_ms"]
-    if row["bound"] in ("compute", "worker links", "fixed costs") or parts.get("queued"):
-        measured_ms = row["workers"] / row["measured_steps_per_s"] * 1e3
-        return (f"a worker's step: {measured_ms:.1f} ms measured, predicted compute {parts['compute']} + transfer "
-                f"{parts['transfer']} + fixed {parts['fixed']} + queued at the ps links {parts.get('queued', 0.0)} = "
-                f"{sum(parts.values()):.1f} ms")
-    return f"the {row['bound']} ceiling ({row['ceilings'].get(row['bound'])} steps/s)"
+    if row["bound"] not in ("compute", "worker links", "fixed costs") and not parts.get("queued"):
+        return f"the {row['bound']} ceiling ({row['ceilings'].get(row['bound'])} steps/s)"
+    measured_ms, predicted_ms = row["workers"] / row["measured_steps_per_s"] * 1e3, sum(parts.values())
+    compute, transfer, fixed, queued = (parts.get(name, 0.0) for name in ("compute", "transfer", "fixed", "queued"))
+    left_ms = measured_ms - compute - fixed  # what the step spent beyond its compute and fixed costs
+    if measured_ms > predicted_ms:
+        term = (f"a wait the plan leaves out: the step took {measured_ms - predicted_ms:.1f} ms more than its terms "
+                "(workers reading from several ps at once, or the shared cores)")
+    elif queued and left_ms >= transfer:
+        term = f"the queue at the ps links: {left_ms - transfer:.1f} of its {queued} ms showed"
+    else:
+        term = (f"the transfer: {max(0.0, left_ms):.1f} of its {transfer} ms showed (the rest overlapped the "
+                "compute, the fixed costs or the other direction)")
+    return (f"{term}; a worker's step {measured_ms:.1f} ms measured, predicted compute {compute} + transfer "
+            f"{transfer} + fixed {fixed} + queued at the ps links {queued} = {predicted_ms:.1f} ms")
 
 
 def render(results: dict) -> str:
