@@ -12,11 +12,15 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
 import netns
+from cluster import config as cluster_config
 from clusterkit import ROOT, free_ports, processes_mentioning, write_cluster
+from launcher.backends import backends_for
 from launcher.backends.ssh.commands import CONTROL_PATH
 
 pytestmark = [pytest.mark.multihost, pytest.mark.cluster]
@@ -151,3 +155,53 @@ def test_print_config_shows_the_cluster_file_remote_tasks_read(hosts, tmp_path):
     shown = launch("print_config", path).stdout
     assert f"--cluster {hosts.workdir}/.pscluster/cluster.json" in shown, shown
     assert str(path) not in shown
+
+
+def _host_backend(path, address):
+    """The launcher's ssh backend for one host of the cluster file at `path`, prepared as a run prepares it."""
+    config = cluster_config.load(str(path))
+    host = backends_for(config)[address]
+    host.prepare(lambda line: None)
+    return config, host
+
+
+def test_a_host_copies_back_only_its_own_tasks_logs(hosts, tmp_path):
+    path = cluster_file(hosts, tmp_path, "cluster.json", output_dir="results", logs="logs")
+    config, host = _host_backend(path, hosts.addresses[2])  # worker:0's host
+    local = config.path(config.launcher.logs_dir)
+    local.mkdir(parents=True, exist_ok=True)
+    assert not host.shares_logs_dir  # the workdir, and the logs in it, are the host's own
+    hosts.run(2, f"mkdir -p {local} && cd {local} && echo 'worker line' > worker-0.log && echo 0 > worker-0.exit && "
+                 "echo stale > ps-0.log")
+    (local / "ps-0.log").write_text("ps:0's copy from its own host\n")
+    host.fetch_logs()
+    assert (local / "worker-0.log").read_text() == "worker line\n"
+    assert (local / "worker-0.exit").read_text() == "0\n"
+    assert (local / "ps-0.log").read_text() == "ps:0's copy from its own host\n"  # not another host's stale file
+
+
+def test_a_host_that_shares_the_logs_directory_never_copies_over_files_being_written(hosts, tmp_path):
+    """On one filesystem (NFS, or these hosts' shared /tmp) a copy of a log onto itself replaced the file while a
+    task or the launcher appended to it, and what they wrote after went to a file no one could open."""
+    path = cluster_file(hosts, tmp_path, "cluster.json", output_dir="results", logs="logs",
+                        launcher={"logs_dir": str(tmp_path / "shared-logs")})
+    config, host = _host_backend(path, hosts.addresses[2])
+    assert host.shares_logs_dir
+    log = tmp_path / "shared-logs" / "worker-0.log"
+    log.parent.mkdir(exist_ok=True)
+    stop = threading.Event()
+    with open(log, "a", buffering=1) as task_output:
+        def write():
+            while not stop.is_set():
+                task_output.write("a line the task writes\n")
+                time.sleep(0.0005)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            for _ in range(40):
+                host.fetch_logs()
+        finally:
+            stop.set()
+            writer.join()
+        assert os.fstat(task_output.fileno()).st_nlink == 1, "the task's log was replaced under it"

@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 import subprocess
+import uuid
 from pathlib import Path
 
 from cluster import user_model
@@ -18,6 +19,8 @@ from launcher.backends.base import (AgentFailed, Backend, BootstrapFailed, Firew
 
 REMOTE_CLUSTER_FILE = ".pscluster/cluster.json"
 BOOTSTRAP_ERROR = "[bootstrap] error: "
+LOGS_MARK = ".launcher-mark"  # in the launcher's logs_dir: a host that reads the same token shares the directory
+LAUNCHER_TOKEN = uuid.uuid4().hex
 
 
 class SshHost(Backend):
@@ -29,6 +32,7 @@ class SshHost(Backend):
         self.config, self.name = config, name
         self.settings = config.host(name)
         self.workdir = self.settings.workdir or str(PROJECT_ROOT)
+        self.shares_logs_dir = False  # known after prepare
         Path("~/.ssh").expanduser().mkdir(mode=0o700, exist_ok=True)  # for the shared connection's socket
 
     def _call(self, remote_shell: str, timeout_s: float | None = None) -> subprocess.CompletedProcess:
@@ -71,7 +75,22 @@ class SshHost(Backend):
         if not os.path.isabs(self.settings.python):
             say(f"{self.name}: making sure {self.workdir}/.venv is installed (once per change of pyproject.toml)")
             self._bootstrap()
-        self._agent("new_run", [t for t in self.config.tasks() if t.address.host == self.name])
+        self._agent("new_run", self._tasks_here())
+        self.shares_logs_dir = self._reads_launcher_mark()
+
+    def _tasks_here(self) -> list[Task]:
+        return [t for t in self.config.tasks() if t.address.host == self.name]
+
+    def _reads_launcher_mark(self) -> bool:
+        """Whether this host's logs_dir is the launcher's own (one filesystem, e.g. NFS): then its logs are here
+        already, and copying them over themselves would replace files the tasks and the launcher still write."""
+        local = self.config.path(self.config.launcher.logs_dir)
+        local.mkdir(parents=True, exist_ok=True)
+        mark = local / LOGS_MARK
+        if not mark.exists() or mark.read_text() != LAUNCHER_TOKEN:
+            mark.write_text(LAUNCHER_TOKEN)
+        remote = f"{self.remote_path(self.config.launcher.logs_dir).rstrip('/')}/{LOGS_MARK}"
+        return LAUNCHER_TOKEN in self._ssh(f"cat {shlex.quote(remote)} 2>/dev/null || true").split()
 
     def take_new_config(self, config: ClusterConfig) -> None:
         self.config = config
@@ -147,9 +166,14 @@ class SshHost(Backend):
             pass  # best effort: the files stay on the host until the next try
 
     def fetch_logs(self) -> None:
-        """Copies the host's task logs into the launcher's logs directory (kept after the run)."""
+        """Copies the log and exit files of this host's tasks into the launcher's logs directory (kept after the
+        run); nothing when the host shares that directory."""
+        if self.shares_logs_dir:
+            return
         logs = self.config.launcher.logs_dir
-        self._pull(self.remote_path(logs), self.config.path(logs), ("*.log", "*.exit"))
+        own = tuple(f"{t.job}-{t.index}.{suffix}" for t in self._tasks_here() for suffix in ("log", "exit"))
+        if own:
+            self._pull(self.remote_path(logs), self.config.path(logs), own)
 
     def fetch_tensorboard(self, local_dir: str) -> str:
         """Copies the lead's train and validation events from this host to `local_dir`; returns `local_dir`."""
