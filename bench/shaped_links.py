@@ -36,6 +36,9 @@ CONFIGURATIONS = {
     "default": [(CNN, 100, 1, 1), (CNN, 100, 1, 3), (CNN, 300, 2, 3), (CNN_28, 1000, 1, 3), (CNN, 1000, 3, 2),
                 (DLRM, 100, 1, 2), (DLRM, 300, 1, 2), (DLRM, 300, 3, 3), (DLRM, 1000, 2, 1)],
     "smoke": [(CNN, 300, 1, 1)],
+    # one ps and one worker at each rate: where the plan errs low (bench/RESULTS-capacity.md, notes)
+    "lone": [(DLRM, 100, 1, 1), (DLRM, 300, 1, 1), (DLRM, 1000, 1, 1), (CNN, 300, 1, 1), (CNN, 1000, 1, 1),
+             (CNN_28, 1000, 1, 1)],
 }
 WITHIN = 0.25  # the aim: every prediction within this fraction of the measured steps/s
 RUN_SECONDS = 5.0  # measured training per epoch (two epochs; the first traces)
@@ -156,10 +159,11 @@ def render(results: dict) -> str:
 
 
 def main(configurations: str = "default", results_dir: str = str(HERE)) -> None:
-    """Runs CONFIGURATIONS (default: 9 runs, about 20 minutes; smoke: one tiny run) and writes the results.
+    """Runs CONFIGURATIONS (default: 9 runs, about 10 minutes; lone: 6, about 7; smoke: one tiny run) and writes
+    the results.
 
     Args:
-      configurations: default or smoke.
+      configurations: default, lone or smoke.
       results_dir: where RESULTS-capacity.md and results-capacity.json go (bench/ for real figures).
     """
     if os.geteuid() != 0:
@@ -169,6 +173,8 @@ def main(configurations: str = "default", results_dir: str = str(HERE)) -> None:
 
     from bench.__main__ import machine, write_keeping_notes
 
+    out = Path(results_dir)
+    out.mkdir(parents=True, exist_ok=True)  # before the runs: a directory that cannot be made fails at once
     started, runs = time.monotonic(), []
     with netns.create_hosts(6) as hosts:
         for index, (training, mbit, ps, workers) in enumerate(CONFIGURATIONS[configurations]):
@@ -180,7 +186,6 @@ def main(configurations: str = "default", results_dir: str = str(HERE)) -> None:
                          "workers": workers, **result})
             print(f"[bench] {json.dumps(runs[-1])}", file=sys.stderr, flush=True)
     results = {"machine": machine(), "runs": runs, "seconds": round(time.monotonic() - started)}
-    out = Path(results_dir)
     (out / "results-capacity.json").write_text(json.dumps(results, indent=2))
     write_keeping_notes(out / "RESULTS-capacity.md", render(results))
     print(f"[bench] done in {results['seconds']} s: {out / 'RESULTS-capacity.md'}", file=sys.stderr)
