@@ -25,6 +25,9 @@ from launcher import host_facts, link_probe, step_costs
 SEARCH_UP_TO = 16  # ps counts searched for the smallest that is enough (at least twice the configured count)
 SHARED_MEMORY = ("tasks on one host reach each other through memory (loopback): their links share the host's "
                  "memory bandwidth and its cores, so these are not network figures")
+LONE_WORKER = ("one worker: read these as a floor. A lone worker's compute overlaps its transfer, which the plan "
+               "adds one after the other; on shaped links the plan came out 5-57 % below one worker's measured "
+               "steps/s, within 25 % of two or more (docs/capacity.md)")
 
 
 def links(config: ClusterConfig, say) -> dict[tuple[str, str], tuple[float, float, str]]:
@@ -81,6 +84,8 @@ def sweep_lines(layout: capacity.Layout, rate, bytes_for,
         lines.append(f"enough ps: {enough} (past it more ps add less than {capacity.ENOUGH_WITHIN:.0%}; "
                      f"{best:.2f} steps/s at best, then bound by {searched[enough - 1].bound}); "
                      f"configured: {configured} (* above)")
+    if len(layout.worker_hosts) == 1:
+        lines.append(f"note: {LONE_WORKER}")
     return lines, searched, enough
 
 

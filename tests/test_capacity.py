@@ -137,6 +137,15 @@ def test_more_ps_than_configured_go_to_new_hosts_with_the_slowest_ps_link():
     assert links("w", "new host 2") == 5e8 and links("w", "a") == 1e9
 
 
+def test_a_plan_for_one_worker_says_it_is_a_floor_and_one_for_two_does_not():
+    from launcher.capacity_plan import LONE_WORKER, sweep_lines
+
+    for workers, noted in ((1, True), (2, False)):
+        lines, _, _ = sweep_lines(dense(1e6, ps=1, workers=workers, compute_s=0.01), same_links(1e8),
+                                  capacity.even_split(2e6))
+        assert (f"note: {LONE_WORKER}" in lines) is noted, lines
+
+
 def test_enough_ps_is_the_smallest_count_within_five_percent_of_the_best():
     found = capacity.sweep(dense(100e6, ps=2, workers=4, compute_s=0.5), same_links(1e9),
                            capacity.even_split(200e6), range(1, 5))
