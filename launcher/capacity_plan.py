@@ -26,7 +26,7 @@ SEARCH_UP_TO = 16  # ps counts searched for the smallest that is enough (at leas
 SHARED_MEMORY = ("tasks on one host reach each other through memory (loopback): their links share the host's "
                  "memory bandwidth and its cores, so these are not network figures")
 LONE_WORKER = ("one worker: read these as a floor. A lone worker's compute overlaps its transfer, which the plan "
-               "adds one after the other; on shaped links the plan came out 5-57 % below one worker's measured "
+               "adds one after the other; on shaped links the plan came out up to 57 % below one worker's measured "
                "steps/s, within 25 % of two or more (docs/capacity.md)")
 
 
