@@ -86,9 +86,7 @@ class SshHost(Backend):
         already, and copying them over themselves would replace files the tasks and the launcher still write."""
         local = self.config.path(self.config.launcher.logs_dir)
         local.mkdir(parents=True, exist_ok=True)
-        mark = local / LOGS_MARK
-        if not mark.exists() or mark.read_text() != LAUNCHER_TOKEN:
-            mark.write_text(LAUNCHER_TOKEN)
+        (local / LOGS_MARK).write_text(LAUNCHER_TOKEN)
         remote = f"{self.remote_path(self.config.launcher.logs_dir).rstrip('/')}/{LOGS_MARK}"
         return LAUNCHER_TOKEN in self._ssh(f"cat {shlex.quote(remote)} 2>/dev/null || true").split()
 
