@@ -5,7 +5,10 @@ sparse: the rows a batch looks up). On the worker the two happen one after the o
 step also pays fixed costs that no byte count shows (the chief's dispatch, the RPCs' own work: `fixed_s`,
 measured by the calibration run, and more for each ps it talks to) and some round trips of its link
 (`round_trips` x the link's round-trip time).
-So one worker alone runs at most 1 / (compute + fixed + moved / B + round trips x RTT) steps/s. A ps host sends
+So one worker alone runs at most 1 / (compute + fixed + moved / B + round trips x RTT) steps/s, less the part of
+its transfer that overlaps its compute and its other direction: a lone worker's step shows only
+`transfer_shown` of its transfer time, measured by the calibration on a throttled link (with more workers their
+transfers meet at the ps links, and the queueing below counts them whole). A ps host sends
 and receives at once (links are full duplex), so it serves at most B / (half its bytes moved per step) steps/s
 to the whole cluster: S·B/V for V spread evenly over S ps. Below that ceiling the workers still queue at a
 ps's link behind each other's transfers (they read at once, then write at once): the cluster's steps/s is that
@@ -48,12 +51,18 @@ class StepCosts:
     cpu_s: Mapping[str, float] = dataclasses.field(default_factory=dict)  # "worker", "ps", "chief"
     fixed_per_ps_s: float = 0.0
     cpu_per_ps_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    transfer_shown: float = 1.0  # the part of its transfer time a lone worker's step shows
 
     def for_ps(self, count: int) -> "StepCosts":
         """The costs of a step that talks to `count` ps."""
         more = count - 1
         cpu = {role: seconds + more * self.cpu_per_ps_s.get(role, 0.0) for role, seconds in self.cpu_s.items()}
-        return StepCosts(fixed_s=self.fixed_s + more * self.fixed_per_ps_s, round_trips=self.round_trips, cpu_s=cpu)
+        return StepCosts(fixed_s=self.fixed_s + more * self.fixed_per_ps_s, round_trips=self.round_trips, cpu_s=cpu,
+                         transfer_shown=self.transfer_shown)
+
+    def shown(self, workers: int) -> float:
+        """The part of a worker's transfer time its step shows: `transfer_shown` alone, all of it among others."""
+        return self.transfer_shown if workers == 1 else 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +102,7 @@ class Prediction:
     steps_per_s: float
     bound: str
     ceilings: Mapping[str, float]  # PS_LINKS, WORKERS, COMPUTE -> steps/s each alone would allow
-    transfer_s: float  # one step's transfer time on the slowest worker host
+    transfer_s: float  # one step's transfer time on the slowest worker host (what a lone worker's step shows of it)
     compute_s: float
     fixed_s: float = 0.0  # one step's fixed costs and round trips on the slowest worker host
     queued_s: float = 0.0  # one step's wait at the ps links behind the other workers' transfers
@@ -125,9 +134,9 @@ def _per_s(seconds: float, count: float = 1) -> float:
 def _worker_ceiling(layout: Layout, costs: StepCosts, transfer: dict, waits: dict) -> float:
     """The workers' steps/s: each alone, its host's link shared by its workers (half the bytes each way) and,
     without CPU figures, its cores (the compute is measured with all of them)."""
-    total = 0.0
+    total, shown = 0.0, costs.shown(len(layout.worker_hosts))
     for host, count in Counter(layout.worker_hosts).items():
-        alone = _per_s(layout.compute_s + transfer[host] + waits[host], count)
+        alone = _per_s(layout.compute_s + shown * transfer[host] + waits[host], count)
         cores = float("inf") if costs.cpu_s else _per_s(layout.compute_s)
         total += min(alone, _per_s(transfer[host], 2), cores)
     return total
@@ -166,7 +175,7 @@ def _queued(layout: Layout, transfer: dict, waits: dict, link_s: list[float]) ->
         queues = [steps_per_s * s * (1 + q) if s else 0.0 for s, q in zip(link_s, queues, strict=True)]
     met = [_sharing(s, count, alone_s) * q for s, q in zip(link_s, queues, strict=True)]  # of n-1 workers' queue
     direction_s = max([own, *(s * (1 + m) for s, m in zip(link_s, met, strict=True))])
-    return _per_s(rest + 2 * direction_s, count), 2 * (direction_s - own)
+    return _per_s(rest + 2 * direction_s * layout.costs.shown(count), count), 2 * (direction_s - own)
 
 
 def _cores_ceiling(layout: Layout, costs: StepCosts) -> float:
@@ -208,10 +217,11 @@ def predict(layout: Layout, links: Links, round_trip: Links = no_round_trips) ->
     queued, queued_s = _queued(layout, transfer, waits, link_s)
     steps_per_s = min(queued, ceilings[WORKERS], ceilings[PS_LINKS], ceilings[CORES], ceilings[CHIEF])
     slowest = max(workers, key=lambda host: transfer[host] + waits[host])
-    parts = {WORKER_LINKS: transfer[slowest], COMPUTE: layout.compute_s, FIXED: waits[slowest]}
+    shown_s = costs.shown(len(layout.worker_hosts)) * transfer[slowest]
+    parts = {WORKER_LINKS: shown_s, COMPUTE: layout.compute_s, FIXED: waits[slowest]}
     return Prediction(ps=len(layout.ps_hosts), steps_per_s=steps_per_s,
                       bound=_bound(ceilings, steps_per_s, queued_s, parts), ceilings=ceilings,
-                      transfer_s=transfer[slowest], compute_s=layout.compute_s, fixed_s=waits[slowest],
+                      transfer_s=shown_s, compute_s=layout.compute_s, fixed_s=waits[slowest],
                       queued_s=queued_s)
 
 

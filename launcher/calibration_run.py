@@ -2,11 +2,14 @@
 
 The cluster is the job's own file with its cluster, hosts and outputs replaced: a chief, one worker and the ps on
 free loopback ports of this machine, logs and outputs in a temporary directory (the job's checkpoints are never
-touched), the one worker's batch set to the job's global batch. Bounded in time; everything started is stopped.
+touched), the one worker's batch set to the job's global batch. Given a rate, the worker and its one ps talk
+through a throttled link (launcher/throttled_link.py): the chief's file names the relays' ports, which TensorFlow's
+tasks then use to reach each other. Bounded in time; everything started is stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -18,6 +21,7 @@ from cluster import config as cluster_config
 from cluster import jsonfile
 from cluster.config import PROJECT_ROOT, ClusterConfig
 from launcher.supervisor import RunFailed, Supervisor
+from launcher.throttled_link import ThrottledLink
 
 TIMEOUT_S = 300
 
@@ -53,22 +57,47 @@ def calibration_document(config: ClusterConfig, directory: Path, ps_count: int =
             "training": training}
 
 
-def calibrate(config: ClusterConfig, say, ps_count: int = 1) -> dict:
-    """The figures coordinator.calibration prints, from a run on `ps_count` ps of at most TIMEOUT_S seconds."""
+def _port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
+def throttled(document: dict, bytes_per_s: float) -> tuple[dict, ThrottledLink]:
+    """The chief's copy of a calibration cluster of one ps whose worker and ps are reached through relays at
+    `bytes_per_s` each way, and the link that runs those relays."""
+    (ps,), (worker,) = document["cluster"]["ps"], document["cluster"]["worker"]
+    taken = {_port(address) for addresses in document["cluster"].values() for address in addresses}
+    ps_relay, worker_relay = [port for port in _free_ports(2 + len(taken)) if port not in taken][:2]
+    relayed = {**document, "cluster": {**document["cluster"], "ps": [f"localhost:{ps_relay}"],
+                                       "worker": [f"localhost:{worker_relay}"]}}
+    return relayed, ThrottledLink(bytes_per_s, ps=(ps_relay, _port(ps)), worker=(worker_relay, _port(worker)))
+
+
+def calibrate(config: ClusterConfig, say, ps_count: int = 1, link_bytes_per_s: float | None = None) -> dict:
+    """The figures coordinator.calibration prints, from a run on `ps_count` ps of at most TIMEOUT_S seconds; with
+    `link_bytes_per_s`, on one ps through a link of that rate each way."""
     with tempfile.TemporaryDirectory(prefix="pscluster-calibration-") as name:
         directory = Path(name)
-        path = directory / "cluster.json"
-        path.write_text(json.dumps(calibration_document(config, directory, ps_count), indent=2))
+        document = calibration_document(config, directory, ps_count)
+        path, chief_path = directory / "cluster.json", directory / "cluster.json"
+        path.write_text(json.dumps(document, indent=2))
+        link = contextlib.nullcontext()
+        if link_bytes_per_s is not None:
+            relayed, link = throttled(document, link_bytes_per_s)
+            chief_path = directory / "chief-cluster.json"
+            chief_path.write_text(json.dumps(relayed, indent=2))
         small = cluster_config.load(path)
         supervisor = Supervisor(small, lambda line: None)
         try:
             supervisor.start_servers()
             pids = {role: [record.pid for record in supervisor.records.values() if record.task.job == role]
                     for role in ("worker", "ps")}
-            say(f"calibration: the job's step on 1 worker + {ps_count} ps here (pids {pids}), at most {TIMEOUT_S} s")
-            ran = subprocess.run([sys.executable, "-m", "coordinator.calibration", "--cluster", str(path),
-                                  "--pids", json.dumps(pids)], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                                 timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+            through = "" if link_bytes_per_s is None else f" through a {link_bytes_per_s * 8 / 1e9:.3f} Gbit/s link"
+            say(f"calibration: the job's step on 1 worker + {ps_count} ps here{through} (pids {pids}), at most "
+                f"{TIMEOUT_S} s")
+            with link:
+                ran = subprocess.run([sys.executable, "-m", "coordinator.calibration", "--cluster", str(chief_path),
+                                      "--pids", json.dumps(pids)], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                                     timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
         except (RunFailed, subprocess.TimeoutExpired) as error:
             raise CalibrationFailed(f"calibration run: {error}") from None
         finally:

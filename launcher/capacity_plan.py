@@ -25,9 +25,6 @@ from launcher import host_facts, link_probe, step_costs
 SEARCH_UP_TO = 16  # ps counts searched for the smallest that is enough (at least twice the configured count)
 SHARED_MEMORY = ("tasks on one host reach each other through memory (loopback): their links share the host's "
                  "memory bandwidth and its cores, so these are not network figures")
-LONE_WORKER = ("one worker: read these as a floor. A lone worker's compute overlaps its transfer, which the plan "
-               "adds one after the other; on shaped links the plan came out up to 57 % below one worker's measured "
-               "steps/s, within 25 % of two or more (docs/capacity.md)")
 
 
 def links(config: ClusterConfig, say) -> dict[tuple[str, str], tuple[float, float, str]]:
@@ -47,6 +44,14 @@ def links(config: ClusterConfig, say) -> dict[tuple[str, str], tuple[float, floa
             say(f"link {ps_host} -> {worker_host}: {probed.bytes_per_s * 8 / 1e9:.3f} Gbit/s, round trip "
                 f"{probed.rtt_s * 1e3:.2f} ms measured")
     return found
+
+
+def lone_link(found: dict, worker_hosts, ps_hosts) -> float | None:
+    """The rate of a lone worker's slowest link to its ps, which its step is timed through; None with more workers
+    or over memory (the calibration's own loopback is that link)."""
+    if len(worker_hosts) > 1 or shares_memory(worker_hosts, ps_hosts):
+        return None
+    return min(rate for rate, _, _ in found.values())
 
 
 def shares_memory(worker_hosts, ps_hosts) -> bool:
@@ -84,8 +89,6 @@ def sweep_lines(layout: capacity.Layout, rate, bytes_for,
         lines.append(f"enough ps: {enough} (past it more ps add less than {capacity.ENOUGH_WITHIN:.0%}; "
                      f"{best:.2f} steps/s at best, then bound by {searched[enough - 1].bound}); "
                      f"configured: {configured} (* above)")
-    if len(layout.worker_hosts) == 1:
-        lines.append(f"note: {LONE_WORKER}")
     return lines, searched, enough
 
 
@@ -118,8 +121,9 @@ def plan(config: ClusterConfig, say) -> list[str]:
     compute_s, compute_from = given_compute_s(config), "given (hosts.<name>.step_compute_ms)"
     if compute_s is None:
         compute_s, compute_from = step_traffic.compute_s(model, source, global_batch), "measured on this machine"
-    costs, costs_lines = step_costs.measured(config, compute_s=compute_s, bytes_per_step=sum(bytes_for(1)), say=say)
     found = links(config, say)
+    costs, costs_lines = step_costs.measured(config, compute_s=compute_s, bytes_per_step=sum(bytes_for(1)), say=say,
+                                             lone_link_bytes_per_s=lone_link(found, workers, ps))
     chief = config.jobs["chief"][0].host
     machines = host_facts.machines(config, (*workers, *ps, chief))
     layout = capacity.Layout(ps_hosts=ps, worker_hosts=workers, compute_s=compute_s, ps_bytes_per_step=bytes_for(

@@ -137,13 +137,18 @@ def test_more_ps_than_configured_go_to_new_hosts_with_the_slowest_ps_link():
     assert links("w", "new host 2") == 5e8 and links("w", "a") == 1e9
 
 
-def test_a_plan_for_one_worker_says_it_is_a_floor_and_one_for_two_does_not():
-    from launcher.capacity_plan import LONE_WORKER, sweep_lines
-
-    for workers, noted in ((1, True), (2, False)):
-        lines, _, _ = sweep_lines(dense(1e6, ps=1, workers=workers, compute_s=0.01), same_links(1e8),
-                                  capacity.even_split(2e6))
-        assert (f"note: {LONE_WORKER}" in lines) is noted, lines
+def test_a_lone_worker_shows_the_measured_part_of_its_transfer_and_workers_among_others_all_of_it():
+    costs = capacity.StepCosts(fixed_s=0.002, transfer_shown=0.4)
+    lone = dataclasses.replace(dense(1e6, ps=1, workers=1, compute_s=0.01), costs=costs)
+    p = capacity.predict(lone, same_links(1e8))
+    assert p.steps_per_s == pytest.approx(1 / (0.01 + 0.002 + 0.4 * 2e6 / 1e8))
+    assert p.transfer_s == pytest.approx(0.4 * 0.02)
+    assert capacity.predict(dataclasses.replace(lone, costs=dataclasses.replace(costs, transfer_shown=0.0)),
+                            same_links(1e7)).steps_per_s == pytest.approx(1 / 0.1)  # one direction still takes its time
+    two = dataclasses.replace(dense(2e6, ps=2, workers=2, compute_s=0.01), costs=costs)
+    with_all = dataclasses.replace(two, costs=dataclasses.replace(costs, transfer_shown=1.0))
+    assert capacity.predict(two, same_links(1e8)).steps_per_s == capacity.predict(with_all,
+                                                                                   same_links(1e8)).steps_per_s
 
 
 def test_enough_ps_is_the_smallest_count_within_five_percent_of_the_best():

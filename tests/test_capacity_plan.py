@@ -118,6 +118,11 @@ def test_plan_measures_a_shaped_link_between_hosts(tmp_path):
     assert link["source"] == "measured"
     assert 60 <= link["bytes_per_s"] * 8 / 1e6 <= 110, link  # a behaviour check of the probe, not a timing of ours
     assert saved["predictions"][0]["bound"] in ("ps links", "worker links")
+    # one worker: its step timed again through a link of the measured rate, and the part it shows of its transfer
+    assert re.search(r"step on 1 worker \+ 1 ps here through a 0\.\d+ Gbit/s link: [\d.]+ ms measured = the step on "
+                     r"loopback without its transfer [\d.]+ \+ [\d.]+ of its transfer [\d.]+",
+                     result.stdout), result.stdout
+    assert 0 < saved["costs"]["transfer_shown"] <= 1.5, saved["costs"]
 
 
 CNN_SPLIT = {"model": "cnn", "dataset": "digits", "min_shard_bytes": 1024}  # kernels split over both ps
