@@ -4,17 +4,20 @@ The cluster is the job's own file with its cluster, hosts and outputs replaced: 
 free loopback ports of this machine, logs and outputs in a temporary directory (the job's checkpoints are never
 touched), the one worker's batch set to the job's global batch. Given a rate, the worker and its one ps talk
 through a throttled link (launcher/throttled_link.py): the chief's file names the relays' ports, which TensorFlow's
-tasks then use to reach each other. Bounded in time; everything started is stopped.
+tasks then use to reach each other. Bounded in time, ended by a server that exits (with its error), on ports
+below the kernel's ephemeral range; everything started is stopped.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import random
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from cluster import config as cluster_config
@@ -24,22 +27,43 @@ from launcher.supervisor import RunFailed, Supervisor
 from launcher.throttled_link import ThrottledLink
 
 TIMEOUT_S = 300
+WATCH_S = 1.0  # how often the servers are checked while the calibration runs
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+PORTS_BELOW_EPHEMERAL, PORT_TRIES = 10_000, 64
 
 
 class CalibrationFailed(Exception):
     """The calibration run could not finish; the message says why and where its logs are."""
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = []
+def _ephemeral_low() -> int:
+    """The first port the kernel hands to outgoing connections (Linux: ip_local_port_range)."""
     try:
-        for _ in range(count):
-            sockets.append(socket.socket())
-            sockets[-1].bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+        return int(Path(EPHEMERAL_RANGE).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _free_ports(count: int) -> list[int]:
+    """Distinct ports free on 127.0.0.1 now, below the kernel's ephemeral range: no outgoing connection takes one
+    between this choice and the servers' start (one took a port bind(0) had chosen, and the calibration hung on
+    a foreign server there)."""
+    low = _ephemeral_low()
+    candidates = random.sample(range(max(1024, low - PORTS_BELOW_EPHEMERAL), low), PORT_TRIES)
+    chosen = [port for port in candidates if _bindable(port)][:count]
+    if len(chosen) < count:
+        raise CalibrationFailed(f"no {count} free ports below {low} on 127.0.0.1 for the calibration run: free "
+                                "some, or give every figure in cluster.json (hosts.<name>.link_gbps, ...)")
+    return chosen
 
 
 def calibration_document(config: ClusterConfig, directory: Path, ps_count: int = 1) -> dict:
@@ -95,10 +119,9 @@ def calibrate(config: ClusterConfig, say, ps_count: int = 1, link_bytes_per_s: f
             say(f"calibration: the job's step on 1 worker + {ps_count} ps here{through} (pids {pids}), at most "
                 f"{TIMEOUT_S} s")
             with link:
-                ran = subprocess.run([sys.executable, "-m", "coordinator.calibration", "--cluster", str(chief_path),
-                                      "--pids", json.dumps(pids)], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                                     timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
-        except (RunFailed, subprocess.TimeoutExpired) as error:
+                ran = _run_chief([sys.executable, "-m", "coordinator.calibration", "--cluster", str(chief_path),
+                                  "--pids", json.dumps(pids)], supervisor)
+        except RunFailed as error:
             raise CalibrationFailed(f"calibration run: {error}") from None
         finally:
             supervisor.stop_everything()
@@ -106,3 +129,24 @@ def calibrate(config: ClusterConfig, say, ps_count: int = 1, link_bytes_per_s: f
             raise CalibrationFailed(f"calibration run exited with code {ran.returncode}: "
                                     f"{ran.stderr.strip().splitlines()[-1] if ran.stderr.strip() else 'no output'}")
         return json.loads(ran.stdout.strip().splitlines()[-1])
+
+
+def _run_chief(command: list[str], supervisor: Supervisor) -> subprocess.CompletedProcess:
+    """Runs the calibration's chief to its end, or stops it when a server has exited (it would wait for that
+    server for ever) or after TIMEOUT_S."""
+    tasks = [record.task for record in supervisor.records.values() if record.task.job in ("worker", "ps")]
+    backend = supervisor.hosts["localhost"]
+    deadline = time.monotonic() + TIMEOUT_S
+    with subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          stdin=subprocess.DEVNULL) as chief:
+        while True:
+            try:
+                stdout, stderr = chief.communicate(timeout=WATCH_S)
+                return subprocess.CompletedProcess(command, chief.returncode, stdout, stderr)
+            except subprocess.TimeoutExpired:
+                gone = [row for row in backend.status(tasks) if not row.running]
+                if gone or time.monotonic() > deadline:
+                    chief.kill()
+                    chief.communicate()
+                    why = ", ".join(f"{row.task} exited ({row.last_line or 'no log'})" for row in gone)
+                    raise CalibrationFailed(f"calibration run: {why or f'not done within {TIMEOUT_S} s'}") from None
