@@ -61,8 +61,9 @@ def _free_ports(count: int) -> list[int]:
     candidates = random.sample(range(max(1024, low - PORTS_BELOW_EPHEMERAL), low), PORT_TRIES)
     chosen = [port for port in candidates if _bindable(port)][:count]
     if len(chosen) < count:
-        raise CalibrationFailed(f"no {count} free ports below {low} on 127.0.0.1 for the calibration run: free "
-                                "some, or give every figure in cluster.json (hosts.<name>.link_gbps, ...)")
+        raise CalibrationFailed(f"{PORT_TRIES} ports tried between {low - PORTS_BELOW_EPHEMERAL} and {low - 1} on "
+                                f"127.0.0.1 and fewer than {count} free for the calibration run: stop what holds "
+                                "them (`ss -ltn` lists them) and plan again")
     return chosen
 
 
@@ -102,7 +103,7 @@ def calibrate(config: ClusterConfig, say, ps_count: int = 1, link_bytes_per_s: f
     with tempfile.TemporaryDirectory(prefix="pscluster-calibration-") as name:
         directory = Path(name)
         document = calibration_document(config, directory, ps_count)
-        path, chief_path = directory / "cluster.json", directory / "cluster.json"
+        path = chief_path = directory / "cluster.json"
         path.write_text(json.dumps(document, indent=2))
         link = contextlib.nullcontext()
         if link_bytes_per_s is not None:

@@ -72,7 +72,7 @@ class _Joined:
 
 @dataclasses.dataclass
 class _Relay:
-    """Listens on `port` and joins each connection to `target_port`: `inbound` paces what clients send to the
+    """Joins each connection its listener accepts to `target_port`: `inbound` paces what clients send to the
     target, `outbound` what the target sends back."""
 
     listener: socket.socket
