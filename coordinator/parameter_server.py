@@ -25,7 +25,7 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     """
     summary = read_summary(RunFiles(config.path(options.output_dir)))
     if options.follow_data:
-        from coordinator.follow import run_following
+        from coordinator.follow.run import run_following
         return run_following(config, options, log, batch_workers=batch_workers(config, summary and summary.workers))
     stop = StopRequest(log).install()
     workers = config.input_pipelines  # the workers training now: the launcher may have left lost ones out

@@ -20,7 +20,7 @@ from common.errors import Problem, UserError
 from data import criteo, tfrecord, tfrecord_schema
 from data.criteo_layout import first_line_problem
 from data.criteo_splits import CriteoFiles
-from data.landing import Landed, Landing, data_files, natural_key
+from data.folder import data_files, natural_key
 from data.pieces import WHOLE, Piece, cut_into_pieces, whole_file
 from data.whole_files import gzip_missing, text_missing, tfrecord_missing
 
@@ -56,11 +56,8 @@ class FollowedData:
             raise AttributeError(name)
         return getattr(self.source, name)  # feature_spec, raw_spec, preprocessing, num_classes, name, ...
 
-    def landing(self, taken: dict[str, tuple[int, float]] | None = None) -> Landing:
-        """A watcher of the folder that skips `taken` files (a resumed run's)."""
-        return Landing(self.root, self.pattern, self.missing, taken=taken, excluded=self._excluded)
-
-    def _excluded(self, name: str) -> bool:
+    def excluded(self, name: str) -> bool:
+        """A name the pattern takes that is never data (Kaggle's unlabelled Criteo test file)."""
         return self.kind == "criteo" and name.rsplit("/", 1)[-1] in UNLABELLED
 
     def missing(self, path: Path) -> str | None:
@@ -77,11 +74,11 @@ class FollowedData:
                                     "take it out of training.data_dir or narrow training.follow_pattern"))
         return why
 
-    def pieces(self, landed: Landed) -> list[Piece]:
+    def pieces(self, name: str, size: int) -> list[Piece]:
         """A plain Criteo file in byte ranges of about piece_mb; a gzip or TFRecord file whole."""
-        if self.kind == "criteo" and not landed.name.endswith(".gz"):
-            return cut_into_pieces(self.root, landed.name, landed.size, self.piece_bytes)
-        return whole_file(landed.name)
+        if self.kind == "criteo" and not name.endswith(".gz"):
+            return cut_into_pieces(self.root, name, size, self.piece_bytes)
+        return whole_file(name)
 
     def path(self, name: str) -> str:
         return str(self.root / name)
@@ -105,7 +102,7 @@ class FollowedData:
     def split(self, name: str, *, raw: bool = False) -> tf.data.Dataset:
         """Follow mode has no splits: any split is every example of the data files there now, in name order (what
         reference inputs and samples of ids are taken from)."""
-        names = sorted(data_files(self.root, self.pattern, self._excluded), key=natural_key)
+        names = sorted(data_files(self.root, self.pattern, self.excluded), key=natural_key)
         if not names:
             return self.examples(tf.constant(""), 0, 0, raw=raw).take(0)
         paths = tf.data.Dataset.from_tensor_slices([self.path(n) for n in names])

@@ -4,7 +4,7 @@ Each check returns None for a whole file, or what is missing. A plain text file 
 writer stopped mid-line is not done); a gzip file must hold complete gzip streams to its last byte (a cut
 stream has no end marker); a TFRecord file must be whole records to its last byte (each record's length field
 leads exactly to the next). These are checked after the file's size and time stood still over one look at the
-folder (see data/landing.py), so a writer that pauses at a line or record boundary is not taken for done.
+folder (see coordinator/follow/landing.py), so a writer that pauses at a line or record boundary is not taken for done.
 """
 
 from __future__ import annotations

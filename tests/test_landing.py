@@ -11,7 +11,8 @@ import pytest
 import criteokit
 from cluster.training_options import parse_training_options
 from common.errors import UserError
-from data.landing import Landing, natural_key
+from coordinator.follow.landing import Landing, landing_for
+from data.folder import natural_key
 from data.pieces import cut_into_pieces
 from data.whole_files import gzip_missing, text_missing, tfrecord_missing
 
@@ -119,11 +120,11 @@ def test_each_piece_reads_its_own_examples_and_together_every_line_once(tmp_path
     criteokit.write(tmp_path / "day_1.gz", criteokit.rows(300, first=400), gz=True)
     (tmp_path / "test.txt").write_text("\t".join(["1"] * 39) + "\n")  # Kaggle's unlabelled file: not data
     data = followed(tmp_path)
-    landing = data.landing()
+    landing = landing_for(data)
     landing.look(now=1.0)
     landed = landing.look(now=2.0).landed
     assert [f.name for f in landed] == ["day_0", "day_1.gz"]
-    pieces = [piece for file in landed for piece in data.pieces(file)]
+    pieces = [piece for file in landed for piece in data.pieces(file.name, file.size)]
     assert len(pieces) > 3 and pieces[-1].whole  # day_0 in ~10 KB ranges, the gzip file whole
     seen = [criteokit.row_number(features["dense"]) for piece in pieces
             for features, _ in data.piece_examples(piece)]
@@ -132,7 +133,7 @@ def test_each_piece_reads_its_own_examples_and_together_every_line_once(tmp_path
 
 def test_a_file_that_is_not_criteo_stops_the_run_naming_it(tmp_path):
     (tmp_path / "README.md").write_text("# my click logs\n")
-    landing = followed(tmp_path).landing()
+    landing = landing_for(followed(tmp_path))
     landing.look(now=1.0)
     with pytest.raises(UserError) as raised:
         landing.look(now=2.0)
@@ -148,10 +149,10 @@ def test_tfrecord_files_are_followed_whole_and_decoded_like_the_fixed_source(tmp
     options = parse_training_options({"model": "mlp", "dataset": "tfrecord", "data_dir": str(tmp_path),
                                       "follow_data": True, "tfrecord_num_classes": 3, "image_size": [8, 8]})
     data = followed_for(options, tmp_path)
-    landing = data.landing()
+    landing = landing_for(data)
     landing.look(now=1.0)
     landed = landing.look(now=2.0).landed
-    pieces = [piece for file in landed for piece in data.pieces(file)]
+    pieces = [piece for file in landed for piece in data.pieces(file.name, file.size)]
     assert [(p.name, p.whole) for p in pieces] == [("part-00000-of-00002", True), ("part-00001-of-00002", True)]
     images = [image.numpy() for piece in pieces for image, _ in data.piece_examples(piece)]
     assert [datakit.fingerprint(i) for i in images] == [datakit.fingerprint(i / 255) for i in written["part"]]

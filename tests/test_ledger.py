@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from coordinator.ledger import Ledger, freshness_summary, trained_through
-from data.landing import Landed
+from coordinator.follow.ledger import Ledger, freshness_summary, trained_through
+from coordinator.follow.landing import Landed
 from data.pieces import WHOLE, Piece
 from evaluator.progressive import unseen_pieces
 

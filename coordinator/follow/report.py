@@ -13,7 +13,7 @@ import time
 import tensorflow as tf
 
 from cluster.run_files import Phase, RunFiles, TrainingProgress, write_progress
-from coordinator.ledger import FileEntry, Ledger
+from coordinator.follow.ledger import FileEntry, Ledger
 
 HEARTBEAT_EVERY_S = 2.0
 WAITING_LINE_EVERY_S = 600.0

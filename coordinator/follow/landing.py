@@ -1,23 +1,21 @@
 """Files landing in a data folder, seen by polling: which are data, when each is complete, in landing order.
 
-A file is data when its path under the folder matches the pattern and no part of it begins with `.` or `_`
-(the convention of Hadoop and Spark writers: `_SUCCESS`, `_temporary/`, `.part-0.crc`; and of any producer
-that writes `.day_5.gz.tmp` and renames it). It is complete, and lands, at the first look where its size and
-modification time are what the previous look saw and its format says it is whole (data/whole_files.py).
-Files that land at the same look are taken in natural name order (day_2 before day_10). A file's landing
-time is when its last byte was written (its modification time, which a rename keeps), no earlier than the
-look before the one that first saw it (a file moved in keeps an older time). Pure Python: no TensorFlow.
+Which files are data is data/folder.py's rule (the pattern, no hidden `.` or `_` part). A file is complete, and
+lands, at the first look where its size and modification time are what the previous look saw and its format
+says it is whole (data/whole_files.py, through the data's `missing`). Files that land at the same look are taken
+in natural name order (day_2 before day_10). A file's landing time is when its last byte was written (its
+modification time, which a rename keeps), no earlier than the look before the one that first saw it (a file
+moved in keeps an older time). Pure Python: no TensorFlow.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from pathlib import Path
 from typing import Callable
 
-NOT_DATA_PREFIXES = (".", "_")
+from data.folder import data_files, natural_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,31 +35,6 @@ class Look:
     landed: list[Landed]
     incomplete: dict[str, str]
     changed: list[str]
-
-
-def natural_key(name: str) -> list:
-    """day_2 before day_10: runs of digits compare as numbers."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
-
-
-def is_data_name(name: str, excluded: Callable[[str], bool] = lambda name: False) -> bool:
-    return not any(part.startswith(NOT_DATA_PREFIXES) for part in name.split("/")) and not excluded(name)
-
-
-def data_files(root: Path, pattern: str, excluded: Callable[[str], bool]) -> dict[str, tuple[int, float]]:
-    """Size and modification time of each data file under `root` now (complete or not)."""
-    found = {}
-    for path in root.glob(pattern):
-        name = path.relative_to(root).as_posix()
-        if not is_data_name(name, excluded):
-            continue
-        try:
-            if path.is_file():
-                stat = path.stat()
-                found[name] = (stat.st_size, stat.st_mtime)
-        except OSError:  # renamed or removed between the listing and the stat: seen at the next look
-            continue
-    return found
 
 
 class Landing:
@@ -123,3 +96,9 @@ def _landing_time(mtime: float, now: float, look_before: float | None) -> float:
     earlier than the look before the one that first saw it (a file moved in from elsewhere keeps an older time),
     and no later than the look that took it."""
     return min(now, mtime if look_before is None else max(mtime, look_before))
+
+
+def landing_for(data, taken: dict[str, tuple[int, float]] | None = None) -> Landing:
+    """A watcher of followed data `data` (data/followed.py: its folder, pattern and whole-file rule) that skips
+    `taken` files (a resumed run's)."""
+    return Landing(data.root, data.pattern, data.missing, taken=taken, excluded=data.excluded)

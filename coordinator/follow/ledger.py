@@ -12,7 +12,7 @@ import dataclasses
 import json
 import statistics
 
-from data.landing import Landed
+from coordinator.follow.landing import Landed
 from data.pieces import Piece
 
 CHECKPOINT_NAME = "data_ledger"  # the object holding the ledger's JSON in every follow-mode checkpoint

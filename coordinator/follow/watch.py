@@ -6,7 +6,7 @@ from __future__ import annotations
 import queue
 import threading
 
-from data.landing import Landing, Look
+from coordinator.follow.landing import Landing, Look
 
 
 class FolderWatch:

@@ -8,7 +8,6 @@ continues where the last checkpoint stands, with the files that landed in betwee
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import tensorflow as tf
@@ -16,47 +15,32 @@ import tensorflow as tf
 from cluster.config import PROJECT_ROOT, ClusterConfig
 from cluster.run_files import RunFiles, RunSummary
 from cluster.training_options import TrainingOptions
-from common.errors import Problem, UserError
 from coordinator import setup, strategy
 from coordinator.checkpoints import EpochCheckpoints, Position
 from coordinator.compiled import ps_report
-from coordinator.dynamic.report import TableReport, table_report
-from coordinator.folder_watch import FolderWatch
-from coordinator.follow_loop import FollowLoop
-from coordinator.follow_report import FollowReport, duration
-from coordinator.handout import PieceTrainer
+from coordinator.dynamic.report import table_report
+from coordinator.follow.checkpointing import FollowCheckpoints
+from coordinator.follow.errors import data_files_named
+from coordinator.follow.handout import PieceTrainer
+from coordinator.follow.landing import landing_for
+from coordinator.follow.ledger import CHECKPOINT_NAME, Ledger
+from coordinator.follow.loop import FollowLoop, FollowParts
+from coordinator.follow.publishing import Publishing
+from coordinator.follow.report import FollowReport, duration
+from coordinator.follow.schedule import Schedule
+from coordinator.follow.watch import FolderWatch
 from coordinator.lost_tasks import exit_when_a_task_is_lost
-from coordinator.ledger import CHECKPOINT_NAME, Ledger
 from coordinator.preemption import StopRequest
 from coordinator.raw_export import raw_description
 from coordinator.serving import ServingVersions
 from data import followed_for
-
-@dataclasses.dataclass
-class FollowParts:
-    """What the follow loop works with."""
-
-    run: setup.TrainingRun
-    model: object
-    data: object  # data.followed.FollowedData
-    ledger: Ledger
-    state: tf.Variable
-    trainer: PieceTrainer
-    checkpoints: EpochCheckpoints
-    serving: ServingVersions
-    report: FollowReport
-    watch: FolderWatch
-    stop: StopRequest
-    device: str
-    resumed_number: int
-    tables: TableReport | None = None  # dynamic tables: their rows in the progress lines
 
 
 def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch_workers: int) -> RunSummary:
     """Follows data_dir until SIGTERM (checkpoint, exit 4) or stop_when_idle_s without new data (summary)."""
     stop = StopRequest(log).install()
     data = followed_for(options, PROJECT_ROOT)
-    watch = FolderWatch(data.landing(), options.data_poll_s).start()  # the first look now: files land from the next
+    watch = FolderWatch(landing_for(data), options.data_poll_s).start()  # the first look now: files land from the next
     run = setup.TrainingRun(config=config, options=options, files=RunFiles(config.path(options.output_dir)),
                             source=data, workers=batch_workers, global_batch=options.per_worker_batch * batch_workers,
                             steps_per_epoch=0, log=log)
@@ -79,22 +63,20 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
     position = setup.resume(run, checkpoints, model) or Position(0)
     ledger = _restored_ledger(state, run.files, options, log)
     tables = table_report(model)
+    report = FollowReport(log, run.files, model, every_s=options.progress_every_s, device=strategy.CHIEF_CPU,
+                          folder=str(data.root), poll_s=options.data_poll_s, tables=tables)
+    trainer = PieceTrainer(distribution, model, data, global_batch=run.global_batch, seed=options.seed,
+                           workers=config.input_pipelines)
     parts = FollowParts(
-        run=run, model=model, data=data, ledger=ledger, state=state,
-        trainer=PieceTrainer(distribution, model, data, global_batch=run.global_batch, seed=options.seed,
-                             workers=config.input_pipelines),
-        checkpoints=checkpoints, serving=ServingVersions(run.files.serving, options.keep_serving_versions),
-        report=FollowReport(log, run.files, model, every_s=options.progress_every_s, device=strategy.CHIEF_CPU,
-                            folder=str(data.root), poll_s=options.data_poll_s, tables=tables),
-        watch=watch, stop=stop, device=strategy.CHIEF_CPU, resumed_number=position.steps, tables=tables)
+        run=run, model=model, report=report, watch=watch, stop=stop, tables=tables,
+        schedule=Schedule(ledger=ledger, trainer=trainer, data=data, report=report, watch=watch),
+        saving=FollowCheckpoints(checkpoints=checkpoints, state=state, model=model, ledger=ledger,
+                                 every_s=options.checkpoint_every_s, resumed_number=position.steps, log=log),
+        publishing=Publishing(run=run, data=data, model=model, ledger=ledger, report=report, device=strategy.CHIEF_CPU,
+                              serving=ServingVersions(run.files.serving, options.keep_serving_versions)))
     with exit_when_a_task_is_lost(log, "lost part of the cluster", "the run resumes from the last checkpoint (pieces "
-                                  "done since are trained again)"):
-        try:
-            return FollowLoop(parts).run()
-        except tf.errors.NotFoundError as error:  # removed while its piece was read (before, the loop says which)
-            raise UserError(Problem("data file", ((error.message or "").strip().splitlines() or [""])[0][-300:],
-                                    "was removed (or renamed) before it was trained", "put it back: a file may go "
-                                    "once a serving version lists it in trained_through.json")) from None
+                                  "done since are trained again)"), data_files_named():
+        return FollowLoop(parts).run()
 
 
 def _restored_ledger(state: tf.Variable, files: RunFiles, options: TrainingOptions, log) -> Ledger:
