@@ -138,3 +138,57 @@ def test_wide_deep_exports_its_dynamic_rows_in_every_format(tmp_path):
         plain.save(path)
         loaded = tf_keras.models.load_model(path, custom_objects=recommenders.CUSTOM_OBJECTS, compile=False)
         np.testing.assert_array_equal(loaded(features).numpy(), expected)
+
+
+def held_ids(layer) -> set[int]:
+    return set(layer.snapshot()["ids"].tolist())
+
+
+def test_expiry_stays_right_across_two_to_the_31_steps():
+    layer, optimizer = table(64, 2, expire_after_steps=2)  # a sweep every step
+    start = 2**31 - 3
+    optimizer.iterations.assign(start)
+    train(layer, optimizer, [[1, 2]])  # A at step 2^31 - 3
+    held_after = []
+    for _ in range(5):  # B at steps 2^31 - 2 to 2^31 + 2: A, idle, expires at the sweep of step 2^31
+        train(layer, optimizer, [[3, 4]])
+        held_after.append(sorted(held_ids(layer)))
+    assert held_after == [[1, 2, 3, 4]] * 2 + [[3, 4]] * 3
+    for _ in range(4):  # C at steps 2^31 + 3 to 2^31 + 6: B, idle since 2^31 + 2, expires at 2^31 + 5
+        train(layer, optimizer, [[5, 6]])
+    assert held_ids(layer) == {5, 6} and layer.stats().numpy()[:, 4].sum() == 4
+    assert layer.snapshot()["last_seen"].tolist() == [start + 9] * 2  # int64 stamps past 2^31
+
+
+def test_a_slow_workers_older_step_never_moves_a_stamp_back():
+    layer, optimizer = table(64, 2)
+    optimizer.iterations.assign(100)
+    train(layer, optimizer, [[1, 2]])
+    optimizer.iterations.assign(40)  # a step that read the counter long ago looks the same ids up now
+    train(layer, optimizer, [[1, 2], [7, 8]])
+    stamps = dict(zip(layer.snapshot()["ids"].tolist(), layer.snapshot()["last_seen"].tolist()))
+    assert stamps == {1: 100, 2: 100, 7: 40, 8: 40}
+
+
+def test_a_checkpoint_with_int32_last_steps_restores(tmp_path, monkeypatch):
+    from coordinator.dynamic.checkpoint import TableState
+
+    layer, optimizer = table(64, 2, admit_after=2)
+    for _ in range(3):
+        train(layer, optimizer, [[1, 2], [3, 4]])
+    newer = TableState._serialize_to_tensors
+
+    def as_before(self):  # what the code before int64 steps wrote: the same keys, last steps as int32
+        tensors = newer(self)
+        return {**tensors, "last_seen": tf.cast(tensors["last_seen"], tf.int32)}
+
+    monkeypatch.setattr(TableState, "_serialize_to_tensors", as_before)
+    path = tf.train.Checkpoint(layer=layer, optimizer=optimizer).write(str(tmp_path / "old"))
+    monkeypatch.undo()
+    assert tf.train.load_checkpoint(path).get_variable_to_dtype_map()["layer/state/.ATTRIBUTES/last_seen"] == tf.int32
+    other, other_optimizer = table(64, 3, admit_after=2)
+    tf.train.Checkpoint(layer=other, optimizer=other_optimizer).read(path).assert_existing_objects_matched()
+    assert held_difference(layer, other) == (4, 0.0)
+    resaved = tf.train.Checkpoint(layer=other, optimizer=other_optimizer).write(str(tmp_path / "new"))
+    assert tf.train.load_checkpoint(resaved).get_variable_to_dtype_map()[
+        "layer/state/.ATTRIBUTES/last_seen"] == tf.int64

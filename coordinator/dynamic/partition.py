@@ -46,10 +46,10 @@ class Partition:
         self.initial_slots: dict = {}
         with colocated(shard), tf.name_scope(COLOCATED_SCOPE):
             self.owner = tf.Variable(lambda: filled([self.rows], tf.int64, EMPTY), trainable=False, name="row_owner")
-            self.last_seen = tf.Variable(lambda: filled([self.rows], tf.int32, 0), trainable=False,
+            self.last_seen = tf.Variable(lambda: filled([self.rows], tf.int64, 0), trainable=False,
                                          name="row_last_seen")
             self.counters = tf.Variable(tf.zeros([3], tf.int64), trainable=False, name="counters")
-            self.swept_at = tf.Variable(tf.constant(0, tf.int32), trainable=False, name="swept_at_step")
+            self.swept_at = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="swept_at_step")
             self.allocator = RowAllocator(self.rows)
             self.sketch = AdmissionSketch(self.rows, admit_after) if admit_after > 1 else None
         with tf.device(self.device):
@@ -77,14 +77,15 @@ class Partition:
             # made here first: a cond's input is switched on the device it comes from, and a switch on the worker
             # costs the predicate and the branch's pivot a trip each, every step (a cast, since the graph
             # optimizer removes an identity and switches the worker's tensor again)
-            ids, sightings, step = tf.identity(ids), tf.cast(sightings, tf.int64), tf.cast(step, tf.int32)
+            ids, sightings, step = tf.identity(ids), tf.cast(sightings, tf.int64), tf.cast(step, tf.int64)
             found = tf.reshape(self.index.lookup(ids), [-1])
             rows = tf.cond(tf.reduce_any(found < 0),
                            lambda: self.lock.execute(lambda: self._admit(ids, sightings, found, step),
                                                      exclusive_resource_access=False),
                            lambda: found)
             seen = tf.boolean_mask(rows, rows >= 0)
-            touched = self.last_seen.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(seen), step), seen))
+            # a maximum, not a write: a slow worker's step, read long before, never moves a row's stamp back
+            touched = self.last_seen.scatter_max(tf.IndexedSlices(tf.fill(tf.shape(seen), step), seen))
             with tf.control_dependencies([touched]):
                 swept = [self.sweep_when_due(step, *expiry)] if expiry else []
             with tf.control_dependencies([touched, *swept]):
@@ -143,7 +144,8 @@ class Partition:
             EMPTY, tf.int64)), releasing))
         with tf.control_dependencies([emptied, self.allocator.give_back(releasing)]):
             owners = self.owner.read_value()
-            stale = tf.where((owners >= 0) & (self.last_seen < step - expire_after))[:, 0] if expire_after else \
+            # idle steps as a difference, which stays right where the steps themselves would wrap
+            stale = tf.where((owners >= 0) & (step - self.last_seen > expire_after))[:, 0] if expire_after else \
                 tf.zeros([0], tf.int64)
         removed = self.index.remove(tf.gather(owners, stale))
         marked = self.owner.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(stale), tf.constant(
@@ -175,9 +177,9 @@ class Partition:
             rows = tf.range(tf.size(ids, out_type=tf.int64))
             self.index.insert(ids, rows)
             self.owner.assign(tf.fill([self.rows], tf.constant(EMPTY, tf.int64)))
-            self.last_seen.assign(tf.zeros([self.rows], tf.int32))
+            self.last_seen.assign(tf.zeros([self.rows], tf.int64))
         self.owner.scatter_update(tf.IndexedSlices(ids, rows))
-        self.last_seen.scatter_update(tf.IndexedSlices(last_seen, rows))
+        self.last_seen.scatter_update(tf.IndexedSlices(tf.cast(last_seen, tf.int64), rows))
         self.shard.scatter_update(tf.IndexedSlices(vectors, rows))
         for name, slot in self.slots.items():
             slot.scatter_update(tf.IndexedSlices(slots[name], rows))
@@ -189,4 +191,4 @@ class Partition:
     def nbytes(self) -> int:
         """Bytes of the bookkeeping variables (the index's own memory is not counted: see the bench)."""
         sketch = self.sketch.nbytes() if self.sketch is not None else 0
-        return self.rows * (8 + 4) + 24 + self.allocator.nbytes() + sketch
+        return self.rows * (8 + 8) + 24 + self.allocator.nbytes() + sketch
