@@ -192,3 +192,17 @@ def test_a_checkpoint_with_int32_last_steps_restores(tmp_path, monkeypatch):
     resaved = tf.train.Checkpoint(layer=other, optimizer=other_optimizer).write(str(tmp_path / "new"))
     assert tf.train.load_checkpoint(resaved).get_variable_to_dtype_map()[
         "layer/state/.ATTRIBUTES/last_seen"] == tf.int64
+
+
+def test_expiry_in_seconds_frees_a_row_idle_that_long_whatever_the_steps():
+    import time
+
+    layer, optimizer = table(64, 2, expire_after_s=0.6)  # a sweep every 0.075 s of the ps's clock
+    train(layer, optimizer, [[1, 2]])
+    last_a = time.monotonic()
+    deadline = last_a + 20
+    while 1 in held_ids(layer) and time.monotonic() < deadline:  # B steps as fast as they come, then slower
+        train(layer, optimizer, [[3, 4]])
+    idle = time.monotonic() - last_a
+    assert held_ids(layer) == {3, 4} and idle >= 0.6, idle
+    assert idle < 0.6 * 1.25 + 2.0, idle  # within a quarter more (and this machine's delays)

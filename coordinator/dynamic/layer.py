@@ -5,8 +5,8 @@ are one variable, split by the strategy's partitioner into shards spread evenly 
 partition (coordinator/dynamic/partition.py) whose index, bookkeeping and lock live on the shard's ps, and an
 id belongs to the partition a mixing hash of it names. A training lookup admits new ids (at their `admit_after`th
 sighting) into free rows; until then, and when the partition is full, an id reads and trains its feature's
-shared row. Training lookups sweep every `expire_after_steps // SWEEPS_PER_EXPIRY` steps: rows not looked up
-for `expire_after_steps` steps are freed.
+shared row. Training lookups sweep every `expire_after_steps // SWEEPS_PER_EXPIRY` steps (or every eighth of
+`expire_after_s` seconds): rows not looked up for that long are freed (coordinator/dynamic/expiry.py).
 
 The rows and their optimizer slots are saved by the layer's `state` in a form that does not depend on the
 partitioning (coordinator/dynamic/checkpoint.py), so they are deliberately not Keras weights of the checkpoint:
@@ -25,8 +25,6 @@ from coordinator.dynamic.checkpoint import TableState
 from coordinator.dynamic.mixing import partition_of
 from coordinator.dynamic.partition import Partition
 from coordinator.table_init import filled, uniform_table
-
-SWEEPS_PER_EXPIRY = 8  # a row idle for expire_after_steps is freed within 1/8 of that (and one sweep's grace) more
 
 
 @tf.custom_gradient
@@ -51,10 +49,11 @@ class DynamicTables(tf_keras.layers.Layer):
     last axis when `splits` is given, e.g. (1, 16): wide_deep's weights and embeddings from one row)."""
 
     def __init__(self, capacity: int, dim: int, *, admit_after: int = 1, expire_after_steps: int = 0,
-                 deduplicate: bool = True, splits=None, **kwargs):
+                 expire_after_s: float = 0.0, deduplicate: bool = True, splits=None, **kwargs):
         super().__init__(**kwargs)
         self.capacity, self.dim, self.admit_after = int(capacity), int(dim), int(admit_after)
-        self.expire_after_steps, self.deduplicate = int(expire_after_steps), deduplicate
+        self.expire_after_steps, self.expire_after_s = int(expire_after_steps), float(expire_after_s)
+        self.deduplicate = deduplicate
         self.splits = tuple(int(s) for s in splits) if splits else None
         self._optimizer = None
 
@@ -66,7 +65,9 @@ class DynamicTables(tf_keras.layers.Layer):
         variable = tf.Variable(initial_value=functools.partial(filled, (self.capacity, self.dim), tf.float32, 0.0),
                                shape=(self.capacity, self.dim), dtype=tf.float32, name="rows")
         shards = list(getattr(variable, "variables", [variable]))
-        self._rows = _Rows(variable, [Partition(shard, admit_after=self.admit_after) for shard in shards])
+        self._rows = _Rows(variable, [Partition(shard, admit_after=self.admit_after,
+                                                expire_after_steps=self.expire_after_steps,
+                                                expire_after_s=self.expire_after_s) for shard in shards])
         self._trainable_weights.extend(shards)
         self.state = TableState(self)
         super().build(input_shape)
@@ -103,8 +104,8 @@ class DynamicTables(tf_keras.layers.Layer):
         held, vectors = [], []
         for number, (partition, picked) in enumerate(zip(self.partitions, chosen, strict=True)):
             picked_ids = tf.gather(unique, picked)
-            rows = partition.train_lookup(picked_ids, tf.gather(sightings, picked), self._step(),
-                                          self._expiry()) if training else partition.lookup(picked_ids)
+            rows = partition.train_lookup(picked_ids, tf.gather(sightings, picked), self._step()) if training \
+                else partition.lookup(picked_ids)
             wanted, slots = (tf.cast(picked, tf.int64), None) if self.deduplicate else self._occurrences(
                 picked, tf.equal(tf.gather(parts, positions), number), positions, tf.size(unique))
             with tf.device(partition.device):  # on the ps: only held rows, and which units they serve, come back
@@ -143,12 +144,6 @@ class DynamicTables(tf_keras.layers.Layer):
                              "bind_optimizer(optimizer) after creating its slots (SparseDenseModel does)")
         return self._optimizer.iterations
 
-    def _expiry(self) -> tuple:
-        """(expire_after_steps, sweep every so many steps), or () when rows never expire."""
-        if not self.expire_after_steps:
-            return ()
-        return self.expire_after_steps, max(1, self.expire_after_steps // SWEEPS_PER_EXPIRY)
-
     @tf.function
     def stats(self):
         """Per partition: [rows, rows in use, ids held, admitted, expired, turned away] (int64)."""
@@ -178,5 +173,6 @@ class DynamicTables(tf_keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "capacity": self.capacity, "dim": self.dim, "admit_after": self.admit_after,
-                "expire_after_steps": self.expire_after_steps, "deduplicate": self.deduplicate,
+                "expire_after_steps": self.expire_after_steps, "expire_after_s": self.expire_after_s,
+                "deduplicate": self.deduplicate,
                 "splits": list(self.splits) if self.splits else None}

@@ -23,6 +23,7 @@ import uuid
 import tensorflow as tf
 
 from coordinator.dynamic.allocator import RowAllocator
+from coordinator.dynamic.expiry import make_expiry
 from coordinator.dynamic.sketch import AdmissionSketch
 from coordinator.table_init import INIT_SCALE, filled
 
@@ -40,7 +41,7 @@ def colocated(variable):
 class Partition:
     """The index and bookkeeping of one shard of rows (create under the strategy's scope)."""
 
-    def __init__(self, shard, *, admit_after: int):
+    def __init__(self, shard, *, admit_after: int, expire_after_steps: int = 0, expire_after_s: float = 0.0):
         self.shard, self.device, self.rows = shard, shard.device, int(shard.shape[0])
         self.slots: dict = {}
         self.initial_slots: dict = {}
@@ -49,9 +50,9 @@ class Partition:
             self.last_seen = tf.Variable(lambda: filled([self.rows], tf.int64, 0), trainable=False,
                                          name="row_last_seen")
             self.counters = tf.Variable(tf.zeros([3], tf.int64), trainable=False, name="counters")
-            self.swept_at = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="swept_at_step")
             self.allocator = RowAllocator(self.rows)
             self.sketch = AdmissionSketch(self.rows, admit_after) if admit_after > 1 else None
+            self.expiry = make_expiry(expire_after_steps, expire_after_s)
         with tf.device(self.device):
             self.index = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, default_value=-1,
                                                                  experimental_is_anonymous=True)
@@ -68,11 +69,10 @@ class Partition:
         with tf.device(self.device):
             return tf.reshape(self.index.lookup(ids), [-1])
 
-    def train_lookup(self, ids: tf.Tensor, sightings: tf.Tensor, step: tf.Tensor, expiry: tuple = ()) -> tf.Tensor:
+    def train_lookup(self, ids: tf.Tensor, sightings: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
         """Each distinct id's row, admitting missing ids under the lock; -1 for ids without one (not admitted
         yet, or the partition full). Marks the rows as looked up at `step` (the optimizer's step counter, read
-        on this ps), then, with `expiry` (expire_after, every), sweeps when the last sweep is `every` steps
-        behind."""
+        on this ps), then, when rows expire, sweeps if a sweep is due (coordinator/dynamic/expiry.py)."""
         with tf.device(self.device):
             # made here first: a cond's input is switched on the device it comes from, and a switch on the worker
             # costs the predicate and the branch's pivot a trip each, every step (a cast, since the graph
@@ -87,7 +87,7 @@ class Partition:
             # a maximum, not a write: a slow worker's step, read long before, never moves a row's stamp back
             touched = self.last_seen.scatter_max(tf.IndexedSlices(tf.fill(tf.shape(seen), step), seen))
             with tf.control_dependencies([touched]):
-                swept = [self.sweep_when_due(step, *expiry)] if expiry else []
+                swept = [self.sweep_when_due(step)] if self.expiry is not None else []
             with tf.control_dependencies([touched, *swept]):
                 return tf.identity(rows)
 
@@ -125,34 +125,33 @@ class Partition:
             resets.append(slot.scatter_update(tf.IndexedSlices(start, rows)))
         return resets
 
-    def sweep_when_due(self, step: tf.Tensor, expire_after: int, every: int) -> tf.Tensor:
-        """Sweeps when `step` is `every` steps past the last sweep (checked again under the lock: two workers
-        due at once sweep once); returns [rows freed, rows expired], zeros when no sweep was due."""
+    def sweep_when_due(self, step: tf.Tensor) -> tf.Tensor:
+        """Sweeps when one is due (checked again under the lock: two workers due at once sweep once); returns
+        [rows freed, rows expired], zeros when no sweep was due."""
         def under_lock():
-            return tf.cond(step - self.swept_at >= every, lambda: self._sweep(step, expire_after), nothing)
+            return tf.cond(self.expiry.due(step), lambda: self._sweep(step), nothing)
 
         def nothing():
             return tf.zeros([2], tf.int64)
 
         with tf.device(self.device):
-            return tf.cond(step - self.swept_at >= every,
+            return tf.cond(self.expiry.due(step),
                            lambda: self.lock.execute(under_lock, exclusive_resource_access=False), nothing)
 
-    def _sweep(self, step, expire_after: int) -> tf.Tensor:
+    def _sweep(self, step) -> tf.Tensor:
         releasing = tf.where(tf.equal(self.owner, RELEASING))[:, 0]
         emptied = self.owner.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(releasing), tf.constant(
             EMPTY, tf.int64)), releasing))
         with tf.control_dependencies([emptied, self.allocator.give_back(releasing)]):
             owners = self.owner.read_value()
             # idle steps as a difference, which stays right where the steps themselves would wrap
-            stale = tf.where((owners >= 0) & (step - self.last_seen > expire_after))[:, 0] if expire_after else \
-                tf.zeros([0], tf.int64)
+            stale = tf.where((owners >= 0) & (step - self.last_seen > self.expiry.idle_limit(step)))[:, 0]
         removed = self.index.remove(tf.gather(owners, stale))
         marked = self.owner.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(stale), tf.constant(
             RELEASING, tf.int64)), stale))
         counted = self.counters.assign_add(tf.stack([tf.constant(0, tf.int64), tf.size(stale, out_type=tf.int64),
                                                      tf.constant(0, tf.int64)]))
-        dated = self.swept_at.assign(step)
+        dated = self.expiry.mark(step)
         with tf.control_dependencies([removed, marked, counted, dated]):
             return tf.stack([tf.size(releasing, out_type=tf.int64), tf.size(stale, out_type=tf.int64)])
 
@@ -187,6 +186,8 @@ class Partition:
         self.counters.assign(counters)
         if self.sketch is not None:
             self.sketch.clear()
+        if self.expiry is not None:
+            self.expiry.restart()
 
     def nbytes(self) -> int:
         """Bytes of the bookkeeping variables (the index's own memory is not counted: see the bench)."""
