@@ -206,3 +206,28 @@ def test_expiry_in_seconds_frees_a_row_idle_that_long_whatever_the_steps():
     idle = time.monotonic() - last_a
     assert held_ids(layer) == {3, 4} and idle >= 0.6, idle
     assert idle < 0.6 * 1.25 + 2.0, idle  # within a quarter more (and this machine's delays)
+
+
+@pytest.mark.parametrize("deduplicate", [True, False])
+def test_an_update_for_a_row_that_changed_hands_meanwhile_is_dropped_and_counted(deduplicate):
+    layer, optimizer = table(4, 1, expire_after_steps=1, deduplicate=deduplicate)  # 4 rows; a sweep every step
+    weights = layer.trainable_weights
+
+    @tf.function
+    def gradients(ids):  # a slow worker's step: it looks up now and applies later
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(ids, training=True))
+        return tape.gradient(loss, weights)
+
+    a, b = [[1, 2], [3, 4]], [[5, 6], [7, 8]]
+    train(layer, optimizer, a)  # step 0: A holds every row
+    in_flight = gradients(tf.constant(a, tf.int64))  # looked up at step 1
+    for _ in range(4):  # steps 1-4: B turned away while the table is full; A expires at step 3, B takes its rows
+        train(layer, optimizer, b)
+    before = layer.snapshot()
+    assert before["ids"].tolist() == [5, 6, 7, 8] and layer.stats().numpy()[0, 6] == 0
+    optimizer.apply_gradients(zip(in_flight, weights))  # A's update arrives: every row it targets is B's now
+    after = layer.snapshot()
+    assert all(np.array_equal(before[name], after[name]) for name in before)
+    assert layer.stats().numpy()[0, 6] == 4  # counted as misdirected, not applied
+

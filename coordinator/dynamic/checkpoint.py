@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from coordinator.dynamic.mixing import partition_of
-from coordinator.dynamic.partition import TURNED_AWAY
+from coordinator.dynamic.partition import COUNTERS, TURNED_AWAY
 
 
 STATE = "state"  # the layer's attribute, hence the name of the keys' parent in a checkpoint
@@ -78,7 +78,7 @@ class TableState(tf.__internal__.tracking.Trackable):
             partition.load(tf.gather(ids, chosen), tf.gather(last_seen, chosen),
                            tf.gather(restored["vectors"], chosen),
                            {name: tf.gather(restored[f"slot-{name}"], chosen) for name in slot_names},
-                           counters[number] + tf.cast(tf.equal(tf.range(3), TURNED_AWAY), tf.int64) * tf.cast(
+                           counters[number] + tf.cast(tf.equal(tf.range(COUNTERS), TURNED_AWAY), tf.int64) * tf.cast(
                                left_out[-1], tf.int64))
         _restore_sketches(partitions, restored)
         dropped = tf.add_n(left_out)
@@ -92,9 +92,11 @@ def _warn_left_out(name: str, dropped) -> tf.Operation:
 
 
 def _counters_for(saved: tf.Tensor, partitions: int) -> tf.Tensor:
-    """Each partition's counters: as saved for the same partitioning, else the totals on the first partition."""
+    """Each partition's counters: as saved for the same partitioning, else the totals on the first partition (a
+    checkpoint from before misdirected updates were counted has 3 columns)."""
+    saved = tf.pad(saved, [[0, 0], [0, COUNTERS - tf.shape(saved)[1]]])
     totals = tf.reduce_sum(saved, axis=0, keepdims=True)
-    spread = tf.concat([totals, tf.zeros([partitions - 1, 3], saved.dtype)], axis=0)
+    spread = tf.concat([totals, tf.zeros([partitions - 1, COUNTERS], saved.dtype)], axis=0)
     return tf.cond(tf.equal(tf.shape(saved)[0], partitions), lambda: saved, lambda: spread)
 
 

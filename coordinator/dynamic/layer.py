@@ -22,6 +22,7 @@ import tensorflow as tf
 import tf_keras
 
 from coordinator.dynamic.checkpoint import TableState
+from coordinator.dynamic.guard import gather_carrying
 from coordinator.dynamic.mixing import partition_of
 from coordinator.dynamic.partition import Partition
 from coordinator.table_init import filled, uniform_table
@@ -89,14 +90,34 @@ class DynamicTables(tf_keras.layers.Layer):
     def bind_optimizer(self, optimizer) -> None:
         """The table optimizer (its slots already made): new rows get its slots' initial values, the checkpoint
         saves the slots of every held row, and its step counts steps for expiry."""
+        if not hasattr(optimizer, "guard"):
+            raise ValueError(f"{self.name}: the table optimizer must apply updates only to rows still their ids' "
+                             "(coordinator.sparse.make_embedding_optimizer makes one)")
         self._optimizer = optimizer
         for partition in self.partitions:
             slots = {name: optimizer.get_slot(partition.shard, name) for name in optimizer.get_slot_names()}
             partition.bind(slots, {name: slot[0].numpy() for name, slot in slots.items()})
+            optimizer.guard(partition.shard, partition)
 
-    def call(self, ids, training=None):
+    skips_padding = True  # takes `present` (coordinator/pooling.py): padding is no id and takes no row
+
+    def call(self, ids, training=None, present=None):
+        """Rows for `ids`; where `present` (bool, ids' shape) is False the position is padding: it is not looked
+        up (nor admitted, nor stamped) and reads zeros."""
         flat = tf.reshape(tf.cast(ids, tf.int64), [-1])
         features = tf.tile(tf.range(self.features), tf.shape(ids)[:1])
+        if present is None:
+            vectors = self._vectors(flat, features, training)
+        else:
+            real = tf.where(tf.reshape(present, [-1]))[:, 0]
+            vectors = tf.scatter_nd(real[:, tf.newaxis], self._vectors(tf.gather(flat, real), tf.gather(
+                features, real), training), tf.stack([tf.size(flat, out_type=tf.int64), self.dim]))
+        vectors = tf.reshape(vectors, tf.concat([tf.shape(ids), [self.dim]], axis=0))
+        vectors.set_shape(ids.shape.concatenate([self.dim]))
+        return tf.split(vectors, self.splits, axis=-1) if self.splits else vectors
+
+    def _vectors(self, flat, features, training) -> tf.Tensor:
+        """[n, dim]: the row of each id of `flat` (of feature `features`), or its feature's shared row."""
         unique, positions, sightings = tf.unique_with_counts(flat)
         parts = partition_of(unique, len(self.partitions))
         chosen = tf.dynamic_partition(tf.range(tf.size(unique)), parts, len(self.partitions))
@@ -104,21 +125,24 @@ class DynamicTables(tf_keras.layers.Layer):
         held, vectors = [], []
         for number, (partition, picked) in enumerate(zip(self.partitions, chosen, strict=True)):
             picked_ids = tf.gather(unique, picked)
-            rows = partition.train_lookup(picked_ids, tf.gather(sightings, picked), self._step()) if training \
-                else partition.lookup(picked_ids)
+            if training:
+                rows, generations = partition.train_lookup(picked_ids, tf.gather(sightings, picked), self._step())
+            else:
+                rows, generations = partition.lookup(picked_ids), None
             wanted, slots = (tf.cast(picked, tf.int64), None) if self.deduplicate else self._occurrences(
                 picked, tf.equal(tf.gather(parts, positions), number), positions, tf.size(unique))
             with tf.device(partition.device):  # on the ps: only held rows, and which units they serve, come back
                 wanted_rows = rows if slots is None else tf.gather(rows, slots)
                 with_row = tf.where(wanted_rows >= 0)[:, 0]
-                vectors.append(tf.gather(partition.shard, tf.gather(wanted_rows, with_row)))
+                found = tf.gather(wanted_rows, with_row)
+                if generations is None:
+                    vectors.append(tf.gather(partition.shard, found))
+                else:  # its update carries the rows' generations: it lands only in rows still their ids'
+                    wanted_generations = generations if slots is None else tf.gather(generations, slots)
+                    vectors.append(gather_carrying(partition.shard, found, tf.gather(wanted_generations, with_row)))
             held.append(tf.gather(wanted, with_row))
         unit_of_occurrence = positions if self.deduplicate else tf.range(tf.size(flat))
-        vectors = self._per_occurrence(tf.concat(held, 0), tf.concat(vectors, 0), units, unit_of_occurrence,
-                                       features)
-        vectors = tf.reshape(vectors, tf.concat([tf.shape(ids), [self.dim]], axis=0))
-        vectors.set_shape(ids.shape.concatenate([self.dim]))
-        return tf.split(vectors, self.splits, axis=-1) if self.splits else vectors
+        return self._per_occurrence(tf.concat(held, 0), tf.concat(vectors, 0), units, unit_of_occurrence, features)
 
     @staticmethod
     def _occurrences(picked, mine, positions, unique_count):
