@@ -8,10 +8,11 @@ from typing import Any, Mapping
 from cluster.recommender_options import RECOMMENDER_MODELS
 from cluster.strategies import StrategyName
 from common.errors import Problem
-from common.fields import INT32_MAX, Check, int_in, positive_int
+from common.fields import INT32_MAX, MAX_SECONDS, Check, int_in, is_number, positive_int
 
 EMBEDDING_KINDS = ("hashed", "dynamic")
 DEFAULT_KIND, DEFAULT_CAPACITY, DEFAULT_ADMIT_AFTER, DEFAULT_EXPIRE_AFTER_STEPS = "hashed", 1_000_000, 1, 0
+DEFAULT_EXPIRE_AFTER_S = 0
 DEFAULT_NEW_IDS, DEFAULT_ID_LIFETIME, DEFAULT_PERIOD_EXAMPLES = 0, 8, 4096
 DYNAMIC_STRATEGIES = (StrategyName.PARAMETER_SERVER, StrategyName.ONE_DEVICE)  # one index per table, not mirrored
 MAX_NEW_IDS = 1 << 30
@@ -26,6 +27,9 @@ CHECKS = {
                          "use 1 (an id gets a row at its first sighting) or e.g. 2"),
     "expire_after_steps": Check(int_in(0, INT32_MAX), f"must be 0 (never) or a number of steps up to {INT32_MAX}",
                                 "use 0, or e.g. 100000"),
+    "expire_after_s": Check(lambda v: is_number(v) and 0 <= v <= MAX_SECONDS,
+                            f"must be 0 (never) or a number of seconds up to {MAX_SECONDS}",
+                            "use 0, or e.g. 86400 (a day)"),
     "synthetic_new_ids": Check(int_in(0, MAX_NEW_IDS), f"must be an integer from 0 to {MAX_NEW_IDS}",
                                "use 0 (a fixed vocabulary of table_rows values) or e.g. 1000"),
     "synthetic_id_lifetime": Check(positive_int, f"must be an integer from 1 to {INT32_MAX}", "use e.g. 8"),
@@ -43,7 +47,8 @@ def cross_field_problems(options, prefix: str) -> list[Problem]:
                             f'set "embedding_kind": "dynamic", or leave {name} out')
                     for name, default in (("embedding_capacity", DEFAULT_CAPACITY),
                                           ("admit_after", DEFAULT_ADMIT_AFTER),
-                                          ("expire_after_steps", DEFAULT_EXPIRE_AFTER_STEPS))
+                                          ("expire_after_steps", DEFAULT_EXPIRE_AFTER_STEPS),
+                                          ("expire_after_s", DEFAULT_EXPIRE_AFTER_S))
                     if getattr(options, name) != default]
     if options.synthetic_new_ids and options.dataset != "synthetic_criteo":
         problems.append(Problem(f"{prefix}synthetic_new_ids", options.synthetic_new_ids, "makes ids born and dying "
@@ -60,6 +65,10 @@ def _dynamic_problems(options, prefix: str) -> list[Problem]:
         return [Problem(f"{prefix}embedding_kind", "dynamic", f"keeps one index per table, which {options.strategy} "
                         "would copy to every replica (each would give ids rows of its own)",
                         "use parameter_server (or one_device for a single process), or hashed tables")]
+    if options.expire_after_steps and options.expire_after_s:
+        return [Problem(f"{prefix}expire_after_s", options.expire_after_s, "is given with expire_after_steps "
+                        f"({options.expire_after_steps}): a row expires by steps or by seconds, not both",
+                        "leave one of them out")]
     return []
 
 

@@ -143,6 +143,9 @@ class TrainingOptions:
                                "shared row")
     expire_after_steps: int = _option(tables.DEFAULT_EXPIRE_AFTER_STEPS, "dynamic tables: a row whose id was not "
                                       "looked up for this many optimizer steps is freed for another id; 0 never")
+    expire_after_s: float = _option(tables.DEFAULT_EXPIRE_AFTER_S, "dynamic tables: a row whose id was not looked "
+                                    "up for this many seconds (by its ps's clock) is freed for another id; 0 never; "
+                                    "instead of expire_after_steps")
     synthetic_new_ids: int = _option(tables.DEFAULT_NEW_IDS, "synthetic_criteo: ids born per period in each "
                                      "categorical feature (0: a fixed vocabulary of table_rows values each)")
     synthetic_id_lifetime: int = _option(tables.DEFAULT_ID_LIFETIME, "synthetic_criteo with new ids: periods an id "

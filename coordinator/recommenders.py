@@ -53,6 +53,7 @@ class RecommenderOptions:
     embedding_capacity: int = dynamic_options.DEFAULT_CAPACITY  # dynamic: rows in all, spread over the ps
     admit_after: int = dynamic_options.DEFAULT_ADMIT_AFTER  # dynamic: sightings before an id gets its own row
     expire_after_steps: int = dynamic_options.DEFAULT_EXPIRE_AFTER_STEPS  # dynamic: idle steps before a row is freed
+    expire_after_s: float = dynamic_options.DEFAULT_EXPIRE_AFTER_S  # dynamic: or idle seconds
 
     @property
     def rows_per_table(self) -> tuple[int, ...]:
@@ -116,7 +117,8 @@ def _tables(options: RecommenderOptions, features: dict, dim: int, name: str, sp
     ids = features["ids"]
     if options.embedding_kind == "dynamic":
         layer = DynamicTables(options.embedding_capacity, dim, admit_after=options.admit_after,
-                              expire_after_steps=options.expire_after_steps, deduplicate=options.deduplicate_ids,
+                              expire_after_steps=options.expire_after_steps, expire_after_s=options.expire_after_s,
+                              deduplicate=options.deduplicate_ids,
                               splits=splits, name=name)
     else:
         layer = make_tables(options.rows_for(ids.shape[0]), dim, fused=options.fused_tables,

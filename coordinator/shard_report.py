@@ -115,4 +115,5 @@ def _table_segment(entry: dict) -> str:
     if "rows" not in entry:
         return ""
     return (f" | table rows {entry['rows_in_use']}/{entry['rows']}, ids admitted {entry['admitted']}, expired "
-            f"{entry['expired']}, turned away {entry['turned_away']}")
+            f"{entry['expired']}, turned away {entry['turned_away']}, misdirected updates dropped "
+            f"{entry.get('misdirected', 0)}")

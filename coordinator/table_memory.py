@@ -18,7 +18,7 @@ from coordinator.dynamic.layer import DynamicTables
 from coordinator.tables import table_layers
 
 INDEX_BYTES_PER_ID = 48
-BOOKKEEPING_BYTES_PER_ROW = 8 + 4 + 4  # owner id, last step seen, the allocator's free list
+BOOKKEEPING_BYTES_PER_ROW = 8 + 8 + 4  # owner id, last step seen (int64), the allocator's free list
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import numpy as np
 import tensorflow as tf
 
 from coordinator.dynamic.layer import DynamicTables
+from coordinator.dynamic.mixing import partition_of
 from coordinator.placement import BalancedPartitioner
 from coordinator.sparse import LeanAdagrad
 
@@ -51,7 +53,7 @@ class Table:
 
     def stats(self) -> dict:
         totals = self.layer.stats().numpy().sum(axis=0)
-        return dict(zip(("rows", "rows_in_use", "ids_held", "admitted", "expired", "turned_away"),
+        return dict(zip(("rows", "rows_in_use", "ids_held", "admitted", "expired", "turned_away", "misdirected"),
                         (int(n) for n in totals), strict=True))
 
     def slot_rows(self, ids) -> np.ndarray:
@@ -91,11 +93,19 @@ def admission(strategy, coordinator) -> dict:
     return {"held": held, "reads_shared": reads_shared}
 
 
+def spread(base: int, per_partition: int, partitions: int = 2) -> np.ndarray:
+    """Ids from `base` up, `per_partition` of them in each partition (by the partitions' hash), as pairs."""
+    candidates = np.arange(base, base + 64 * per_partition * partitions, dtype=np.int64)
+    parts = partition_of(tf.constant(candidates), partitions).numpy()
+    return pairs(np.concatenate([candidates[parts == p][:per_partition] for p in range(partitions)]))
+
+
 def expiry(strategy, coordinator) -> dict:
-    """expire_after_steps 3 (a sweep every step): ids A trained at steps 0-2, then B at steps 3-7, one at a time:
-    the step 6 sweep expires A (idle since step 2), the step 7 sweep frees A's rows, which C then takes."""
-    table = Table(strategy, coordinator, 64, expire_after_steps=3)
-    a, b, c = (pairs(np.arange(8, dtype=np.int64) + base) for base in (100, 200, 300))
+    """expire_after_steps 3 (a sweep every step), 8 rows in each of 2 partitions, ids A and B 4 in each: A trained
+    at steps 0-2 and B at steps 3-7 fill the table; the step 6 sweep expires A (idle since step 2) and frees its
+    rows at once (into the queue of free rows); C at step 8 finds no row never used, so it takes A's rows."""
+    table = Table(strategy, coordinator, 16, expire_after_steps=3)
+    a, b, c = (spread(base, 4) for base in (100, 20_000, 40_000))
     for _ in range(3):
         table.train(a)
     a_parts, a_rows = table.layer.locate(a.reshape(-1))
@@ -107,12 +117,61 @@ def expiry(strategy, coordinator) -> dict:
     table.train(c)
     c_parts, c_rows = table.layer.locate(c.reshape(-1))
     vectors = table.layer(tf.constant(c), training=False).numpy().reshape(-1)
-    freed, taken = set(zip(a_parts.tolist(), a_rows.tolist())), list(zip(c_parts.tolist(), c_rows.tolist()))
-    reusable = sum(min((a_parts == p).sum(), (c_parts == p).sum()) for p in range(len(table.layer.partitions)))
+    freed, taken = set(zip(a_parts.tolist(), a_rows.tolist())), set(zip(c_parts.tolist(), c_rows.tolist()))
     return {"a_held_after": int((a_after >= 0).sum()), "in_use_after_each_b": in_use,
-            "c_took_freed_rows_first": bool(sum(row in freed for row in taken) == reusable > 0),
+            "c_took_a_rows": taken == freed and len(taken) == 8,
             "c_accumulators": np.unique(table.slot_rows(c.reshape(-1)).round(4)).tolist(),
             "c_vector_range": [float(vectors.min()), float(vectors.max())], **table.stats()}
+
+
+def race(strategy, coordinator) -> dict:
+    """A slowed worker: its step looks ids A up, then waits on a gate (a variable on a ps) while the other worker's
+    steps expire A (expire_after_steps 2, a full table of 8 rows) and give A's rows to B; then the gate opens and
+    its update for A arrives: it must land in none of B's rows, and count as misdirected."""
+    table = Table(strategy, coordinator, 8, expire_after_steps=2)
+    with strategy.scope():
+        gate = tf.Variable(0, trainable=False, name="gate")
+
+    def slowed(ids):
+        with tf.GradientTape() as tape:
+            vectors = table.layer(ids, training=True)
+            with tf.control_dependencies([vectors]):  # waits once the lookup is done (bounded: about a minute)
+                polls, opened = tf.while_loop(lambda n, value: (value < 1) & (n < 200_000),
+                                              lambda n, value: (n + 1, gate.read_value()), [0, gate.read_value()])
+            loss = tf.reduce_sum(vectors) * tf.cast(opened, tf.float32)  # the update waits for the gate too
+        weights = table.layer.trainable_weights
+        table.optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights, strict=True))
+        return opened
+
+    slowed_step = tf.function(lambda ids: strategy.run(slowed, args=(ids,)))
+    a, b = spread(100, 4), spread(20_000, 4)
+    table.train(a)  # step 0
+    waiting = coordinator.schedule(slowed_step, args=(tf.constant(a),))  # looks A up at step 1, then waits
+    looked_up = _wait_until(lambda: (table.layer.snapshot()["last_seen"] == 1).all())
+
+    def b_holds_a_rows() -> bool:
+        return set(table.layer.snapshot()["ids"].tolist()) == set(b.reshape(-1).tolist())
+
+    steps = 0  # the other worker: B turned away while the table is full, A expires at step 4, B takes its rows
+    while looked_up and steps < 10 and not b_holds_a_rows():
+        coordinator.schedule(table._step, args=(tf.constant(b),)).fetch()
+        steps += 1
+    before = table.layer.snapshot()
+    gate.assign(1)
+    opened = int(waiting.fetch())
+    coordinator.join()
+    after = table.layer.snapshot()
+    return {"looked_up_then_waited": bool(looked_up) and opened == 1, "b_took_a_rows": b_holds_a_rows(),
+            "b_rows_untouched": all(bool(np.array_equal(before[k], after[k])) for k in before), **table.stats()}
+
+
+def _wait_until(condition, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def capacity(strategy, coordinator) -> dict:
@@ -179,7 +238,8 @@ def main(action: str, path: str) -> None:
     else:
         flooded, table = flood(strategy, coordinator)
         result = {"concurrency": concurrency(strategy, coordinator), "admission": admission(strategy, coordinator),
-                  "expiry": expiry(strategy, coordinator), "capacity": capacity(strategy, coordinator),
+                  "expiry": expiry(strategy, coordinator), "race": race(strategy, coordinator),
+                  "capacity": capacity(strategy, coordinator),
                   "flood": flooded, "saved": save(table, path)}
     print("RESULT " + json.dumps(result), flush=True)
 

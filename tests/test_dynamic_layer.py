@@ -138,3 +138,96 @@ def test_wide_deep_exports_its_dynamic_rows_in_every_format(tmp_path):
         plain.save(path)
         loaded = tf_keras.models.load_model(path, custom_objects=recommenders.CUSTOM_OBJECTS, compile=False)
         np.testing.assert_array_equal(loaded(features).numpy(), expected)
+
+
+def held_ids(layer) -> set[int]:
+    return set(layer.snapshot()["ids"].tolist())
+
+
+def test_expiry_stays_right_across_two_to_the_31_steps():
+    layer, optimizer = table(64, 2, expire_after_steps=2)  # a sweep every step
+    start = 2**31 - 3
+    optimizer.iterations.assign(start)
+    train(layer, optimizer, [[1, 2]])  # A at step 2^31 - 3
+    held_after = []
+    for _ in range(5):  # B at steps 2^31 - 2 to 2^31 + 2: A, idle, expires at the sweep of step 2^31
+        train(layer, optimizer, [[3, 4]])
+        held_after.append(sorted(held_ids(layer)))
+    assert held_after == [[1, 2, 3, 4]] * 2 + [[3, 4]] * 3
+    for _ in range(4):  # C at steps 2^31 + 3 to 2^31 + 6: B, idle since 2^31 + 2, expires at 2^31 + 5
+        train(layer, optimizer, [[5, 6]])
+    assert held_ids(layer) == {5, 6} and layer.stats().numpy()[:, 4].sum() == 4
+    assert layer.snapshot()["last_seen"].tolist() == [start + 9] * 2  # int64 stamps past 2^31
+
+
+def test_a_slow_workers_older_step_never_moves_a_stamp_back():
+    layer, optimizer = table(64, 2)
+    optimizer.iterations.assign(100)
+    train(layer, optimizer, [[1, 2]])
+    optimizer.iterations.assign(40)  # a step that read the counter long ago looks the same ids up now
+    train(layer, optimizer, [[1, 2], [7, 8]])
+    stamps = dict(zip(layer.snapshot()["ids"].tolist(), layer.snapshot()["last_seen"].tolist()))
+    assert stamps == {1: 100, 2: 100, 7: 40, 8: 40}
+
+
+def test_a_checkpoint_with_int32_last_steps_restores(tmp_path, monkeypatch):
+    from coordinator.dynamic.checkpoint import TableState
+
+    layer, optimizer = table(64, 2, admit_after=2)
+    for _ in range(3):
+        train(layer, optimizer, [[1, 2], [3, 4]])
+    newer = TableState._serialize_to_tensors
+
+    def as_before(self):  # what the code before int64 steps wrote: the same keys, last steps as int32
+        tensors = newer(self)
+        return {**tensors, "last_seen": tf.cast(tensors["last_seen"], tf.int32)}
+
+    monkeypatch.setattr(TableState, "_serialize_to_tensors", as_before)
+    path = tf.train.Checkpoint(layer=layer, optimizer=optimizer).write(str(tmp_path / "old"))
+    monkeypatch.undo()
+    assert tf.train.load_checkpoint(path).get_variable_to_dtype_map()["layer/state/.ATTRIBUTES/last_seen"] == tf.int32
+    other, other_optimizer = table(64, 3, admit_after=2)
+    tf.train.Checkpoint(layer=other, optimizer=other_optimizer).read(path).assert_existing_objects_matched()
+    assert held_difference(layer, other) == (4, 0.0)
+    resaved = tf.train.Checkpoint(layer=other, optimizer=other_optimizer).write(str(tmp_path / "new"))
+    assert tf.train.load_checkpoint(resaved).get_variable_to_dtype_map()[
+        "layer/state/.ATTRIBUTES/last_seen"] == tf.int64
+
+
+def test_expiry_in_seconds_frees_a_row_idle_that_long_whatever_the_steps():
+    import time
+
+    layer, optimizer = table(64, 2, expire_after_s=0.6)  # a sweep every 0.075 s of the ps's clock
+    train(layer, optimizer, [[1, 2]])
+    last_a = time.monotonic()
+    deadline = last_a + 20
+    while 1 in held_ids(layer) and time.monotonic() < deadline:  # B steps as fast as they come, then slower
+        train(layer, optimizer, [[3, 4]])
+    idle = time.monotonic() - last_a
+    assert held_ids(layer) == {3, 4} and idle >= 0.6, idle
+    assert idle < 0.6 * 1.25 + 2.0, idle  # within a quarter more (and this machine's delays)
+
+
+@pytest.mark.parametrize("deduplicate", [True, False])
+def test_an_update_for_a_row_that_changed_hands_meanwhile_is_dropped_and_counted(deduplicate):
+    layer, optimizer = table(4, 1, expire_after_steps=1, deduplicate=deduplicate)  # 4 rows; a sweep every step
+    weights = layer.trainable_weights
+
+    @tf.function
+    def gradients(ids):  # a slow worker's step: it looks up now and applies later
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(ids, training=True))
+        return tape.gradient(loss, weights)
+
+    a, b = [[1, 2], [3, 4]], [[5, 6], [7, 8]]
+    train(layer, optimizer, a)  # step 0: A holds every row
+    in_flight = gradients(tf.constant(a, tf.int64))  # looked up at step 1
+    for _ in range(4):  # steps 1-4: B turned away while the table is full; A expires at step 3, B takes its rows
+        train(layer, optimizer, b)
+    before = layer.snapshot()
+    assert before["ids"].tolist() == [5, 6, 7, 8] and layer.stats().numpy()[0, 6] == 0
+    optimizer.apply_gradients(zip(in_flight, weights))  # A's update arrives: every row it targets is B's now
+    after = layer.snapshot()
+    assert all(np.array_equal(before[name], after[name]) for name in before)
+    assert layer.stats().numpy()[0, 6] == 4  # counted as misdirected, not applied
+

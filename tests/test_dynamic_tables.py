@@ -49,13 +49,20 @@ def test_an_id_gets_its_row_at_the_admit_after_th_sighting(found):
 
 
 def test_expiry_frees_idle_rows_and_new_ids_reuse_them_reset(found):
-    facts = found["expiry"]  # expire_after_steps 3: A idle from step 2, B trained at steps 3 to 7
-    assert facts["in_use_after_each_b"] == [16, 16, 16, 16, 8]  # A's 8 rows expire at step 6 and are free at step 7
+    facts = found["expiry"]  # expire_after_steps 3: A idle from step 2, B trained at steps 3 to 7, 16 rows
+    assert facts["in_use_after_each_b"] == [16, 16, 16, 8, 8]  # A's 8 rows expire at step 6 and are free at once
     assert facts["a_held_after"] == 0 and facts["expired"] == 8
-    assert facts["c_took_freed_rows_first"]
+    assert facts["c_took_a_rows"]  # the table full, C's ids take A's rows (out of the queue of free rows)
     assert facts["c_accumulators"] == [pytest.approx(1.1)]  # 0.1 + one gradient of 1: reset, not A's 3.1
     low, high = facts["c_vector_range"]  # a fresh random start in [-0.05, 0.05], one Adagrad step of -0.0953
     assert -0.1454 <= low and high <= -0.0452
+
+
+def test_a_slowed_workers_update_for_a_row_given_to_another_id_meanwhile_lands_nowhere(found):
+    facts = found["race"]  # one worker's step looks A up and waits; the other's steps expire A and give B its rows
+    assert facts["looked_up_then_waited"] and facts["b_took_a_rows"]
+    assert facts["b_rows_untouched"]  # B's rows, slots and last steps as they were before A's update arrived
+    assert facts["misdirected"] == 8 and facts["expired"] == 8  # A's 8 row updates dropped, counted
 
 
 def test_a_full_table_turns_new_ids_away_to_the_shared_rows(found):

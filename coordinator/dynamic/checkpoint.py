@@ -9,7 +9,9 @@ fewer ps), each id keeping its vector, slots and last step. A partition given mo
 the most recently seen (a warning says how many it left out, and they count as turned away). Rows that were
 expiring are free after a restore. The sketches, whose cells belong to partitions, come back only into the same
 partitioning; else they restart. The restore is made of TensorFlow ops only: TensorFlow runs it inside a
-tf.function when the checkpoint's variables live on several tasks.
+tf.function when the checkpoint's variables live on several tasks. It reads the keys and dtypes the checkpoint
+holds (the layer names its path first: `expect_stored`), so a checkpoint of an earlier version restores: last
+steps were int32 until they became int64.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ import numpy as np
 import tensorflow as tf
 
 from coordinator.dynamic.mixing import partition_of
-from coordinator.dynamic.partition import TURNED_AWAY
+from coordinator.dynamic.partition import COUNTERS, TURNED_AWAY
+
+
+STATE = "state"  # the layer's attribute, hence the name of the keys' parent in a checkpoint
 
 
 class TableState(tf.__internal__.tracking.Trackable):
@@ -28,8 +33,19 @@ class TableState(tf.__internal__.tracking.Trackable):
 
     def __init__(self, layer):
         self._layer = layer
+        self._stored: dict | None = None  # {key: dtype} of the checkpoint about to be restored
+
+    def expect_stored(self, path: str) -> None:
+        """Before a restore from `path`: the keys and dtypes that checkpoint holds for a table (TensorFlow restores
+        the keys and dtypes `_serialize_to_tensors` gives, and an older checkpoint's last steps are int32)."""
+        dtypes = tf.train.load_checkpoint(path).get_variable_to_dtype_map()
+        marker = f"/{STATE}/.ATTRIBUTES/"
+        self._stored = {key.rsplit(marker, 1)[1]: dtype for key, dtype in dtypes.items()
+                        if marker in key and not key.endswith("VARIABLE_VALUE")} or None
 
     def _serialize_to_tensors(self):
+        if self._stored:  # a restore: only the names and dtypes matter (no listing of the index)
+            return {name: tf.zeros([0], dtype) for name, dtype in self._stored.items()}
         partitions = self._layer.partitions
         held = [partition.held() for partition in partitions]
         tensors = {"ids": tf.concat([ids for ids, *_ in held], 0),
@@ -45,22 +61,24 @@ class TableState(tf.__internal__.tracking.Trackable):
 
     def _restore_from_tensors(self, restored):
         """Graph-safe: TensorFlow runs restores inside a tf.function when variables live on several tasks."""
+        self._stored = None
         partitions = self._layer.partitions
         ids = restored["ids"]
+        last_seen = tf.cast(restored["last_seen"], tf.int64)  # int32 before steps became int64
         owners = partition_of(ids, len(partitions))
         counters = _counters_for(restored["counters"], len(partitions))
         slot_names = [name for name in partitions[0].slots if f"slot-{name}" in restored]
         left_out = []
         for number, partition in enumerate(partitions):
             chosen = tf.where(tf.equal(owners, number))[:, 0]
-            seen = tf.gather(restored["last_seen"], chosen)
+            seen = tf.gather(last_seen, chosen)
             kept = tf.minimum(tf.size(chosen), partition.rows)  # the most recently looked-up ids first
             chosen = tf.gather(chosen, tf.math.top_k(seen, k=kept).indices)
             left_out.append(tf.size(seen) - kept)
-            partition.load(tf.gather(ids, chosen), tf.gather(restored["last_seen"], chosen),
+            partition.load(tf.gather(ids, chosen), tf.gather(last_seen, chosen),
                            tf.gather(restored["vectors"], chosen),
                            {name: tf.gather(restored[f"slot-{name}"], chosen) for name in slot_names},
-                           counters[number] + tf.cast(tf.equal(tf.range(3), TURNED_AWAY), tf.int64) * tf.cast(
+                           counters[number] + tf.cast(tf.equal(tf.range(COUNTERS), TURNED_AWAY), tf.int64) * tf.cast(
                                left_out[-1], tf.int64))
         _restore_sketches(partitions, restored)
         dropped = tf.add_n(left_out)
@@ -74,9 +92,11 @@ def _warn_left_out(name: str, dropped) -> tf.Operation:
 
 
 def _counters_for(saved: tf.Tensor, partitions: int) -> tf.Tensor:
-    """Each partition's counters: as saved for the same partitioning, else the totals on the first partition."""
+    """Each partition's counters: as saved for the same partitioning, else the totals on the first partition (a
+    checkpoint from before misdirected updates were counted has 3 columns)."""
+    saved = tf.pad(saved, [[0, 0], [0, COUNTERS - tf.shape(saved)[1]]])
     totals = tf.reduce_sum(saved, axis=0, keepdims=True)
-    spread = tf.concat([totals, tf.zeros([partitions - 1, 3], saved.dtype)], axis=0)
+    spread = tf.concat([totals, tf.zeros([partitions - 1, COUNTERS], saved.dtype)], axis=0)
     return tf.cond(tf.equal(tf.shape(saved)[0], partitions), lambda: saved, lambda: spread)
 
 

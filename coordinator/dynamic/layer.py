@@ -5,8 +5,8 @@ are one variable, split by the strategy's partitioner into shards spread evenly 
 partition (coordinator/dynamic/partition.py) whose index, bookkeeping and lock live on the shard's ps, and an
 id belongs to the partition a mixing hash of it names. A training lookup admits new ids (at their `admit_after`th
 sighting) into free rows; until then, and when the partition is full, an id reads and trains its feature's
-shared row. Training lookups sweep every `expire_after_steps // SWEEPS_PER_EXPIRY` steps: rows not looked up
-for `expire_after_steps` steps are freed.
+shared row. Training lookups sweep every `expire_after_steps // SWEEPS_PER_EXPIRY` steps (or every eighth of
+`expire_after_s` seconds): rows not looked up for that long are freed (coordinator/dynamic/expiry.py).
 
 The rows and their optimizer slots are saved by the layer's `state` in a form that does not depend on the
 partitioning (coordinator/dynamic/checkpoint.py), so they are deliberately not Keras weights of the checkpoint:
@@ -22,11 +22,10 @@ import tensorflow as tf
 import tf_keras
 
 from coordinator.dynamic.checkpoint import TableState
+from coordinator.dynamic.guard import gather_carrying
 from coordinator.dynamic.mixing import partition_of
 from coordinator.dynamic.partition import Partition
 from coordinator.table_init import filled, uniform_table
-
-SWEEPS_PER_EXPIRY = 8  # a row idle for expire_after_steps is freed within 1/8 of that (and one sweep's grace) more
 
 
 @tf.custom_gradient
@@ -51,10 +50,11 @@ class DynamicTables(tf_keras.layers.Layer):
     last axis when `splits` is given, e.g. (1, 16): wide_deep's weights and embeddings from one row)."""
 
     def __init__(self, capacity: int, dim: int, *, admit_after: int = 1, expire_after_steps: int = 0,
-                 deduplicate: bool = True, splits=None, **kwargs):
+                 expire_after_s: float = 0.0, deduplicate: bool = True, splits=None, **kwargs):
         super().__init__(**kwargs)
         self.capacity, self.dim, self.admit_after = int(capacity), int(dim), int(admit_after)
-        self.expire_after_steps, self.deduplicate = int(expire_after_steps), deduplicate
+        self.expire_after_steps, self.expire_after_s = int(expire_after_steps), float(expire_after_s)
+        self.deduplicate = deduplicate
         self.splits = tuple(int(s) for s in splits) if splits else None
         self._optimizer = None
 
@@ -66,10 +66,17 @@ class DynamicTables(tf_keras.layers.Layer):
         variable = tf.Variable(initial_value=functools.partial(filled, (self.capacity, self.dim), tf.float32, 0.0),
                                shape=(self.capacity, self.dim), dtype=tf.float32, name="rows")
         shards = list(getattr(variable, "variables", [variable]))
-        self._rows = _Rows(variable, [Partition(shard, admit_after=self.admit_after) for shard in shards])
+        self._rows = _Rows(variable, [Partition(shard, admit_after=self.admit_after,
+                                                expire_after_steps=self.expire_after_steps,
+                                                expire_after_s=self.expire_after_s) for shard in shards])
         self._trainable_weights.extend(shards)
         self.state = TableState(self)
         super().build(input_shape)
+
+    def _checkpoint_adapter(self, path: str):
+        """Called by TensorFlow before it restores this layer from `path`: the state reads what is stored there."""
+        self.state.expect_stored(path)
+        return None
 
     @property
     def partitions(self) -> list[Partition]:
@@ -83,14 +90,34 @@ class DynamicTables(tf_keras.layers.Layer):
     def bind_optimizer(self, optimizer) -> None:
         """The table optimizer (its slots already made): new rows get its slots' initial values, the checkpoint
         saves the slots of every held row, and its step counts steps for expiry."""
+        if not hasattr(optimizer, "guard"):
+            raise ValueError(f"{self.name}: the table optimizer must apply updates only to rows still their ids' "
+                             "(coordinator.sparse.make_embedding_optimizer makes one)")
         self._optimizer = optimizer
         for partition in self.partitions:
             slots = {name: optimizer.get_slot(partition.shard, name) for name in optimizer.get_slot_names()}
             partition.bind(slots, {name: slot[0].numpy() for name, slot in slots.items()})
+            optimizer.guard(partition.shard, partition)
 
-    def call(self, ids, training=None):
+    skips_padding = True  # takes `present` (coordinator/pooling.py): padding is no id and takes no row
+
+    def call(self, ids, training=None, present=None):
+        """Rows for `ids`; where `present` (bool, ids' shape) is False the position is padding: it is not looked
+        up (nor admitted, nor stamped) and reads zeros."""
         flat = tf.reshape(tf.cast(ids, tf.int64), [-1])
         features = tf.tile(tf.range(self.features), tf.shape(ids)[:1])
+        if present is None:
+            vectors = self._vectors(flat, features, training)
+        else:
+            real = tf.where(tf.reshape(present, [-1]))[:, 0]
+            vectors = tf.scatter_nd(real[:, tf.newaxis], self._vectors(tf.gather(flat, real), tf.gather(
+                features, real), training), tf.stack([tf.size(flat, out_type=tf.int64), self.dim]))
+        vectors = tf.reshape(vectors, tf.concat([tf.shape(ids), [self.dim]], axis=0))
+        vectors.set_shape(ids.shape.concatenate([self.dim]))
+        return tf.split(vectors, self.splits, axis=-1) if self.splits else vectors
+
+    def _vectors(self, flat, features, training) -> tf.Tensor:
+        """[n, dim]: the row of each id of `flat` (of feature `features`), or its feature's shared row."""
         unique, positions, sightings = tf.unique_with_counts(flat)
         parts = partition_of(unique, len(self.partitions))
         chosen = tf.dynamic_partition(tf.range(tf.size(unique)), parts, len(self.partitions))
@@ -98,21 +125,24 @@ class DynamicTables(tf_keras.layers.Layer):
         held, vectors = [], []
         for number, (partition, picked) in enumerate(zip(self.partitions, chosen, strict=True)):
             picked_ids = tf.gather(unique, picked)
-            rows = partition.train_lookup(picked_ids, tf.gather(sightings, picked), self._step(),
-                                          self._expiry()) if training else partition.lookup(picked_ids)
+            if training:
+                rows, generations = partition.train_lookup(picked_ids, tf.gather(sightings, picked), self._step())
+            else:
+                rows, generations = partition.lookup(picked_ids), None
             wanted, slots = (tf.cast(picked, tf.int64), None) if self.deduplicate else self._occurrences(
                 picked, tf.equal(tf.gather(parts, positions), number), positions, tf.size(unique))
             with tf.device(partition.device):  # on the ps: only held rows, and which units they serve, come back
                 wanted_rows = rows if slots is None else tf.gather(rows, slots)
                 with_row = tf.where(wanted_rows >= 0)[:, 0]
-                vectors.append(tf.gather(partition.shard, tf.gather(wanted_rows, with_row)))
+                found = tf.gather(wanted_rows, with_row)
+                if generations is None:
+                    vectors.append(tf.gather(partition.shard, found))
+                else:  # its update carries the rows' generations: it lands only in rows still their ids'
+                    wanted_generations = generations if slots is None else tf.gather(generations, slots)
+                    vectors.append(gather_carrying(partition.shard, found, tf.gather(wanted_generations, with_row)))
             held.append(tf.gather(wanted, with_row))
         unit_of_occurrence = positions if self.deduplicate else tf.range(tf.size(flat))
-        vectors = self._per_occurrence(tf.concat(held, 0), tf.concat(vectors, 0), units, unit_of_occurrence,
-                                       features)
-        vectors = tf.reshape(vectors, tf.concat([tf.shape(ids), [self.dim]], axis=0))
-        vectors.set_shape(ids.shape.concatenate([self.dim]))
-        return tf.split(vectors, self.splits, axis=-1) if self.splits else vectors
+        return self._per_occurrence(tf.concat(held, 0), tf.concat(vectors, 0), units, unit_of_occurrence, features)
 
     @staticmethod
     def _occurrences(picked, mine, positions, unique_count):
@@ -137,12 +167,6 @@ class DynamicTables(tf_keras.layers.Layer):
             raise ValueError(f"{self.name}: a training lookup needs the table optimizer: call "
                              "bind_optimizer(optimizer) after creating its slots (SparseDenseModel does)")
         return self._optimizer.iterations
-
-    def _expiry(self) -> tuple:
-        """(expire_after_steps, sweep every so many steps), or () when rows never expire."""
-        if not self.expire_after_steps:
-            return ()
-        return self.expire_after_steps, max(1, self.expire_after_steps // SWEEPS_PER_EXPIRY)
 
     @tf.function
     def stats(self):
@@ -173,5 +197,6 @@ class DynamicTables(tf_keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "capacity": self.capacity, "dim": self.dim, "admit_after": self.admit_after,
-                "expire_after_steps": self.expire_after_steps, "deduplicate": self.deduplicate,
+                "expire_after_steps": self.expire_after_steps, "expire_after_s": self.expire_after_s,
+                "deduplicate": self.deduplicate,
                 "splits": list(self.splits) if self.splits else None}

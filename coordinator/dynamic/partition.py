@@ -1,19 +1,23 @@
 """One partition of a dynamic table: a shard of rows and, on the same ps, the id -> row index that serves it, the
 rows' bookkeeping, the admission sketch and the lock that makes every change to them one at a time.
 
-Concurrency. Workers look ids up in the index without the lock. When some are missing, the step takes the
-partition's lock (a `tf.CriticalSection`: a mutex on the ps), looks the missing ids up again (another worker
-may have inserted them meanwhile), counts them in the sketch, takes free rows, resets them to initial values
-(vector and optimizer slots), and inserts the ids, all before it lets go. Two workers that meet one new id at
-once therefore queue: the second finds the first's entry and uses that row. The sweep (expiry) takes the same
-lock. So one id never has two rows, and a row goes to an id only from the free rows. An expired row waits one
-sweep before it is free again (RELEASING), so a step that looked its id up just before the expiry writes its
-update there, not into the row's next id.
+Concurrency. Workers look ids up in the index without the lock, and take a row found so only if, read after the
+row's generation, its owner is still the id (a row changing hands writes its owner before its generation: a
+generation read before the new owner shows is the old one, which the update then carries and the apply refuses).
+When some ids are missing, the step takes the partition's lock (a `tf.CriticalSection`: a mutex on the ps), looks
+them up again (another worker may have inserted them meanwhile), counts them in the sketch, takes free rows, gives
+them their new owner and generation, resets them to initial values (vector and optimizer slots) and inserts the
+ids, all before it lets go. Two workers that meet one new id at once therefore queue: the second finds the first's
+entry and uses that row. The sweep (expiry) and every update's apply take the same lock. So one id never has two
+rows, a row goes to an id only from the free rows (a first-in-first-out queue: coordinator/dynamic/allocator.py),
+and an update lands only in a row still held at the generation its step read (coordinator/dynamic/guard.py).
 
-Sweeps. The training step sweeps: a training lookup whose step is `every` steps past the partition's last sweep
-takes the lock and, if no other worker swept meanwhile, sweeps. So expiry keeps to steps whatever loop drives
-them (the chief's batch hooks under ParameterServerStrategy run when steps are scheduled, a whole epoch's at once,
-which once let rows wait an epoch to be freed).
+Ids. Every int64 value is an id: no value marks a free row (the generation's parity does).
+
+Sweeps. The training step sweeps: a training lookup that finds a sweep due (coordinator/dynamic/expiry.py) takes
+the lock and, if no other worker swept meanwhile, sweeps. So expiry keeps to steps whatever loop drives them (the
+chief's batch hooks under ParameterServerStrategy run when steps are scheduled, a whole epoch's at once, which once
+let rows wait an epoch to be freed).
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ import uuid
 import tensorflow as tf
 
 from coordinator.dynamic.allocator import RowAllocator
+from coordinator.dynamic.expiry import make_expiry
+from coordinator.dynamic.guard import is_held, next_generation
 from coordinator.dynamic.sketch import AdmissionSketch
 from coordinator.table_init import INIT_SCALE, filled
 
-EMPTY, RELEASING = -1, -2  # `owner` of a row without an id: free, or expired and free at the next sweep
 COLOCATED_SCOPE = "colocated_with_rows"  # names the bookkeeping variables, which take no round-robin turn
-ADMITTED, EXPIRED, TURNED_AWAY = 0, 1, 2  # the counters
+ADMITTED, EXPIRED, TURNED_AWAY, MISDIRECTED = range(4)  # the counters
+COUNTERS = 4
 
 
 def colocated(variable):
@@ -37,21 +43,27 @@ def colocated(variable):
     return tf.distribute.get_strategy().extended.colocate_vars_with(variable)
 
 
+def _count(counter: int, number) -> tf.Tensor:
+    return tf.cast(tf.equal(tf.range(COUNTERS), counter), tf.int64) * tf.cast(number, tf.int64)
+
+
 class Partition:
     """The index and bookkeeping of one shard of rows (create under the strategy's scope)."""
 
-    def __init__(self, shard, *, admit_after: int):
+    def __init__(self, shard, *, admit_after: int, expire_after_steps: int = 0, expire_after_s: float = 0.0):
         self.shard, self.device, self.rows = shard, shard.device, int(shard.shape[0])
         self.slots: dict = {}
         self.initial_slots: dict = {}
         with colocated(shard), tf.name_scope(COLOCATED_SCOPE):
-            self.owner = tf.Variable(lambda: filled([self.rows], tf.int64, EMPTY), trainable=False, name="row_owner")
-            self.last_seen = tf.Variable(lambda: filled([self.rows], tf.int32, 0), trainable=False,
+            self.owner = tf.Variable(lambda: filled([self.rows], tf.int64, 0), trainable=False, name="row_owner")
+            self.generation = tf.Variable(lambda: filled([self.rows], tf.int32, 0), trainable=False,
+                                          name="row_generation")
+            self.last_seen = tf.Variable(lambda: filled([self.rows], tf.int64, 0), trainable=False,
                                          name="row_last_seen")
-            self.counters = tf.Variable(tf.zeros([3], tf.int64), trainable=False, name="counters")
-            self.swept_at = tf.Variable(tf.constant(0, tf.int32), trainable=False, name="swept_at_step")
+            self.counters = tf.Variable(tf.zeros([COUNTERS], tf.int64), trainable=False, name="counters")
             self.allocator = RowAllocator(self.rows)
             self.sketch = AdmissionSketch(self.rows, admit_after) if admit_after > 1 else None
+            self.expiry = make_expiry(expire_after_steps, expire_after_s)
         with tf.device(self.device):
             self.index = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, default_value=-1,
                                                                  experimental_is_anonymous=True)
@@ -68,29 +80,40 @@ class Partition:
         with tf.device(self.device):
             return tf.reshape(self.index.lookup(ids), [-1])
 
-    def train_lookup(self, ids: tf.Tensor, sightings: tf.Tensor, step: tf.Tensor, expiry: tuple = ()) -> tf.Tensor:
-        """Each distinct id's row, admitting missing ids under the lock; -1 for ids without one (not admitted
-        yet, or the partition full). Marks the rows as looked up at `step` (the optimizer's step counter, read
-        on this ps), then, with `expiry` (expire_after, every), sweeps when the last sweep is `every` steps
-        behind."""
+    def train_lookup(self, ids: tf.Tensor, sightings: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Each distinct id's (row, the row's generation), admitting missing ids under the lock; row -1 for ids
+        without one (not admitted yet, or the partition full). Marks the rows as looked up at `step` (the
+        optimizer's step counter, read on this ps), then, when rows expire, sweeps if a sweep is due."""
         with tf.device(self.device):
             # made here first: a cond's input is switched on the device it comes from, and a switch on the worker
             # costs the predicate and the branch's pivot a trip each, every step (a cast, since the graph
             # optimizer removes an identity and switches the worker's tensor again)
-            ids, sightings, step = tf.identity(ids), tf.cast(sightings, tf.int64), tf.cast(step, tf.int32)
-            found = tf.reshape(self.index.lookup(ids), [-1])
-            rows = tf.cond(tf.reduce_any(found < 0),
-                           lambda: self.lock.execute(lambda: self._admit(ids, sightings, found, step),
-                                                     exclusive_resource_access=False),
-                           lambda: found)
+            ids, sightings, step = tf.identity(ids), tf.cast(sightings, tf.int64), tf.cast(step, tf.int64)
+            found, generations = self._found(ids)
+            rows, generations = tf.cond(
+                tf.reduce_any(found < 0),
+                lambda: self.lock.execute(lambda: self._admit(ids, sightings, found, generations, step),
+                                          exclusive_resource_access=False),
+                lambda: (found, generations))
             seen = tf.boolean_mask(rows, rows >= 0)
-            touched = self.last_seen.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(seen), step), seen))
+            # a maximum, not a write: a slow worker's step, read long before, never moves a row's stamp back
+            touched = self.last_seen.scatter_max(tf.IndexedSlices(tf.fill(tf.shape(seen), step), seen))
             with tf.control_dependencies([touched]):
-                swept = [self.sweep_when_due(step, *expiry)] if expiry else []
+                swept = [self.sweep_when_due(step)] if self.expiry is not None else []
             with tf.control_dependencies([touched, *swept]):
-                return tf.identity(rows)
+                return tf.identity(rows), tf.identity(generations)
 
-    def _admit(self, ids, sightings, found, step) -> tf.Tensor:
+    def _found(self, ids) -> tuple[tf.Tensor, tf.Tensor]:
+        """Rows the index gives without the lock, each with its generation: -1 where the row is not the id's by
+        the time its generation is read (its owner, read after, is another id, or it is free)."""
+        found = tf.reshape(self.index.lookup(ids), [-1])
+        rows = tf.maximum(found, 0)
+        generations = tf.gather(self.generation, rows)
+        with tf.control_dependencies([generations]):
+            owners = tf.gather(self.owner, rows)
+        return tf.where((found >= 0) & is_held(generations) & tf.equal(owners, ids), found, -1), generations
+
+    def _admit(self, ids, sightings, found, generations, step) -> tuple[tf.Tensor, tf.Tensor]:
         missing = tf.where(found < 0)[:, 0]
         candidates = tf.gather(ids, missing)
         again = tf.reshape(self.index.lookup(candidates), [-1])  # under the lock: every earlier insert shows
@@ -103,15 +126,22 @@ class Partition:
         given = self.allocator.take(tf.size(wanted))
         placed = wanted[:tf.size(given)]
         placed_ids = tf.gather(new_ids, placed)
-        refused = tf.cast(tf.size(wanted) - tf.size(given), tf.int64)
-        writes = [self.index.insert(placed_ids, given), self.owner.scatter_update(tf.IndexedSlices(placed_ids, given)),
-                  self.last_seen.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(given), step), given)),
-                  *self._reset(given), self.counters.assign_add(tf.stack([tf.size(given, out_type=tf.int64),
-                                                                          tf.constant(0, tf.int64), refused]))]
+        refused = tf.size(wanted) - tf.size(given)
+        owned = self.owner.scatter_update(tf.IndexedSlices(placed_ids, given))
+        with tf.control_dependencies([owned]):  # the owner first: see _found
+            fresh = next_generation(tf.gather(self.generation, given))
+            handed = self.generation.scatter_update(tf.IndexedSlices(fresh, given))
+        ready = [handed, self.last_seen.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(given), step), given)),
+                 *self._reset(given), self.counters.assign_add(_count(ADMITTED, tf.size(given)) +
+                                                                _count(TURNED_AWAY, refused))]
+        with tf.control_dependencies(ready):  # found by lookups only once the row is its id's and reset
+            inserted = self.index.insert(placed_ids, given)
         new_rows = tf.tensor_scatter_nd_update(-tf.ones_like(new_ids), placed[:, tf.newaxis], given)
         missing_rows = tf.tensor_scatter_nd_update(again, tf.where(again < 0), new_rows)
-        with tf.control_dependencies(writes):
-            return tf.tensor_scatter_nd_update(found, missing[:, tf.newaxis], missing_rows)
+        with tf.control_dependencies([inserted]):
+            rows = tf.tensor_scatter_nd_update(found, missing[:, tf.newaxis], missing_rows)
+            now = tf.gather(self.generation, tf.maximum(missing_rows, 0))  # under the lock: exact
+            return rows, tf.tensor_scatter_nd_update(generations, missing[:, tf.newaxis], now)
 
     def _reset(self, rows: tf.Tensor) -> list:
         """Initial values for rows just given to new ids: a fresh random vector, each optimizer slot's start."""
@@ -124,38 +154,49 @@ class Partition:
             resets.append(slot.scatter_update(tf.IndexedSlices(start, rows)))
         return resets
 
-    def sweep_when_due(self, step: tf.Tensor, expire_after: int, every: int) -> tf.Tensor:
-        """Sweeps when `step` is `every` steps past the last sweep (checked again under the lock: two workers
-        due at once sweep once); returns [rows freed, rows expired], zeros when no sweep was due."""
+    def apply_unmoved(self, values, rows, generations, apply) -> tf.Tensor:
+        """Under the lock: `apply(values, rows)` for the rows still at the generation their update carries; the
+        others (given to another id since their step looked them up) are dropped and counted as misdirected."""
         def under_lock():
-            return tf.cond(step - self.swept_at >= every, lambda: self._sweep(step, expire_after), nothing)
-
-        def nothing():
-            return tf.zeros([2], tf.int64)
+            kept = tf.where(tf.equal(tf.gather(self.generation, rows), generations))[:, 0]
+            applied = apply(tf.gather(values, kept), tf.gather(rows, kept))
+            counted = self.counters.assign_add(_count(MISDIRECTED, tf.size(rows) - tf.size(kept)))
+            with tf.control_dependencies([applied, counted]):
+                return tf.size(kept)
 
         with tf.device(self.device):
-            return tf.cond(step - self.swept_at >= every,
+            return self.lock.execute(under_lock, exclusive_resource_access=False)
+
+    def sweep_when_due(self, step: tf.Tensor) -> tf.Tensor:
+        """Sweeps when one is due (checked again under the lock: two workers due at once sweep once); returns the
+        rows expired, 0 when no sweep was due."""
+        def under_lock():
+            return tf.cond(self.expiry.due(step), lambda: self._sweep(step), nothing)
+
+        def nothing():
+            return tf.constant(0, tf.int64)
+
+        with tf.device(self.device):
+            return tf.cond(self.expiry.due(step),
                            lambda: self.lock.execute(under_lock, exclusive_resource_access=False), nothing)
 
-    def _sweep(self, step, expire_after: int) -> tf.Tensor:
-        releasing = tf.where(tf.equal(self.owner, RELEASING))[:, 0]
-        emptied = self.owner.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(releasing), tf.constant(
-            EMPTY, tf.int64)), releasing))
-        with tf.control_dependencies([emptied, self.allocator.give_back(releasing)]):
-            owners = self.owner.read_value()
-            stale = tf.where((owners >= 0) & (self.last_seen < step - expire_after))[:, 0] if expire_after else \
-                tf.zeros([0], tf.int64)
-        removed = self.index.remove(tf.gather(owners, stale))
-        marked = self.owner.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(stale), tf.constant(
-            RELEASING, tf.int64)), stale))
-        counted = self.counters.assign_add(tf.stack([tf.constant(0, tf.int64), tf.size(stale, out_type=tf.int64),
-                                                     tf.constant(0, tf.int64)]))
-        dated = self.swept_at.assign(step)
-        with tf.control_dependencies([removed, marked, counted, dated]):
-            return tf.stack([tf.size(releasing, out_type=tf.int64), tf.size(stale, out_type=tf.int64)])
+    def _sweep(self, step) -> tf.Tensor:
+        """Rows idle too long leave the index, change generation (now free) and join the free rows' queue."""
+        held = is_held(self.generation)
+        # idle steps as a difference, which stays right where the steps themselves would wrap
+        stale = tf.where(held & (step - self.last_seen > self.expiry.idle_limit(step)))[:, 0]
+        removed = self.index.remove(tf.gather(self.owner, stale))
+        with tf.control_dependencies([removed]):
+            freed = self.generation.scatter_update(tf.IndexedSlices(
+                next_generation(tf.gather(self.generation, stale)), stale))
+        with tf.control_dependencies([freed]):
+            queued = self.allocator.give_back(stale)
+        counted = self.counters.assign_add(_count(EXPIRED, tf.size(stale)))
+        with tf.control_dependencies([queued, counted, self.expiry.mark(step)]):
+            return tf.size(stale, out_type=tf.int64)
 
     def stats(self) -> tf.Tensor:
-        """[rows, rows in use (expired ones until freed included), ids held, admitted, expired, turned away]."""
+        """[rows, rows in use, ids held, admitted, expired, turned away, misdirected updates]."""
         with tf.device(self.device):
             return tf.concat([tf.constant([self.rows], tf.int64), [self.allocator.in_use()],
                               [self.index.size()], self.counters.read_value()], axis=0)
@@ -169,15 +210,20 @@ class Partition:
                     {name: tf.gather(slot, rows) for name, slot in self.slots.items()})
 
     def load(self, ids, last_seen, vectors, slots: dict, counters) -> None:
-        """Holds exactly these ids (at most `rows` of them), in rows 0 to n - 1, and nothing else (eager)."""
+        """Holds exactly these ids (at most `rows` of them), in rows 0 to n - 1, and nothing else. Every row changes
+        generation, so no update from before the restore lands."""
         with tf.device(self.device):
             self.index.remove(self.index.export()[0])
             rows = tf.range(tf.size(ids, out_type=tf.int64))
             self.index.insert(ids, rows)
-            self.owner.assign(tf.fill([self.rows], tf.constant(EMPTY, tf.int64)))
-            self.last_seen.assign(tf.zeros([self.rows], tf.int32))
+            self.last_seen.assign(tf.zeros([self.rows], tf.int64))
+            generation = self.generation.read_value()
+            held = tf.range(self.rows, dtype=tf.int64) < tf.size(ids, out_type=tf.int64)
+            odd = tf.bitwise.bitwise_or(generation, 1)  # held rows: odd, and another than before; free: even
+            self.generation.assign(tf.where(held, next_generation(odd, 2),
+                                            tf.where(is_held(generation), next_generation(generation), generation)))
         self.owner.scatter_update(tf.IndexedSlices(ids, rows))
-        self.last_seen.scatter_update(tf.IndexedSlices(last_seen, rows))
+        self.last_seen.scatter_update(tf.IndexedSlices(tf.cast(last_seen, tf.int64), rows))
         self.shard.scatter_update(tf.IndexedSlices(vectors, rows))
         for name, slot in self.slots.items():
             slot.scatter_update(tf.IndexedSlices(slots[name], rows))
@@ -185,8 +231,10 @@ class Partition:
         self.counters.assign(counters)
         if self.sketch is not None:
             self.sketch.clear()
+        if self.expiry is not None:
+            self.expiry.restart()
 
     def nbytes(self) -> int:
         """Bytes of the bookkeeping variables (the index's own memory is not counted: see the bench)."""
         sketch = self.sketch.nbytes() if self.sketch is not None else 0
-        return self.rows * (8 + 4) + 24 + self.allocator.nbytes() + sketch
+        return self.rows * (8 + 4 + 8) + 8 * COUNTERS + self.allocator.nbytes() + sketch

@@ -10,7 +10,7 @@ from __future__ import annotations
 from coordinator.dynamic.layer import DynamicTables
 from coordinator.shard_report import ps_of
 
-FIELDS = ("rows", "rows_in_use", "ids_held", "admitted", "expired", "turned_away")
+FIELDS = ("rows", "rows_in_use", "ids_held", "admitted", "expired", "turned_away", "misdirected")
 
 
 def table_stats(layers) -> dict[str, dict[str, int]]:
@@ -33,7 +33,7 @@ def stats_line(per_ps: dict[str, dict[str, int]]) -> str:
     total = {field: sum(entry[field] for entry in per_ps.values()) for field in FIELDS}
     shares = ", ".join(f"{name} {entry['rows_in_use']}" for name, entry in per_ps.items())
     return (f"tables | rows {total['rows_in_use']}/{total['rows']} ({shares}) | admitted {total['admitted']} | "
-            f"expired {total['expired']} | turned away {total['turned_away']}")
+            f"expired {total['expired']} | turned away {total['turned_away']} | misdirected {total['misdirected']}")
 
 
 class TableReport:

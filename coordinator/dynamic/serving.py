@@ -16,6 +16,8 @@ import tf_keras
 class ServingTables(tf_keras.layers.Layer):
     """A DynamicTables layer frozen for inference: `size` held ids [batch, features] -> rows (same output)."""
 
+    skips_padding = True  # takes `present` as DynamicTables does (coordinator/pooling.py)
+
     def __init__(self, size: int, dim: int, *, splits=None, **kwargs):
         super().__init__(**kwargs)
         self.size, self.dim = int(size), int(dim)
@@ -30,7 +32,7 @@ class ServingTables(tf_keras.layers.Layer):
         self.shared = self.add_weight(name="shared", shape=(self.features, self.dim), initializer=zeros)
         super().build(input_shape)
 
-    def call(self, ids):
+    def call(self, ids, present=None):  # padding (not `present`) reads some row: the pooling masks it out
         flat = tf.reshape(tf.cast(ids, tf.int64), [-1])
         positions = tf.minimum(tf.searchsorted(self.ids[tf.newaxis], flat[tf.newaxis], out_type=tf.int64)[0],
                                max(self.size, 1) - 1)
