@@ -30,11 +30,6 @@ def build_compiled(options: TrainingOptions, source, **compile_kwargs) -> tf_ker
     return model
 
 
-def exportable(model: tf_keras.Model) -> tf_keras.Model:
-    """What export saves: a recommender as a plain functional model (no second optimizer), others as they are."""
-    return recommenders.inference_model(model) if isinstance(model, SparseDenseModel) else model
-
-
 CUSTOM_OBJECTS = {**recommenders.CUSTOM_OBJECTS, "RawFeatures": RawFeatures}  # what loading an export needs
 
 

@@ -1,53 +1,19 @@
-"""Whole-weight models from checkpoints, exported as .h5 (h5py), SavedModel and .keras for use with no cluster.
+"""The export check and its reference inputs: what an exported model must predict, and how close it must come.
 
-Partitioned variables cannot be saved to .h5 directly (two shards share a name) and an .h5 of shards does not
-load into an unpartitioned model, so export restores the checkpoint into an unpartitioned copy of the model:
-checkpoints store each sharded variable whole, whatever the partitioning. Given the data source, the exported
-model takes the features as they are in the data (coordinator/raw_export.py).
+An export (coordinator/publish/) is checked on a few inputs as a reader sends them (the data's raw features),
+against the trained model's predictions at the checkpoint it was written from; both are kept beside it in
+`reference_predictions.npz`, so a reader can check what it loaded.
 """
 
 from __future__ import annotations
 
-import contextlib
-from pathlib import Path
-
 import numpy as np
 import tensorflow as tf
-import tf_keras
 
 from common.errors import Problem, UserError
-from cluster.training_options import TrainingOptions
-from coordinator.compiled import build_compiled, exportable
-from coordinator.raw_export import servable, signatures
 from data import contract
 
 TOLERANCE = 1e-4  # largest absolute difference allowed between trained and exported predictions
-H5_NAME = "model.h5"
-SAVED_MODEL_NAME = "saved_model"
-KERAS_NAME = "model.keras"
-
-
-def restore_whole(options: TrainingOptions, source, checkpoint_path: str, *, device: str | None = None,
-                  io_device: str | None = None) -> tf_keras.Model:
-    """An unpartitioned, compiled model (for the features of data source `source`) holding the weights of
-    `checkpoint_path`."""
-    with tf.device(device) if device else contextlib.nullcontext():
-        model = build_compiled(options, source)
-    read_options = tf.train.CheckpointOptions(experimental_io_device=io_device) if io_device else None
-    restore_every_weight(model, checkpoint_path, read_options)
-    return model
-
-
-def restore_every_weight(model: tf_keras.Model, checkpoint_path: str, options=None) -> None:
-    """Restores the model's weights, failing with one line when any is missing from the checkpoint (it would
-    keep its initial value); the optimizer's slots in the checkpoint are not needed here."""
-    try:
-        tf.train.Checkpoint(model=model).read(checkpoint_path, options=options) \
-            .assert_existing_objects_matched().expect_partial()
-    except (AssertionError, ValueError) as error:
-        raise UserError(Problem("checkpoint", checkpoint_path, "does not hold every weight of the model "
-                                f"({str(error).splitlines()[0][:200]})", "check that training.model is the model "
-                                "that wrote this checkpoint")) from None
 
 
 def check_export(trained: np.ndarray, exported: np.ndarray) -> float:
@@ -58,18 +24,6 @@ def check_export(trained: np.ndarray, exported: np.ndarray) -> float:
                                 f"by more than {TOLERANCE:.0e}", "the exported model is not the trained one: keep the "
                                 "checkpoints and logs and report it"))
     return largest
-
-
-def export(model: tf_keras.Model, directory: Path, source=None) -> dict[str, str]:
-    """Writes the three formats into `directory` and returns their paths: the model without its training parts,
-    taking the features as they are in data source `source` (when given and it has preprocessing)."""
-    model = servable(exportable(model), source)
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = {"h5": directory / H5_NAME, "saved_model": directory / SAVED_MODEL_NAME, "keras": directory / KERAS_NAME}
-    model.save(paths["h5"], save_format="h5")
-    model.save(paths["saved_model"], save_format="tf", signatures=signatures(model, source))
-    model.save(paths["keras"])
-    return {name: str(path) for name, path in paths.items()}
 
 
 def reference_inputs(split: tf.data.Dataset, count: int = 16):
@@ -96,6 +50,21 @@ def saved_inputs(inputs) -> dict[str, np.ndarray]:
             tensor = tensor.flat_values
         entries[f"inputs_{name}"] = _array(tensor)
     return entries
+
+
+def loaded_inputs(saved) -> tf.Tensor | dict:
+    """The inputs `saved_inputs` wrote into an .npz (opened as `saved`), as a tensor or a dict of (ragged) tensors."""
+    if "inputs" in saved:
+        return tf.constant(saved["inputs"])
+    names = [key.removeprefix("inputs_") for key in saved if key.startswith("inputs_")
+             and not key.endswith("_row_lengths")]
+    return {name: _tensor(saved, name) for name in names}
+
+
+def _tensor(saved, name: str):
+    values = tf.constant(saved[f"inputs_{name}"])
+    lengths = f"inputs_{name}_row_lengths"
+    return tf.RaggedTensor.from_row_lengths(values, saved[lengths]) if lengths in saved else values
 
 
 def _array(tensor: tf.Tensor) -> np.ndarray:

@@ -61,5 +61,5 @@ def _train(config: ClusterConfig, options: TrainingOptions, run: setup.TrainingR
                                               capacity=watch, tables=table_report(model))]
     final_metrics, seconds = setup.fit(run, model, dataset_fn, callback_list, start, stop)
     return setup.finish(run, model, final_metrics=final_metrics, train_seconds=seconds,
-                        checkpoint=checkpoints.latest_path(), device=strategy.CHIEF_CPU, shards=shards, capacity=watch)
+                        checkpoint=checkpoints.latest_path(), shards=shards, capacity=watch)
 

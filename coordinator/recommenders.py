@@ -22,7 +22,7 @@ from coordinator.packed import PackedMLP
 from coordinator.pooling import MeanPooled
 from coordinator.sparse import SparseDenseModel, check_tables_sparse, make_embedding_optimizer
 from coordinator.dynamic.layer import DynamicTables
-from coordinator.dynamic.serving import ServingTables, serving_twin
+from coordinator.dynamic.exported import ServingTables
 from coordinator.tables import FusedTables, SeparateTables, make_tables
 from data.contract import describe
 from data.criteo_layout import CATEGORICAL_FEATURES
@@ -110,12 +110,14 @@ def _pooled(ids) -> bool:
     return isinstance(ids, tf.RaggedTensorSpec)
 
 
-def _tables(options: RecommenderOptions, features: dict, dim: int, name: str, splits=None):
+def _tables(options: RecommenderOptions, features: dict, dim: int, name: str, splits=None, serving: bool = False):
     """The table layer for the data's categorical features, as the options choose: hashed (fused, or one per
-    feature) or dynamic (always fused: one index for every feature, whose ids are keyed by feature); wrapped to
-    pool several values per feature."""
+    feature) or dynamic (always fused: one index for every feature, whose ids are keyed by feature; with
+    `serving`, in its exported form); wrapped to pool several values per feature."""
     ids = features["ids"]
-    if options.embedding_kind == "dynamic":
+    if options.embedding_kind == "dynamic" and serving:
+        layer = ServingTables(options.embedding_capacity, dim, splits=splits, name=name)
+    elif options.embedding_kind == "dynamic":
         layer = DynamicTables(options.embedding_capacity, dim, admit_after=options.admit_after,
                               expire_after_steps=options.expire_after_steps, expire_after_s=options.expire_after_s,
                               deduplicate=options.deduplicate_ids,
@@ -153,27 +155,29 @@ class SumOverTables(layers.Layer):
         return tf.reduce_sum(weights, axis=1)
 
 
-def dlrm(options: RecommenderOptions, features: dict = CRITEO_FEATURES) -> SparseDenseModel:
-    """Bottom MLP on the numeric features, one embedding per categorical feature, dot interaction, top MLP."""
+def dlrm(options: RecommenderOptions, features: dict = CRITEO_FEATURES, serving: bool = False) -> SparseDenseModel:
+    """Bottom MLP on the numeric features, one embedding per categorical feature, dot interaction, top MLP (with
+    `serving`, its tables in their exported form)."""
     inputs = _inputs(features, "dlrm")
     bottom = _mlp(inputs["dense"], (*options.bottom_mlp, options.embedding_dim), "bottom",
                   packed=options.packed_mlp, final_activation="relu")
-    embedded = _tables(options, features, options.embedding_dim, "embeddings")(inputs["ids"])
+    embedded = _tables(options, features, options.embedding_dim, "embeddings", serving=serving)(inputs["ids"])
     vectors = layers.Concatenate(axis=1)([layers.Reshape((1, options.embedding_dim))(bottom), embedded])
     x = layers.Concatenate()([bottom, DotInteraction(name="interaction")(vectors)])
     output = _mlp(x, (*options.top_mlp, 1), "top", packed=options.packed_mlp, final_activation="sigmoid")
     return SparseDenseModel(inputs, output, name="dlrm")
 
 
-def wide_deep(options: RecommenderOptions, features: dict = CRITEO_FEATURES) -> SparseDenseModel:
-    """A linear (wide) part on the categorical ids and numeric features plus a deep MLP on embeddings and numerics."""
+def wide_deep(options: RecommenderOptions, features: dict = CRITEO_FEATURES, serving: bool = False) -> SparseDenseModel:
+    """A linear (wide) part on the categorical ids and numeric features plus a deep MLP on embeddings and numerics
+    (with `serving`, its tables in their exported form)."""
     inputs = _inputs(features, "wide_deep")
     if options.embedding_kind == "dynamic" and not _pooled(features["ids"]):  # one row holds both of an id's parts
         weights, embedded = _tables(options, features, 1 + options.embedding_dim, "tables",
-                                    splits=(1, options.embedding_dim))(inputs["ids"])
+                                    splits=(1, options.embedding_dim), serving=serving)(inputs["ids"])
     else:
-        weights = _tables(options, features, 1, "wide_weights")(inputs["ids"])
-        embedded = _tables(options, features, options.embedding_dim, "embeddings")(inputs["ids"])
+        weights = _tables(options, features, 1, "wide_weights", serving=serving)(inputs["ids"])
+        embedded = _tables(options, features, options.embedding_dim, "embeddings", serving=serving)(inputs["ids"])
     wide = layers.Add()([SumOverTables(name="wide_sum")(weights),
                          layers.Dense(1, name="wide_numeric")(inputs["dense"])])
     deep = layers.Concatenate()([layers.Flatten()(embedded), inputs["dense"]])
@@ -190,17 +194,14 @@ CUSTOM_OBJECTS = {"FusedTables": FusedTables, "SeparateTables": SeparateTables, 
                   "ServingTables": ServingTables}
 
 
-def inference_model(model: SparseDenseModel) -> tf_keras.Model:
-    """The same layers and weights as a plain functional model (no second optimizer): what export saves; a dynamic
-    table becomes its serving twin (the ids it holds and their rows, as weights: coordinator/dynamic/serving.py).
-    Load it with `tf_keras.models.load_model(path, custom_objects=CUSTOM_OBJECTS)`."""
-    if any(isinstance(layer, DynamicTables) for layer in model.layers):
-        plain = tf_keras.models.clone_model(model, clone_function=lambda layer: serving_twin(layer) if isinstance(
-            layer, DynamicTables) else layer)
-        plain = tf_keras.Model(plain.inputs, plain.outputs, name=model.name)
-    else:
-        plain = tf_keras.Model(model.inputs, model.outputs, name=model.name)
-    plain.compile(loss="binary_crossentropy", metrics=click_metrics())  # evaluable as loaded, e.g. --model
+def build_for_serving(name: str, options: RecommenderOptions, *, features=CRITEO_FEATURES) -> tf_keras.Model:
+    """The named recommender as exported: a plain functional model (no second optimizer), its dynamic tables in
+    their exported form (coordinator/dynamic/exported.py), compiled with its loss and click metrics; its weights
+    come from a checkpoint (coordinator/publish/). Load an export with
+    `tf_keras.models.load_model(path, custom_objects=coordinator.compiled.CUSTOM_OBJECTS)`."""
+    model = RECOMMENDERS[name](options, features, serving=True)
+    plain = tf_keras.Model(model.inputs, model.outputs, name=model.name)
+    plain.compile(loss="binary_crossentropy", metrics=click_metrics())
     return plain
 
 

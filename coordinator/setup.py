@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import tensorflow as tf
 import tf_keras
 
 from cluster.config import PROJECT_ROOT, ClusterConfig
@@ -18,10 +19,15 @@ from cluster.same_run import differences
 from cluster.training_options import TrainingOptions
 from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, PREEMPTED_EXIT_CODE, Problem, UserError
 from coordinator import export
-from coordinator.compiled import build_compiled, exportable, with_table_stats
-from coordinator.dynamic.checkpoint import held_difference
+from coordinator.compiled import build_compiled, with_table_stats
+from coordinator.dynamic.checkpoint import held_difference_streamed, state_prefix
 from coordinator.dynamic.report import dynamic_layers
-from coordinator.raw_export import raw_description, servable
+from coordinator.publish.model_export import export_model
+from coordinator.publish.template import Template
+from coordinator.strategy import CHIEF_CPU
+from coordinator.streaming.bundle import BundleReader
+from coordinator.streaming.entries import variable_keys
+from coordinator.raw_export import raw_description
 from coordinator.callbacks import Checkpointing, EpochEndedEarly, FirstStepReport, StepDecay
 from coordinator.checkpoints import EpochCheckpoints, Position
 from coordinator.preemption import Preempted, StopRequest, exit_preempted
@@ -131,16 +137,20 @@ RESHARD_TOLERANCE = 1e-6
 
 def _check_resharded(run: TrainingRun, model, checkpoint: str, before: int, after: int) -> None:
     """After a change in the number of ps, compares the restored (resharded) model's predictions with those of
-    the checkpoint read whole, on 16 test inputs: the model just before and just after the change."""
-    device = "/job:chief/replica:0/task:0/device:CPU:0"
-    whole = export.restore_whole(run.options, run.source, checkpoint, device=device, io_device=device)
+    the checkpoint, on 16 test inputs (the checkpoint's tables read only where they look), and each dynamic
+    table's rows, slots and last steps with the checkpoint's, a chunk at a time: the model just before and just
+    after the change."""
+    chunk = chunk_bytes_of(run.options)
+    with tf.device(CHIEF_CPU):
+        checkpointed = Template(run.options, run.source, chunk_bytes=chunk, log=run.log).at(checkpoint)
     inputs = export.reference_inputs(run.source.split("test"))
-    largest = float(np.abs(model(inputs, training=False).numpy() - whole(inputs, training=False).numpy()).max())
+    largest = float(np.abs(model(inputs, training=False).numpy() - checkpointed(inputs)).max())
     run.log.info("ps %d -> %d: %s restored over %d ps, model and optimizer slots; predictions before and after "
                  "differ by at most %.1e (allowed %.0e)", before, after, Path(checkpoint).name, after, largest,
                  RESHARD_TOLERANCE)
-    for spread, read_whole in zip(dynamic_layers(model), dynamic_layers(whole), strict=True):
-        ids, differ = held_difference(spread, read_whole)
+    reader, keys = BundleReader(checkpoint, device=CHIEF_CPU), variable_keys(tf.train.Checkpoint(model=model))
+    for spread in dynamic_layers(model):
+        ids, differ = held_difference_streamed(spread, reader, state_prefix(spread, keys), chunk)
         run.log.info("ps %d -> %d: table %s: %d ids spread again over %d partitions; their rows, slots and last "
                      "steps differ from the checkpoint's by at most %.1e", before, after, spread.name, ids,
                      len(spread.partitions), differ)
@@ -204,33 +214,30 @@ def fit(run: TrainingRun, model, dataset_fn, callback_list: list, start: Positio
 
 
 def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float, checkpoint: str,
-           device: str | None, shards: dict | None = None, capacity=None) -> RunSummary:
-    """Exports the last checkpoint's whole weights, checks them against `model`, and writes the run summary (the
-    per-ps report with dynamic tables' final rows)."""
+           shards: dict | None = None, capacity=None) -> RunSummary:
+    """Exports the last checkpoint (an exporter process writes it a chunk of each table at a time), checks it
+    against `model`'s predictions, and writes the run summary (the per-ps report with dynamic tables' rows)."""
     options, files = run.options, run.files
     steps = int(model.optimizer.iterations.numpy())
     recorded = read_progress(files)  # every lead's training time; the last epoch's metrics if this one trained none
     if recorded is not None:
         train_seconds, final_metrics = max(train_seconds, recorded.train_s), final_metrics or recorded.epoch_metrics
-    _exporting(run, steps, train_seconds, final_metrics)  # a beat per stage: exporting is not a stall
-    whole = exportable(export.restore_whole(options, run.source, checkpoint, device=device,
-                                            io_device=device))  # what export saves (a dynamic table's twin)
+    _exporting(run, steps, train_seconds, final_metrics)  # a beat while exporting: it is not a stall
     raw = export.reference_inputs(run.source.split("test", raw=True))  # as an exported model takes them
     trained = model(export.model_inputs(run.source, raw), training=False).numpy()
-    exported = servable(whole, run.source)(raw, training=False).numpy()
+    exported = export_model(run, checkpoint, raw, trained,
+                            beat=lambda: _exporting(run, steps, train_seconds, final_metrics))
     run.log.info("export check: largest difference between trained and exported predictions %.2e (at most %.0e), "
-                 "the exported model taking %s", export.check_export(trained, exported), export.TOLERANCE,
-                 raw_description(run.source))
-    _exporting(run, steps, train_seconds, final_metrics)
-    paths = export.export(whole, files.model_dir, run.source)
-    np.savez(files.reference_predictions, predictions=trained, **export.saved_inputs(raw))
+                 "the exported model taking %s; %.1f MB written in %.1f s", exported.largest, export.TOLERANCE,
+                 raw_description(run.source), exported.bytes / 1e6, exported.seconds)
     strategy = run.config.strategy
     summary = RunSummary(
         status=RunStatus.COMPLETE, options=dataclasses.asdict(options), epochs=options.epochs,
         optimizer_steps=steps, steps_per_epoch=run.steps_per_epoch,
         global_batch=run.global_batch, strategy=options.strategy, workers=run.workers,
         ps=len(run.config.jobs.get("ps", ())) if "ps" in strategy.server_jobs else 0,
-        train_seconds=round(train_seconds, 2), final_metrics=final_metrics, checkpoint=checkpoint, model=paths,
+        train_seconds=round(train_seconds, 2), final_metrics=final_metrics, checkpoint=checkpoint,
+        model=exported.paths,
         tensorboard=str(files.tensorboard), variable_placement=variable_placement(model),
         ps_report=with_table_stats(dict(shards or {}), model), capacity=capacity.summary() if capacity else {})
     write_summary(files, summary)

@@ -50,4 +50,4 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
         log.info("training done; worker 0 exports the model")
         return None
     return setup.finish(run, model, final_metrics=final_metrics, train_seconds=seconds,
-                        checkpoint=checkpoints.latest_path(), device=None)
+                        checkpoint=checkpoints.latest_path())

@@ -15,6 +15,7 @@ import tensorflow as tf
 import tf_keras
 
 from coordinator.dynamic.layer import DynamicTables
+from coordinator.row_source import gather_rows
 from coordinator.table_init import uniform_table
 
 
@@ -23,9 +24,9 @@ def _lookup(table, ids: tf.Tensor, deduplicate: bool, dim: int) -> tf.Tensor:
     flat = tf.reshape(ids, [-1])
     if deduplicate:
         unique_ids, positions = tf.unique(flat)
-        rows = tf.gather(tf.nn.embedding_lookup(table, unique_ids), positions)
+        rows = tf.gather(gather_rows(table, unique_ids), positions)
     else:
-        rows = tf.nn.embedding_lookup(table, flat)
+        rows = gather_rows(table, flat)
     rows = tf.reshape(rows, tf.concat([tf.shape(ids), [dim]], axis=0))
     rows.set_shape(ids.shape.concatenate([dim]))
     return rows
@@ -87,6 +88,12 @@ def hashed_rows(ids, table_rows) -> tf.Tensor | np.ndarray:
 
 
 TABLE_LAYERS = (FusedTables, SeparateTables, DynamicTables, tf_keras.layers.Embedding)
+
+
+def rows_read_by_lookup(model: tf_keras.Model) -> list:
+    """The table variables of `model` that its lookups read a row at a time (through row_source.gather_rows)."""
+    return [weight for layer in table_layers(model) if isinstance(layer, (FusedTables, SeparateTables))
+            for weight in layer.weights]
 
 
 def make_tables(table_rows, dim: int, *, fused: bool, deduplicate: bool, name: str) -> tf_keras.layers.Layer:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from cluster.evaluation_options import EvaluationOptions
@@ -14,9 +16,13 @@ from cluster.training_options import TrainingOptions
 from common.errors import Problem, UserError
 from common.proc import has_live_thread
 from coordinator import export
-from coordinator.compiled import build_compiled
 from coordinator.checkpoints import checkpoint_epoch, checkpoint_position, checkpoint_step, listed_checkpoints
+from coordinator.publish.exporter import export_checkpoint
+from coordinator.publish.request import BEST, ExportRequest
+from coordinator.publish.template import Template
+from coordinator.streaming.rows import chunk_bytes_of
 from evaluator.progressive import FixedValidation, ProgressiveValidation
+from evaluator.scoring import scores
 
 UNREADABLE = (tf.errors.NotFoundError, tf.errors.DataLossError, tf.errors.FailedPreconditionError, OSError)
 
@@ -40,7 +46,7 @@ class SidecarEvaluator:
         (each checkpoint is scored on the newest data it has not trained on: evaluator/progressive.py)."""
         self.training, self.evaluation, self.files, self.log, self.source = training, evaluation, files, log, source
         self.checkpoint_dir = files.checkpoints
-        self.model = build_compiled(training, source)
+        self.template = Template(training, source, chunk_bytes=chunk_bytes_of(training), log=log)
         self.validation = (ProgressiveValidation(source, examples=evaluation.progressive_examples,
                                                  batch=evaluation.batch) if training.follow_data
                            else FixedValidation(source.eval_dataset("validation", evaluation.batch)))
@@ -93,10 +99,9 @@ class SidecarEvaluator:
         """Restores and evaluates one checkpoint, retrying while it is being written or removed."""
         for attempt in range(1, self.evaluation.read_retries + 1):
             try:
-                export.restore_every_weight(self.model, path)
                 step = checkpoint_step(path)
-                results = self.model.evaluate(dataset, verbose=0, return_dict=True)
-                return step, {f"val_{name}": float(value) for name, value in results.items()}
+                results = scores(self.template.at(path), self.template.inner, dataset)
+                return step, {f"val_{name}": value for name, value in results.items()}
             except UNREADABLE as error:
                 # the race: the chief may prune or rewrite a prefix between our listing and our read
                 self.log.warning("%s unreadable (attempt %d of %d): %s", Path(path).name, attempt,
@@ -123,7 +128,7 @@ class SidecarEvaluator:
         self._check_best_metric(metrics)
         is_best = self._better_than_best(metrics)
         if is_best:
-            self._export_best(name, step, metrics)
+            self._export_best(path, step, metrics)
         with self.writer.as_default(step=step):  # the event first: a kill before the state save re-evaluates
             for metric, value in metrics.items():
                 tf.summary.scalar(metric.removeprefix("val_"), value)  # same tags as train: one chart each
@@ -148,11 +153,27 @@ class SidecarEvaluator:
         best = self.state.results[self.state.best]["metrics"][self.evaluation.best_metric]
         return value > best if self.evaluation.best_mode == "max" else value < best
 
-    def _export_best(self, name: str, step: int, metrics: dict) -> None:
-        paths = export.export(self.model, self.files.best_dir, self.source)
+    def _export_best(self, path: str, step: int, metrics: dict) -> None:
+        """Writes checkpoint `path` to best_model/ (a chunk of each table at a time, whole or not at all), checked
+        against the checkpoint's own predictions on a few inputs of the data."""
+        name = Path(path).name
+        raw = next(iter(self.source.split("validation", raw=True).take(1)), None)
+        if raw is None:
+            self.log.warning("%s is the best so far, but no data is left to check an export on: best_model/ stays "
+                             "as it is", name)
+            return
+        raw = export.reference_inputs(self.source.split("validation", raw=True))
+        reference = self.files.best_dir.with_name(".best_model-reference.npz")
+        np.savez(reference, predictions=self.template.at(path)(raw, raw=True), **export.saved_inputs(raw))
+        try:
+            written = export_checkpoint(ExportRequest(kind=BEST, checkpoint=path, destination=str(self.files.best_dir),
+                                                      options=dataclasses.asdict(self.training),
+                                                      reference=str(reference)), self.log)
+        finally:
+            reference.unlink(missing_ok=True)
         write_best(self.files, BestRecord(checkpoint=name, epoch=checkpoint_epoch(name), step=step, metrics=metrics,
                                           best_metric=self.evaluation.best_metric,
-                                          best_mode=self.evaluation.best_mode, model=paths))
+                                          best_mode=self.evaluation.best_mode, model=written.paths))
 
 
 def _writer_alive(beat) -> bool:

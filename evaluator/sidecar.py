@@ -39,25 +39,28 @@ def _evaluate_once(config: ClusterConfig, log, *, checkpoint: str | None, model:
                    output_json: str | None) -> None:
     import tf_keras
 
-    from coordinator import export
     from coordinator.compiled import CUSTOM_OBJECTS
+    from coordinator.publish.template import Template
+    from coordinator.streaming.rows import chunk_bytes_of
     from data import source_for
     from evaluator.loop import metrics_line
+    from evaluator.scoring import scores
 
     options = config.training
     source = source_for(options, PROJECT_ROOT)
+    inputs = source.eval_dataset(split, config.evaluation.batch, raw=bool(model))  # an export takes raw features
     if model:
         if not Path(model).exists():
             raise UserError(Problem("--model", model, "does not exist", "give a .h5, .keras or SavedModel path"))
         loaded = tf_keras.models.load_model(model, custom_objects=CUSTOM_OBJECTS)
+        results = {name: float(value) for name, value in loaded.evaluate(inputs, verbose=0, return_dict=True).items()}
     else:
         if not Path(checkpoint + ".index").exists():
             raise UserError(Problem("--checkpoint", checkpoint, "is not a checkpoint prefix",
                                     "give e.g. output/checkpoints/ckpt-6 (the part before .index)"))
-        loaded = export.restore_whole(options, source, checkpoint)
-    inputs = source.eval_dataset(split, config.evaluation.batch, raw=bool(model))  # an export takes raw features
-    results = loaded.evaluate(inputs, verbose=0, return_dict=True)
-    metrics = {f"{split}_{name}": float(value) for name, value in results.items()}
+        template = Template(options, source, chunk_bytes=chunk_bytes_of(options), log=log)
+        results = scores(template.at(checkpoint), template.inner, inputs)  # its tables read where the data looks
+    metrics = {f"{split}_{name}": value for name, value in results.items()}
     log.info(metrics_line(f"{split} | {Path(model or checkpoint).name}", metrics))
     if output_json:
         Path(output_json).write_text(json.dumps({"split": split, "source": model or checkpoint,

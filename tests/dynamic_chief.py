@@ -18,9 +18,10 @@ from coordinator.dynamic.layer import DynamicTables
 from coordinator.dynamic.mixing import partition_of
 from coordinator.placement import BalancedPartitioner
 from coordinator.sparse import LeanAdagrad
+from coordinator.streaming import checkpoint_io
 
 CHIEF_CPU = "/job:chief/replica:0/task:0/device:CPU:0"
-WRITE = tf.train.CheckpointOptions(experimental_io_device=CHIEF_CPU)
+CHUNK = 64 << 10  # bytes: the 4000-row tables here go in several chunks
 
 
 class Table:
@@ -206,7 +207,8 @@ def flood(strategy, coordinator) -> dict:
 def save(table: Table, path: str) -> dict:
     """The checkpoint a next chief resumes from, and what it must give back."""
     probe = pairs(np.concatenate([np.arange(100, dtype=np.int64) + 10_000_000, [77, 78]]))
-    written = tf.train.Checkpoint(layer=table.layer, optimizer=table.optimizer).write(path, options=WRITE)
+    written = checkpoint_io.save(tf.train.Checkpoint(layer=table.layer, optimizer=table.optimizer), path,
+                                 device=CHIEF_CPU, chunk_bytes=CHUNK)
     np.savez(path + "-expected.npz", probe=probe, outputs=table.layer(tf.constant(probe), training=False).numpy(),
              **table.layer.snapshot())
     return {"checkpoint": written, "stats": table.stats()}
@@ -215,8 +217,8 @@ def save(table: Table, path: str) -> dict:
 def resume(strategy, coordinator, path: str) -> dict:
     """A new chief: the same table restored over the cluster gives the same rows, outputs and counters."""
     table = Table(strategy, coordinator, 4000, admit_after=2)
-    tf.train.Checkpoint(layer=table.layer, optimizer=table.optimizer).read(path, options=WRITE) \
-        .assert_existing_objects_matched()
+    checkpoint_io.restore(tf.train.Checkpoint(layer=table.layer, optimizer=table.optimizer), path, device=CHIEF_CPU,
+                          chunk_bytes=CHUNK)
     expected = np.load(path + "-expected.npz")
     outputs = table.layer(tf.constant(expected["probe"]), training=False).numpy()
     snapshot = table.layer.snapshot()

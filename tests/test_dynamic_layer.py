@@ -9,14 +9,14 @@ import functools
 import numpy as np
 import pytest
 import tensorflow as tf
-import tf_keras
 
-from coordinator import recommenders
 from coordinator.dynamic.checkpoint import held_difference
 from coordinator.dynamic.layer import DynamicTables
 from coordinator.dynamic.mixing import partition_of
 from coordinator.sparse import make_embedding_optimizer
-from data import synthetic_criteo
+from coordinator.streaming import checkpoint_io
+
+SMALL_CHUNK = 300  # bytes: a few rows a chunk, so every restore here goes over several chunks
 
 
 @contextlib.contextmanager
@@ -34,6 +34,15 @@ def rows_split(parts: int):
 
     with tf.variable_creator_scope(creator):
         yield
+
+
+def write(layer, optimizer, path, chunk_bytes: int = SMALL_CHUNK) -> str:
+    return checkpoint_io.save(tf.train.Checkpoint(layer=layer, optimizer=optimizer), str(path),
+                              chunk_bytes=chunk_bytes)
+
+
+def read(layer, optimizer, path, chunk_bytes: int = SMALL_CHUNK) -> None:
+    checkpoint_io.restore(tf.train.Checkpoint(layer=layer, optimizer=optimizer), path, chunk_bytes=chunk_bytes)
 
 
 def table(capacity: int, parts: int, optimizer: str = "adagrad", **options) -> tuple[DynamicTables, object]:
@@ -68,14 +77,14 @@ def test_ids_spread_over_partitions_and_come_back_over_other_counts_and_sizes(tm
     for batch in batches:
         train(layer, optimizer, batch)
     assert len(layer.partitions) == 3 and all(p.stats().numpy()[2] > 0 for p in layer.partitions)
-    path = tf.train.Checkpoint(layer=layer, optimizer=optimizer).write(str(tmp_path / "ckpt"))
+    path = write(layer, optimizer, tmp_path / "ckpt")
     for parts in (2, 1):
         other, other_optimizer = table(300, parts)
-        tf.train.Checkpoint(layer=other, optimizer=other_optimizer).read(path).assert_existing_objects_matched()
+        read(other, other_optimizer, path)
         assert held_difference(layer, other) == (240, 0.0)  # every id, with its row, slots and last step
         assert other.stats().numpy()[:, 3].sum() == 240  # the admitted count comes back
     small, small_optimizer = table(100, 1)  # fewer rows than ids: the most recently looked up are kept
-    tf.train.Checkpoint(layer=small, optimizer=small_optimizer).read(path).assert_existing_objects_matched()
+    read(small, small_optimizer, path)
     kept = small.snapshot()["ids"]
     assert len(kept) == 100 and set(kept) <= set(batches[1].ravel()) | set(batches[2].ravel())
     assert set(batches[2].ravel()) <= set(kept) and small.stats().numpy()[0, 5] == 140  # left out: turned away
@@ -113,9 +122,9 @@ def test_the_other_table_optimizers_train_reset_and_save_their_slots(tmp_path, n
     for _ in range(3):  # each step sweeps after its lookups: ids 1 to 4 expire at step 2, their rows free at 3
         train(layer, optimizer, [[5, 6], [7, 8]])
     train(layer, optimizer, [[9, 10], [11, 12]])  # new ids in rows that were 1 to 4's, reset
-    path = tf.train.Checkpoint(layer=layer, optimizer=optimizer).write(str(tmp_path / "ckpt"))
+    path = write(layer, optimizer, tmp_path / "ckpt")
     other, other_optimizer = table(8, 1, name, expire_after_steps=1)
-    tf.train.Checkpoint(layer=other, optimizer=other_optimizer).read(path).assert_existing_objects_matched()
+    read(other, other_optimizer, path)
     assert held_difference(layer, other)[1] == 0.0 and layer.stats().numpy()[:, 4].sum() == 4
 
 
@@ -124,20 +133,16 @@ def test_the_partition_hash_spreads_sequential_ids_evenly():
     assert counts.min() > 0.97 * 30_000 and counts.max() < 1.03 * 30_000
 
 
-def test_wide_deep_exports_its_dynamic_rows_in_every_format(tmp_path):
-    options = recommenders.RecommenderOptions(table_rows=300, embedding_dim=4, top_mlp=(8,), embedding_kind="dynamic",
-                                              embedding_capacity=4000, admit_after=2)
-    tf_keras.utils.set_random_seed(0)
-    source = synthetic_criteo.load(options.rows_per_table, seed=0)
-    model = recommenders.build_and_compile("wide_deep", options, tf_keras.optimizers.Adam(1e-2))
-    model.fit(source.train_dataset_fn(256, 0)(tf.distribute.InputContext()), steps_per_epoch=20, epochs=1, verbose=0)
-    features = next(iter(source.split("test").batch(64)))[0]
-    expected = model(features, training=False).numpy()
-    plain = recommenders.inference_model(model)
-    for path in (tmp_path / "m.h5", tmp_path / "m.keras", tmp_path / "saved_model"):
-        plain.save(path)
-        loaded = tf_keras.models.load_model(path, custom_objects=recommenders.CUSTOM_OBJECTS, compile=False)
-        np.testing.assert_array_equal(loaded(features).numpy(), expected)
+def test_wide_deep_exports_its_dynamic_rows_in_every_format_a_chunk_at_a_time(tmp_path):
+    import exportkit
+
+    options, source, model = exportkit.trained({
+        "model": "wide_deep", "dataset": "synthetic_criteo", "table_rows": 300, "embedding_dim": 4, "top_mlp": [8],
+        "embedding_kind": "dynamic", "embedding_capacity": 4000, "admit_after": 2, "learning_rate": 1e-2})
+    expected, formats = exportkit.exported_and_loaded(options, source, model, tmp_path, chunk_bytes=4096)
+    assert sorted(formats) == ["h5", "keras", "saved_model"]
+    for name, predicted in formats.items():
+        np.testing.assert_allclose(predicted, expected, atol=1e-6, err_msg=name)
 
 
 def held_ids(layer) -> set[int]:
@@ -170,28 +175,37 @@ def test_a_slow_workers_older_step_never_moves_a_stamp_back():
     assert stamps == {1: 100, 2: 100, 7: 40, 8: 40}
 
 
-def test_a_checkpoint_with_int32_last_steps_restores(tmp_path, monkeypatch):
+def _as_before(state):
+    """What the code before streamed checkpoints wrote for a table: the held ids and their rows concatenated,
+    last steps as int32 (before steps became int64), 3 counters a partition."""
+    partitions = state._layer.partitions
+    held = [partition.held() for partition in partitions]
+    tensors = {"ids": tf.concat([ids for ids, *_ in held], 0),
+               "last_seen": tf.cast(tf.concat([seen for _, seen, *_ in held], 0), tf.int32),
+               "vectors": tf.concat([vectors for _, _, vectors, _ in held], 0),
+               "counters": tf.stack([p.counters.read_value()[:3] for p in partitions])}
+    for name in partitions[0].slots:
+        tensors[f"slot-{name}"] = tf.concat([slots[name] for *_, slots in held], 0)
+    return tensors
+
+
+def test_a_checkpoint_of_the_earlier_form_with_int32_last_steps_restores(tmp_path, monkeypatch):
     from coordinator.dynamic.checkpoint import TableState
 
     layer, optimizer = table(64, 2, admit_after=2)
     for _ in range(3):
         train(layer, optimizer, [[1, 2], [3, 4]])
-    newer = TableState._serialize_to_tensors
-
-    def as_before(self):  # what the code before int64 steps wrote: the same keys, last steps as int32
-        tensors = newer(self)
-        return {**tensors, "last_seen": tf.cast(tensors["last_seen"], tf.int32)}
-
-    monkeypatch.setattr(TableState, "_serialize_to_tensors", as_before)
-    path = tf.train.Checkpoint(layer=layer, optimizer=optimizer).write(str(tmp_path / "old"))
+    monkeypatch.setattr(TableState, "_serialize_to_tensors", _as_before)
+    monkeypatch.delattr(TableState, "streamed_parts")
+    path = write(layer, optimizer, tmp_path / "old")
     monkeypatch.undo()
     assert tf.train.load_checkpoint(path).get_variable_to_dtype_map()["layer/state/.ATTRIBUTES/last_seen"] == tf.int32
     other, other_optimizer = table(64, 3, admit_after=2)
-    tf.train.Checkpoint(layer=other, optimizer=other_optimizer).read(path).assert_existing_objects_matched()
+    read(other, other_optimizer, path)
     assert held_difference(layer, other) == (4, 0.0)
-    resaved = tf.train.Checkpoint(layer=other, optimizer=other_optimizer).write(str(tmp_path / "new"))
-    assert tf.train.load_checkpoint(resaved).get_variable_to_dtype_map()[
-        "layer/state/.ATTRIBUTES/last_seen"] == tf.int64
+    resaved = write(other, other_optimizer, tmp_path / "new")
+    dtypes = tf.train.load_checkpoint(resaved).get_variable_to_dtype_map()
+    assert dtypes["layer/state/.ATTRIBUTES/row_last_seen"] == tf.int64 and "layer/state/.ATTRIBUTES/ids" not in dtypes
 
 
 def test_expiry_in_seconds_frees_a_row_idle_that_long_whatever_the_steps():

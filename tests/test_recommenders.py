@@ -4,6 +4,7 @@ table settings, and over 2 real ps split their fused table evenly with a per-ps 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 
@@ -119,15 +120,28 @@ def test_fused_table_splits_evenly_over_two_ps_with_a_report(shared_servers, tmp
 
 
 def _exports_as_the_chief_predicts(tmp_path):
-    """The split checkpoint restores into an unpartitioned model that predicts as the chief did, and exports."""
+    """The split checkpoint restores into an unpartitioned model that predicts as the chief did, and the exporter
+    writes it (tables a chunk at a time, 8 KiB chunks) in formats that predict the same."""
+    from coordinator import export
+    from coordinator.publish.exporter import export_checkpoint
+    from coordinator.publish.request import MODEL, ExportRequest
+
     options = recommenders.RecommenderOptions(table_rows=tuple(range(20000, 20026)), embedding_dim=8)
     whole = recommenders.build_and_compile("dlrm", options, tf_keras.optimizers.Adam(1e-3))
     tf.train.Checkpoint(model=whole, optimizer=whole.optimizer).read(str(tmp_path / "ckpt")).assert_consumed()
-    features = next(iter(synthetic_criteo.load(options.rows_per_table).split("train").batch(256)))[0]
+    source = synthetic_criteo.load(options.rows_per_table)
+    features = next(iter(source.split("train").batch(256)))[0]
     expected = np.load(tmp_path / "ckpt-predictions.npy")
     np.testing.assert_allclose(whole(features).numpy(), expected, atol=1e-6)
-    for path in (tmp_path / "m.h5", tmp_path / "m.keras"):
-        recommenders.inference_model(whole).save(path)
+    raw = export.reference_inputs(source.split("train", raw=True), count=256)
+    np.savez(tmp_path / "reference.npz", predictions=expected, **export.saved_inputs(raw))
+    training = {"model": "dlrm", "dataset": "synthetic_criteo", "table_rows": list(options.table_rows),
+                "embedding_dim": 8, "stream_chunk_mb": 8 / 1024}
+    result = export_checkpoint(ExportRequest(kind=MODEL, checkpoint=str(tmp_path / "ckpt"), options=training,
+                                             destination=str(tmp_path / "model"),
+                                             reference=str(tmp_path / "reference.npz")), logging.getLogger("test"))
+    assert not result.error and result.largest < 1e-5, result
+    for path in result.paths.values():
         again = tf_keras.models.load_model(path, custom_objects=recommenders.CUSTOM_OBJECTS, compile=False)
         np.testing.assert_allclose(again(features).numpy(), expected, atol=1e-6)
 

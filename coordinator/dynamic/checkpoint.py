@@ -1,127 +1,252 @@
-"""A dynamic table in checkpoints: the held ids with their rows, in a form that does not depend on the ps count.
+"""A dynamic table in checkpoints, streamed: per row of its capacity, the id holding it (and whether one does), its
+last step, vector and optimizer slots, a chunk of rows at a time (rows_io.py), so no process holds the table.
 
-Saved: every id that holds a row, its row vector, each optimizer slot's row, and the step it was last looked up,
-read per partition from one listing of its index (so ids, rows and slots always agree: DeepRec #1023 saved
-them from three listings and restored uninitialised slots); the counters; the admission sketches. On restore
-each id goes to the partition its hash names under the current partitioning, into rows 0, 1, ... of it: the
-same ps count gives the same contents, another one spreads the ids again (`sh run.sh reload` to more or
-fewer ps), each id keeping its vector, slots and last step. A partition given more ids than it has rows keeps
-the most recently seen (a warning says how many it left out, and they count as turned away). Rows that were
-expiring are free after a restore. The sketches, whose cells belong to partitions, come back only into the same
-partitioning; else they restart. The restore is made of TensorFlow ops only: TensorFlow runs it inside a
-tf.function when the checkpoint's variables live on several tasks. It reads the keys and dtypes the checkpoint
-holds (the layer names its path first: `expect_stored`), so a checkpoint of an earlier version restores: last
-steps were int32 until they became int64.
+Keys under the layer's `state`: `row_held` [capacity] bool, `row_ids` and `row_last_seen` [capacity] int64,
+`row_vectors` and `row_slot-<name>` [capacity, dim], each partition's rows a slice of them (partition by
+partition, as its ps holds them); `counters` [partitions, 4]; the admission sketches' cells `sketch-<variable>`
+(a slice per partition) and scalars (one per partition). A restore spreads the held ids over the partitions of
+the current ps count (rows_io.Loader), whatever count wrote them; sketches come back into the same partitioning
+only, else they restart. Checkpoints of earlier versions, which held the held ids concatenated (`ids`,
+`last_seen` int32 or int64, `vectors`, `slot-<name>`), restore the same way.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Iterator
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.checkpoint import tensor_callable
 
-from coordinator.dynamic.mixing import partition_of
-from coordinator.dynamic.partition import COUNTERS, TURNED_AWAY
-
+from coordinator.dynamic.partition import COUNTERS
+from coordinator.dynamic.rows_io import Loader, RowChunk, cuts, row_reader
+from coordinator.streaming.entries import SmallEntry
+from coordinator.streaming.rows import RowGroup, RowSlice, chunk_rows, row_ranges
 
 STATE = "state"  # the layer's attribute, hence the name of the keys' parent in a checkpoint
+ROWS = ("row_held", "row_ids", "row_last_seen", "row_vectors")
+OLD_ROWS = (None, "ids", "last_seen", "vectors")  # the concatenated form of earlier versions: every id held
 
 
 class TableState(tf.__internal__.tracking.Trackable):
-    """The checkpointed state of a DynamicTables layer (the layer's `state`)."""
+    """The checkpointed state of a DynamicTables layer (the layer's `state`), saved and restored through
+    coordinator/streaming/checkpoint_io.py (`streamed_parts`, `restore_streamed`)."""
 
     def __init__(self, layer):
         self._layer = layer
-        self._stored: dict | None = None  # {key: dtype} of the checkpoint about to be restored
 
-    def expect_stored(self, path: str) -> None:
-        """Before a restore from `path`: the keys and dtypes that checkpoint holds for a table (TensorFlow restores
-        the keys and dtypes `_serialize_to_tensors` gives, and an older checkpoint's last steps are int32)."""
-        dtypes = tf.train.load_checkpoint(path).get_variable_to_dtype_map()
-        marker = f"/{STATE}/.ATTRIBUTES/"
-        self._stored = {key.rsplit(marker, 1)[1]: dtype for key, dtype in dtypes.items()
-                        if marker in key and not key.endswith("VARIABLE_VALUE")} or None
+    @property
+    def _partitions(self):
+        return self._layer.partitions
+
+    def _names(self) -> list[str]:
+        slots = [f"row_slot-{name}" for name in self._partitions[0].slots]
+        return [*ROWS, *slots, "counters", *(f"sketch-{name}" for name, _ in _sketch_variables(self._partitions[0]))]
 
     def _serialize_to_tensors(self):
-        if self._stored:  # a restore: only the names and dtypes matter (no listing of the index)
-            return {name: tf.zeros([0], dtype) for name, dtype in self._stored.items()}
-        partitions = self._layer.partitions
-        held = [partition.held() for partition in partitions]
-        tensors = {"ids": tf.concat([ids for ids, *_ in held], 0),
-                   "last_seen": tf.concat([seen for _, seen, *_ in held], 0),
-                   "vectors": tf.concat([vectors for _, _, vectors, _ in held], 0),
-                   "counters": tf.stack([p.counters.read_value() for p in partitions])}
-        for name in partitions[0].slots:
-            tensors[f"slot-{name}"] = tf.concat([slots[name] for *_, slots in held], 0)
-        if partitions[0].sketch is not None:
-            tensors["sketch"] = tf.stack([p.sketch.counts.read_value() for p in partitions])
-            tensors["sketch_load"] = tf.stack([p.sketch.load.read_value() for p in partitions])
-        return tensors
+        """The names TensorFlow lists this state by (values are read only by a streamed save)."""
+        def refuse():
+            raise NotImplementedError("a dynamic table is saved through coordinator.streaming.checkpoint_io")
+
+        return {name: tensor_callable.Callable(refuse, tf.int64, "/device:CPU:0") for name in self._names()}
 
     def _restore_from_tensors(self, restored):
-        """Graph-safe: TensorFlow runs restores inside a tf.function when variables live on several tasks."""
-        self._stored = None
-        partitions = self._layer.partitions
-        ids = restored["ids"]
-        last_seen = tf.cast(restored["last_seen"], tf.int64)  # int32 before steps became int64
-        owners = partition_of(ids, len(partitions))
-        counters = _counters_for(restored["counters"], len(partitions))
-        slot_names = [name for name in partitions[0].slots if f"slot-{name}" in restored]
-        left_out = []
-        for number, partition in enumerate(partitions):
-            chosen = tf.where(tf.equal(owners, number))[:, 0]
-            seen = tf.gather(last_seen, chosen)
-            kept = tf.minimum(tf.size(chosen), partition.rows)  # the most recently looked-up ids first
-            chosen = tf.gather(chosen, tf.math.top_k(seen, k=kept).indices)
-            left_out.append(tf.size(seen) - kept)
-            partition.load(tf.gather(ids, chosen), tf.gather(last_seen, chosen),
-                           tf.gather(restored["vectors"], chosen),
-                           {name: tf.gather(restored[f"slot-{name}"], chosen) for name in slot_names},
-                           counters[number] + tf.cast(tf.equal(tf.range(COUNTERS), TURNED_AWAY), tf.int64) * tf.cast(
-                               left_out[-1], tf.int64))
-        _restore_sketches(partitions, restored)
-        dropped = tf.add_n(left_out)
-        return tf.cond(dropped > 0, lambda: _warn_left_out(self._layer.name, dropped), tf.no_op)
+        raise NotImplementedError("a dynamic table is restored through coordinator.streaming.checkpoint_io")
+
+    def streamed_parts(self, keys: dict[str, str], chunk_bytes: int) -> tuple[list[SmallEntry], list[RowGroup]]:
+        """What a streamed save writes: the counters and sketch scalars whole, the rows and sketch cells a chunk
+        at a time, partition by partition."""
+        partitions, capacity = self._partitions, self._layer.capacity
+        dim = self._layer.dim
+        small = [SmallEntry(keys["counters"], lambda: tf.stack([p.counters.read_value() for p in partitions]),
+                            _no_restore)]
+        groups, offset = [], 0
+        for partition in partitions:
+            shapes = [(capacity,), (capacity,), (capacity,), (capacity, dim)] + [(capacity, dim)] * len(partition.slots)
+            dtypes = [tf.bool, tf.int64, tf.int64, partition.shard.dtype] + [s.dtype for s in partition.slots.values()]
+            names = [*ROWS, *(f"row_slot-{name}" for name in partition.slots)]
+            slices = [RowSlice(keys[n], shape, offset, dtype)
+                      for n, shape, dtype in zip(names, shapes, dtypes, strict=True)]
+            groups.append(RowGroup(slices, partition.rows, row_reader(partition), _no_write))
+            offset += partition.rows
+        sketch_small, sketch_groups = _sketch_parts(partitions, keys)
+        return small + sketch_small, groups + sketch_groups
+
+    def restore_streamed(self, reader, prefix: str, chunk_bytes: int) -> None:
+        """Loads the held ids of the checkpoint `reader` reads (this state's keys start with `prefix`)."""
+        partitions = self._partitions
+        new = reader.has(prefix + ROWS[0])
+        names = ROWS if new else OLD_ROWS
+        slot_keys = {name: prefix + ("row_slot-" if new else "slot-") + name for name in partitions[0].slots}
+        source = _ChunkSource(reader, [None if n is None else prefix + n for n in names], slot_keys, partitions,
+                              chunk_bytes)
+        loader = Loader(partitions, cuts(source.chunks, partitions))
+        loader.begin()
+        for chunk in source.chunks():
+            loader.add(chunk)
+        counters = reader.whole(prefix + "counters").numpy() if reader.has(prefix + "counters") else np.zeros(
+            [len(partitions), COUNTERS], np.int64)
+        dropped = loader.end(_counters_for(counters, len(partitions)))
+        if dropped:
+            print(f"[{self._layer.name}] warning: {dropped} held ids left out of the restore: their partitions under "
+                  "this ps count have fewer rows than ids (counted as turned away; raise training.embedding_capacity)",
+                  file=sys.stderr)
+        _restore_sketches(partitions, reader, prefix, chunk_bytes)
 
 
-def _warn_left_out(name: str, dropped) -> tf.Operation:
-    return tf.print(f"[{name}] warning:", dropped, "held ids left out of the restore: their partitions under this ps "
-                    "count have fewer rows than ids (counted as turned away; raise training.embedding_capacity)",
-                    output_stream=sys.stderr)
+def _no_restore(value) -> None:
+    """Counters come back with the rows (restore_streamed), not on their own."""
 
 
-def _counters_for(saved: tf.Tensor, partitions: int) -> tf.Tensor:
+def _no_write(begin, end, values) -> None:
+    raise NotImplementedError("a dynamic table's rows are loaded by restore_streamed")
+
+
+class _ChunkSource:
+    """Chunks of held rows from a checkpoint's row keys (`keys`: held flag or None when every row is held, ids,
+    last steps, vectors), with each live slot from `slot_keys` (or its initial value, when not saved)."""
+
+    def __init__(self, reader, keys: list, slot_keys: dict, partitions, chunk_bytes: int):
+        self.reader, self.keys, self.partitions = reader, keys, partitions
+        self.slot_keys = {name: key for name, key in slot_keys.items() if reader.has(key)}
+        self.rows = reader.rows_of(keys[1]) if reader.has(keys[1]) else 0
+        width = int(reader.shapes[keys[3]][1]) if self.rows else 1
+        self.per_chunk = chunk_rows((3 + len(self.slot_keys)) * width * 4 + 17, chunk_bytes)
+
+    def chunks(self) -> Iterator[RowChunk]:
+        first = self.partitions[0]
+        for begin, end in row_ranges(self.rows, self.per_chunk):
+            read = {index: self.reader.rows(key, begin, end).numpy() for index, key in enumerate(self.keys)
+                    if key is not None}
+            held = read[0] if 0 in read else np.ones(end - begin, bool)
+            slots = {name: (self.reader.rows(self.slot_keys[name], begin, end).numpy()[held]
+                            if name in self.slot_keys else np.broadcast_to(
+                                first.initial_slots[name], (int(held.sum()), read[3].shape[1])).copy())
+                     for name in first.slots}
+            yield RowChunk(read[1][held], read[2][held].astype(np.int64), read[3][held], slots)
+
+
+def _counters_for(saved: np.ndarray, partitions: int) -> np.ndarray:
     """Each partition's counters: as saved for the same partitioning, else the totals on the first partition (a
     checkpoint from before misdirected updates were counted has 3 columns)."""
-    saved = tf.pad(saved, [[0, 0], [0, COUNTERS - tf.shape(saved)[1]]])
-    totals = tf.reduce_sum(saved, axis=0, keepdims=True)
-    spread = tf.concat([totals, tf.zeros([partitions - 1, COUNTERS], saved.dtype)], axis=0)
-    return tf.cond(tf.equal(tf.shape(saved)[0], partitions), lambda: saved, lambda: spread)
+    saved = np.pad(saved, [[0, 0], [0, COUNTERS - saved.shape[1]]])
+    if saved.shape[0] == partitions:
+        return saved
+    spread = np.zeros([partitions, COUNTERS], np.int64)
+    spread[0] = saved.sum(axis=0)
+    return spread
 
 
-def _restore_sketches(partitions, restored) -> None:
-    """The sketches as saved for the same partitioning, else cleared (partition.load cleared them)."""
-    if partitions[0].sketch is None or "sketch" not in restored:
+def _sketch_variables(partition) -> list[tuple[str, tf.Variable]]:
+    sketch = getattr(partition, "sketch", None)
+    if sketch is None:
+        return []
+    return sorted((name, value) for name, value in vars(sketch).items() if isinstance(value, tf.Variable))
+
+
+def _sketch_parts(partitions, keys) -> tuple[list[SmallEntry], list[RowGroup]]:
+    """Each sketch variable as one key: cells (rank 1) a slice per partition, scalars stacked."""
+    small, groups = [], []
+    variables = [_sketch_variables(p) for p in partitions]
+    for position, (name, first) in enumerate(variables[0]):
+        key = keys[f"sketch-{name}"]
+        mine = [found[position][1] for found in variables]
+        if first.shape.rank == 0:
+            small.append(SmallEntry(key, lambda mine=mine: tf.stack([v.read_value() for v in mine]), _no_restore))
+            continue
+        total, offset = sum(int(v.shape[0]) for v in mine), 0
+        for variable in mine:
+            groups.append(RowGroup([RowSlice(key, (total,), offset, variable.dtype)], int(variable.shape[0]),
+                                   _cells_reader(variable), _no_write))
+            offset += int(variable.shape[0])
+    return small, groups
+
+
+def _cells_reader(variable):
+    def read(begin: int, end: int) -> list[tf.Tensor]:
+        with tf.device(variable.device):
+            return [tf.gather(variable, tf.range(begin, end, dtype=tf.int64))]
+    return read
+
+
+def _restore_sketches(partitions, reader, prefix: str, chunk_bytes: int) -> None:
+    """Each sketch as saved, when the checkpoint's sketches have the same partitioning and widths; else cleared
+    (a sketch only delays admission: starting it again is safe)."""
+    variables = [_sketch_variables(p) for p in partitions]
+    if not variables[0]:
         return
-    counts, loads = restored["sketch"], restored["sketch_load"]
-    width = partitions[0].sketch.counts.shape[0]
-    fits = tf.reduce_all(tf.equal(tf.shape(counts), [len(partitions), width]))
-    for number, partition in enumerate(partitions):
-        tf.cond(fits, lambda p=partition, n=number: _load_sketch(p, counts, loads, n), tf.no_op)
-
-
-def _load_sketch(partition, counts, loads, number) -> tf.Operation:
-    with tf.control_dependencies([partition.sketch.counts.assign(tf.reshape(counts[number], [-1])),
-                                  partition.sketch.load.assign(loads[number])]):
-        return tf.no_op()
+    by_name = [[found[position][1] for found in variables] for position in range(len(variables[0]))]
+    shapes = {name: [len(partitions)] if mine[0].shape.rank == 0 else [sum(int(v.shape[0]) for v in mine)]
+              for (name, _), mine in zip(variables[0], by_name, strict=True)}
+    if not all(reader.has(prefix + f"sketch-{name}") and list(reader.shapes[prefix + f"sketch-{name}"]) == shape
+               for name, shape in shapes.items()):
+        for partition in partitions:
+            partition.sketch.clear()
+        return
+    for (name, _), mine in zip(variables[0], by_name, strict=True):
+        key = prefix + f"sketch-{name}"
+        if mine[0].shape.rank == 0:
+            stored = reader.whole(key)
+            for number, variable in enumerate(mine):
+                variable.assign(stored[number])
+            continue
+        offset = 0
+        for variable in mine:
+            rows = int(variable.shape[0])
+            for begin, end in row_ranges(rows, chunk_rows(variable.dtype.size, chunk_bytes)):
+                with tf.device(variable.device):
+                    variable.scatter_update(tf.IndexedSlices(reader.rows(key, offset + begin, offset + end),
+                                                             tf.range(begin, end, dtype=tf.int64)))
+            offset += rows
 
 
 def held_difference(layer, other) -> tuple[int, float]:
     """(ids `layer` holds, the largest difference between the two layers' rows, slots and last steps for them):
-    infinite when they hold different ids. After a restore over another ps count, 0 means nothing was lost."""
+    infinite when they hold different ids. Both tables are read whole: for tests and small tables only."""
     mine, theirs = layer.snapshot(), other.snapshot()
     if mine.keys() != theirs.keys() or not np.array_equal(mine["ids"], theirs["ids"]):
         return len(mine["ids"]), float("inf")
     return len(mine["ids"]), max((float(np.abs(mine[name] - theirs[name]).max(initial=0.0)) for name in mine
                                   if name != "ids"), default=0.0)
+
+
+def state_prefix(layer, keys: dict) -> str:
+    """The prefix of DynamicTables `layer`'s state keys in a checkpoint, from `keys` (streaming.entries'
+    `variable_keys`): its state lies beside its shared rows."""
+    shared = getattr(layer.shared, "variables", [layer.shared])[0]
+    return keys[shared.ref()].rsplit("/shared/", 1)[0] + f"/{STATE}/.ATTRIBUTES/"
+
+
+def held_difference_streamed(layer, reader, prefix: str, chunk_bytes: int) -> tuple[int, float]:
+    """(ids the checkpoint `reader` reads holds for `layer`, the largest difference between their rows, slots and
+    last steps there and in `layer` now): infinite when the two hold different ids. Read a chunk at a time."""
+    partitions = layer.partitions
+    new = reader.has(prefix + ROWS[0])
+    keys = [None if n is None else prefix + n for n in (ROWS if new else OLD_ROWS)]
+    slot_keys = {name: prefix + ("row_slot-" if new else "slot-") + name for name in partitions[0].slots}
+    source = _ChunkSource(reader, keys, slot_keys, partitions, chunk_bytes)
+    count, largest = 0, 0.0
+    for chunk in source.chunks():
+        parts, rows = layer.locate(chunk.ids)
+        if (rows < 0).any():
+            return count + len(chunk.ids), float("inf")
+        for number, partition in enumerate(partitions):
+            mine = np.flatnonzero(parts == number)
+            with tf.device(partition.device):
+                at = tf.constant(rows[mine], tf.int64)
+                live = [tf.gather(partition.last_seen, at), tf.gather(partition.shard, at),
+                        *[tf.gather(partition.slots[name], at) for name in chunk.slots]]
+            stored = [chunk.last_seen[mine], chunk.vectors[mine], *[rows_[mine] for rows_ in chunk.slots.values()]]
+            for now, then in zip(live, stored, strict=True):
+                largest = max(largest, float(np.abs(now.numpy().astype(np.float64) - then).max(initial=0.0)))
+        count += len(chunk.ids)
+    held = int(sum(partition.index.size().numpy() for partition in partitions))
+    return count, largest if held == count else float("inf")
+
+
+def of_earlier_form(path: str) -> bool:
+    """Whether checkpoint `path` holds a dynamic table in the form of earlier versions (its held ids concatenated),
+    which restores (restore_streamed) but cannot be exported a chunk at a time: write a checkpoint first."""
+    return any(key.endswith(f"/{STATE}/.ATTRIBUTES/ids") for key in tf.train.load_checkpoint(path)
+               .get_variable_to_shape_map())

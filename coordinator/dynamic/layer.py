@@ -73,11 +73,6 @@ class DynamicTables(tf_keras.layers.Layer):
         self.state = TableState(self)
         super().build(input_shape)
 
-    def _checkpoint_adapter(self, path: str):
-        """Called by TensorFlow before it restores this layer from `path`: the state reads what is stored there."""
-        self.state.expect_stored(path)
-        return None
-
     @property
     def partitions(self) -> list[Partition]:
         return self._rows.partitions

@@ -16,6 +16,7 @@ import dataclasses
 import time
 
 from cluster.run_files import Phase, RunStatus, read_summary, write_summary
+from coordinator.dynamic.checkpoint import of_earlier_form
 from coordinator.follow.checkpointing import FollowCheckpoints
 from coordinator.follow.ledger import freshness_summary
 from coordinator.follow.publishing import Publishing
@@ -55,6 +56,7 @@ class FollowLoop:
     def run(self):
         """Follows until SIGTERM (checkpoint, exit 4) or idling for stop_when_idle_s (returns the summary)."""
         self.p.stop.training = True
+        self._publish_restored()
         while True:
             self.schedule.take_looks()
             if self.p.stop.requested:
@@ -67,10 +69,29 @@ class FollowLoop:
             self.p.report.beat(Phase.TRAIN if training else Phase.WAIT)
             self.p.report.progress(self.ledger, self.schedule.examples, self.schedule.pieces_by_worker,
                                    self.schedule.metrics, training=training)
+            self.publishing.poll()
             if self._save_due():
                 self._save_and_serve(serve=self._serve_due())
             if self._idle_long_enough(training):
                 return self._finish()
+
+    def _publish_restored(self) -> None:
+        """A resumed run whose checkpoint is newer than the newest version (a chief stopped between the two)
+        publishes it first: every file trained is served."""
+        number = self.saving.saved_number
+        if not number or not self.publishing.behind(number):
+            return
+        reference = self.publishing.reference()
+        if reference is None:
+            self.p.run.log.warning("%s is not served yet, and no data file is left to check a version of it on: "
+                                   "the next version serves it", self.saving.name)
+            return
+        self.p.run.log.info("%s is newer than the newest serving version: publishing it first", self.saving.name)
+        checkpoint = self.saving.latest_path()
+        if of_earlier_form(checkpoint):  # an earlier version's dynamic table: written again in today's form
+            checkpoint = self._save()
+        self.publishing.start(checkpoint, self.saving.name, self.saving.saved_number, self.saving.saved_ledger(),
+                              *reference)
 
     def _save_due(self) -> bool:
         return (self.schedule.trained_since_save and self.saving.due()) or self._serve_due()
@@ -97,10 +118,11 @@ class FollowLoop:
         self.schedule.metrics = {}
         if not serve or self.schedule.last_piece is None:
             return
-        raw, trained = self.publishing.reference(self.schedule.last_piece)  # nothing runs now
-        self.schedule.hand_out()  # the workers go on while the version is written
-        self.publishing.write(checkpoint, self.saving.name, self.saving.saved_number, self.saving.saved_ledger(),
-                              raw, trained)
+        reference = self.publishing.reference(self.schedule.last_piece)  # nothing runs now
+        if reference is None:
+            return  # the piece's file is gone: the next version takes its reference inputs from a later one
+        self.publishing.start(checkpoint, self.saving.name, self.saving.saved_number, self.saving.saved_ledger(),
+                              *reference)  # the workers go on while an exporter writes the version
         self.schedule.trained_since_version = False
 
     def _save(self) -> str:
@@ -127,8 +149,10 @@ class FollowLoop:
         """Idle for stop_when_idle_s: the last checkpoint and serving version, and the summary says complete."""
         run = self.p.run
         run.log.info("no new data for %s (stop_when_idle_s): finishing", duration(run.options.stop_when_idle_s))
+        self.publishing.finish()
         if self.schedule.trained_since_save or self.schedule.trained_since_version:
             self._save_and_serve(serve=self.schedule.trained_since_version)
+        self.publishing.finish()
         self.p.stop.training = False
         self.p.watch.stop()
         summary = read_summary(run.files)

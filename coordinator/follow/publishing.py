@@ -1,55 +1,133 @@
-"""What the follow loop publishes: a serving version from a checkpoint, every `serving_export_every_s` when
-something new was trained, checked against the trained model's predictions at that checkpoint."""
+"""What the follow loop publishes: a serving version from a checkpoint, every `serving_export_every_s` when something
+new was trained, written by an exporter process beside training (coordinator/publish/) and checked against the
+trained model's predictions at that checkpoint.
+
+Hand-out never waits for a version: the loop starts the exporter and goes on, and each beat asks whether it is
+done. A version due while the previous one is still being written is not queued behind it: the next starts, from
+the newest checkpoint, at the first beat after it is done.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
+from pathlib import Path
 
-from cluster.run_files import Phase, read_summary, write_summary
+import numpy as np
+
+from cluster.run_files import read_summary, write_summary
+from common.errors import Problem, UserError
 from coordinator import export
-from coordinator.compiled import exportable
 from coordinator.follow.ledger import Ledger, freshness_summary, trained_through
 from coordinator.follow.report import duration
-from coordinator.raw_export import servable, signatures
+from coordinator.publish.process import ExportProcess
+from coordinator.publish.request import VERSION, ExportRequest, ExportResult
+from coordinator.publish.versions import ServingVersions
+
+
+SCRATCH = ".exports"  # under output_dir: the requests and reference predictions of versions being written
+
+
+@dataclasses.dataclass
+class _Exporting:
+    """A version being written: its exporter, the ledger of its checkpoint, that checkpoint's name, the reference
+    predictions it is checked against."""
+
+    process: ExportProcess
+    snapshot: Ledger
+    checkpoint_name: str
+    reference: Path
 
 
 class Publishing:
-    """Serving versions of a follow-mode run (a ServingVersions `serving`) and the files each first serves."""
+    """Serving versions of a follow-mode run (into `serving`, a ServingVersions) and the files each first serves."""
 
-    def __init__(self, *, run, data, model, serving, ledger: Ledger, report, device: str):
+    def __init__(self, *, run, data, model, serving: ServingVersions, ledger: Ledger, report, task: str):
         self.run, self.data, self.model, self.serving, self.ledger = run, data, model, serving, ledger
-        self.report, self.device = report, device
+        self.report, self.task = report, task
+        self.scratch = run.files.output / SCRATCH
+        shutil.rmtree(self.scratch, ignore_errors=True)  # a killed run's requests and references
         self.last_version = time.monotonic()
+        self.exporting: _Exporting | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.exporting is not None
 
     def due(self) -> bool:
-        return time.monotonic() - self.last_version >= self.run.options.serving_export_every_s
+        return not self.busy and time.monotonic() - self.last_version >= self.run.options.serving_export_every_s
 
-    def reference(self, piece):
-        """Raw inputs from `piece` as a reader sends them, and the trained model's predictions on them now (call
-        with no piece running: they are what the checkpoint just written predicts)."""
-        raw = export.reference_inputs(self.data.piece_examples(piece, raw=True))
+    def behind(self, number: int) -> bool:
+        """Whether the checkpoint at step `number` is newer than what the newest version was written from."""
+        newest = self.serving.newest_trained_through()
+        return newest is None or newest.get("optimizer_step", 0) < number
+
+    def reference(self, piece=None):
+        """Raw inputs from `piece` (or from the first data in the folder) as a reader sends them, and the trained
+        model's predictions on them now (call with no piece running: they are what the newest checkpoint
+        predicts); None when there is no data to take them from."""
+        examples = self.data.piece_examples(piece, raw=True) if piece else self.data.split("train", raw=True)
+        if next(iter(examples.take(1)), None) is None:
+            return None
+        raw = export.reference_inputs(examples)
         return raw, self.model(export.model_inputs(self.data, raw), training=False).numpy()
 
-    def write(self, checkpoint: str, name: str, number: int, snapshot: Ledger, raw, trained) -> None:
-        """Checkpoint `checkpoint` (named `name`, at step `number`, holding ledger `snapshot`) restored whole, as
-        exported (taking raw features), checked against `trained` and written as the next serving version."""
-        options = self.run.options
-        self.report.beat(Phase.EXPORT, force=True)
-        whole = export.restore_whole(options, self.data, checkpoint, device=self.device, io_device=self.device)
-        exported = servable(exportable(whole), self.data)
-        largest = export.check_export(trained, exported(raw, training=False).numpy())
-        step = int(self.model.optimizer.iterations.numpy())
-        version, path = self.serving.write(
-            exported, inputs=raw, predictions=trained, signatures=signatures(exported, self.data),
-            describe=lambda v, t: trained_through(snapshot, version=v, written=t, checkpoint=name, step=number))
-        served = self.ledger.serve(version, self.serving.trained_through(version)["written"],
-                                   names={e.name for e in snapshot.files if e.complete})
+    def start(self, checkpoint: str, name: str, number: int, snapshot: Ledger, raw, trained) -> None:
+        """Starts writing checkpoint `checkpoint` (named `name`, at step `number`, holding ledger `snapshot`) as the
+        next serving version, to be checked against `trained`, the predictions on `raw` at that checkpoint."""
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        reference = self.scratch / f"reference-{number}.npz"
+        np.savez(reference, predictions=trained, **export.saved_inputs(raw))
+        version = self.serving.next_number()
+        request = ExportRequest(kind=VERSION, checkpoint=checkpoint, destination=str(self.serving.directory),
+                                options=dataclasses.asdict(self.run.options), reference=str(reference),
+                                task=self.task, version=version, keep=self.serving.keep,
+                                trained_through=trained_through(snapshot, version=version, written=0.0,
+                                                                checkpoint=name, step=number))
+        self.exporting = _Exporting(ExportProcess(request, self.scratch), snapshot, name, reference)
+        self.last_version = time.monotonic()
+
+    def poll(self) -> None:
+        """Records the version being written once it is done (a failed one is said, and the next one tries again)."""
+        if self.exporting is not None:
+            result = self.exporting.process.poll()
+            if result is not None:
+                self._done(result)
+
+    def finish(self, timeout_s: float | None = None) -> None:
+        """Waits up to `timeout_s` for the version being written (one left unfinished is stopped)."""
+        if self.exporting is None:
+            return
+        result = self.exporting.process.wait(timeout_s)
+        if result is None:
+            self.exporting.process.stop()
+            self.exporting.reference.unlink(missing_ok=True)
+            self.run.log.warning("version %d was not done in time: stopped (the next run publishes it)",
+                                 self.exporting.process.request.version)
+            self.exporting = None
+            return
+        self._done(result)
+
+    def _done(self, result: ExportResult) -> None:
+        exporting, self.exporting = self.exporting, None
+        exporting.reference.unlink(missing_ok=True)
+        name = exporting.checkpoint_name
+        if result.fatal:  # the export check failed, or the checkpoint cannot be read: a retry would too
+            raise UserError(Problem("serving version", exporting.process.request.version, result.error,
+                                    "keep the checkpoints and logs and report it"))
+        if result.error:
+            self.run.log.error("serving version %d from %s not written (the next one tries again): %s",
+                               exporting.process.request.version, name, result.error)
+            return
+        served = self.ledger.serve(result.version, result.written,
+                                   names={e.name for e in exporting.snapshot.files if e.complete})
         freshness = duration(served[-1].freshness_s) if served else "-"
         self.run.log.info("serving | version %d | %s | %d file%s newly served | freshness %s | export check %.1e | "
-                          "%s", version, name, len(served), "s" * (len(served) != 1), freshness, largest, path)
-        self.last_version = time.monotonic()
+                          "%.1f MB in %.1f s | %s", result.version, name, len(served), "s" * (len(served) != 1),
+                          freshness, result.largest, result.bytes / 1e6, result.seconds, result.path)
         summary = read_summary(self.run.files)
         if summary is not None:
-            write_summary(self.run.files, dataclasses.replace(summary, optimizer_steps=step,
-                                                              follow=freshness_summary(self.ledger)))
+            write_summary(self.run.files, dataclasses.replace(
+                summary, optimizer_steps=int(self.model.optimizer.iterations.numpy()),
+                follow=freshness_summary(self.ledger)))

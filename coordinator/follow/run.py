@@ -32,7 +32,8 @@ from coordinator.follow.watch import FolderWatch
 from coordinator.lost_tasks import exit_when_a_task_is_lost
 from coordinator.preemption import StopRequest
 from coordinator.raw_export import raw_description
-from coordinator.serving import ServingVersions
+from coordinator.streaming.rows import chunk_bytes_of
+from coordinator.publish.versions import ServingVersions
 from data import followed_for
 
 
@@ -59,7 +60,7 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
         state = tf.Variable("", trainable=False)  # on the chief, beside the model in every checkpoint
     checkpoints = EpochCheckpoints(run.files, model=model, optimizer=model.optimizer, keep=options.keep_checkpoints,
                                    has_evaluator=bool(config.jobs.get("evaluator")), io_device=strategy.CHIEF_CPU,
-                                   extra={CHECKPOINT_NAME: state})
+                                   extra={CHECKPOINT_NAME: state}, chunk_bytes=chunk_bytes_of(options))
     position = setup.resume(run, checkpoints, model) or Position(0)
     ledger = _restored_ledger(state, run.files, options, log)
     tables = table_report(model)
@@ -72,7 +73,7 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
         schedule=Schedule(ledger=ledger, trainer=trainer, data=data, report=report, watch=watch),
         saving=FollowCheckpoints(checkpoints=checkpoints, state=state, model=model, ledger=ledger,
                                  every_s=options.checkpoint_every_s, resumed_number=position.steps, log=log),
-        publishing=Publishing(run=run, data=data, model=model, ledger=ledger, report=report, device=strategy.CHIEF_CPU,
+        publishing=Publishing(run=run, data=data, model=model, ledger=ledger, report=report, task=config.lead.name,
                               serving=ServingVersions(run.files.serving, options.keep_serving_versions)))
     with exit_when_a_task_is_lost(log, "lost part of the cluster", "the run resumes from the last checkpoint (pieces "
                                   "done since are trained again)"), data_files_named():

@@ -26,11 +26,12 @@ def save(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHU
     writer = BundleWriter(prefix, device=device, chunk_bytes=chunk_bytes)
     try:
         writer.add(GRAPH_KEY, tf.constant(entries.graph))
-        for entry in entries.small:
+        small = entries.small + [entry for streamed in entries.streamed for entry in streamed.small]
+        for entry in small:
             value = entry.read()
             if value is not None:  # an uninitialised variable saves nothing, as TensorFlow's own save
                 writer.add(entry.key, value, entry.spec)
-        for group in entries.groups:
+        for group in entries.groups + [group for streamed in entries.streamed for group in streamed.groups]:
             for begin, end in group.ranges(chunk_bytes):
                 writer.flush()  # a chunk's part holds that chunk only: at most one chunk pending besides it
                 for piece, values in zip(group.slices, group.read(begin, end), strict=True):
@@ -54,6 +55,8 @@ def restore(root, prefix: str, *, device: str | None = None, chunk_bytes: int = 
         for begin, end in group.ranges(chunk_bytes):
             group.write(begin, end, [reader.rows(piece.key, piece.offset + begin, piece.offset + end)
                                      for piece in group.slices])
+    for streamed in entries.streamed:
+        streamed.owner.restore_streamed(reader, streamed.prefix, chunk_bytes)
 
 
 def _check_keys(reader: BundleReader, entries) -> None:

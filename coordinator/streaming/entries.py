@@ -6,7 +6,8 @@ The keys are TensorFlow's own (`model/layer_with_weights-3/table/.ATTRIBUTES/VAR
 as slices of one full-shape key), found by TensorFlow's own graph serialization without reading any value, so a
 bundle written from these entries is an ordinary checkpoint: `tf.train.Checkpoint.read` restores it, and a
 checkpoint written by `tf.train.Checkpoint.write` restores through them. An object may stream itself instead
-(a dynamic table's state): it defines `streamed_parts(keys, chunk_bytes)` returning its small entries and row groups.
+(a dynamic table's state): it defines `streamed_parts(keys, chunk_bytes)`, giving its small entries and row groups,
+and `restore_streamed(reader, prefix, chunk_bytes)`.
 """
 
 from __future__ import annotations
@@ -44,12 +45,24 @@ class SmallEntry:
 
 
 @dataclasses.dataclass
+class Streamed:
+    """An object that streams itself (`owner`, whose keys start with `prefix`): what a save writes of it."""
+
+    owner: object
+    prefix: str
+    small: list[SmallEntry]
+    groups: list[RowGroup]
+
+
+@dataclasses.dataclass
 class Saved:
-    """The object graph (as TensorFlow's loaders need it), the small entries and the tables' row groups."""
+    """The object graph (as TensorFlow's loaders need it), the small entries, the tables' row groups, and the
+    objects that stream themselves."""
 
     graph: bytes
     small: list[SmallEntry]
     groups: list[RowGroup]
+    streamed: list[Streamed] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,13 +78,13 @@ class _Part:
 def saved(root, *, chunk_bytes: int = CHUNK_BYTES) -> Saved:
     """The entries of `root`; nothing is read yet."""
     serialized, _, _, proto = save_util.serialize_graph_view(graph_view.ObjectGraphView(root))[:4]
-    small, parts, others = [], [], collections.defaultdict(dict)
+    small, parts, others, streamed = [], [], collections.defaultdict(dict), []
     for trackable, tensors in serialized.items():
         owner = getattr(trackable, "obj", trackable)  # a legacy saveable's converter wraps its object
         if hasattr(owner, "streamed_parts"):
-            more_small, groups = owner.streamed_parts({_local_name(k): k for k in tensors}, chunk_bytes)
-            small += more_small
-            parts += groups
+            prefix = next(iter(tensors)).rsplit(ATTRIBUTES, 1)[0] + ATTRIBUTES
+            streamed.append(Streamed(owner, prefix, *owner.streamed_parts({_local_name(k): k for k in tensors},
+                                                                           chunk_bytes)))
             continue
         for key, value in tensors.items():
             if isinstance(owner, ShardedVariable):
@@ -84,8 +97,7 @@ def saved(root, *, chunk_bytes: int = CHUNK_BYTES) -> Saved:
     tables = [p for p in variables if _is_table(p.variable, chunk_bytes)]
     small += [_variable_entry(p) for p in variables if not _is_table(p.variable, chunk_bytes)]
     small += [entry for values in others.values() for entry in _tensor_entries(values)]
-    groups = [p for p in parts if isinstance(p, RowGroup)] + _grouped(tables)
-    return Saved(proto.SerializeToString(), small, groups)
+    return Saved(proto.SerializeToString(), small, _grouped(tables), streamed)
 
 
 def _local_name(key: str) -> str:

@@ -13,14 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
-from typing import Callable
-
-import numpy as np
-import tf_keras
-
-from coordinator.export import saved_inputs
 
 WRITING_PREFIX = ".writing-"  # not an integer: TensorFlow Serving ignores it, and so does `versions`
 EXTRA = "assets.extra"
@@ -40,25 +33,25 @@ class ServingVersions:
     def versions(self) -> list[int]:
         return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit() and p.is_dir())
 
+    def next_number(self) -> int:
+        return max(self.versions(), default=0) + 1
+
     def trained_through(self, version: int) -> dict:
         return json.loads((self.directory / str(version) / EXTRA / TRAINED_THROUGH).read_text())
 
-    def write(self, model: tf_keras.Model, *, describe: Callable[[int, float], dict], inputs,
-              predictions: np.ndarray, signatures: dict | None = None) -> tuple[int, Path]:
-        """Writes the next version of `model` (as exported: the model a reader calls, with `signatures` beside
-        Keras' own); `describe(version, written)` gives its trained_through record."""
-        version = max(self.versions(), default=0) + 1
-        writing = self.directory / f"{WRITING_PREFIX}{version}"
-        model.save(writing, save_format="tf", include_optimizer=False, signatures=signatures)
-        extra = writing / EXTRA
-        extra.mkdir(exist_ok=True)
-        (extra / TRAINED_THROUGH).write_text(json.dumps(describe(version, time.time()), indent=1))
-        np.savez(extra / REFERENCE, predictions=predictions, **saved_inputs(inputs))
-        final = self.directory / str(version)
-        writing.rename(final)
-        self._prune()
-        return version, final
+    def newest_trained_through(self) -> dict | None:
+        """The newest version's trained_through record, or None when there is none."""
+        versions = self.versions()
+        return self.trained_through(versions[-1]) if versions else None
 
-    def _prune(self) -> None:
+    def writing(self, version: int) -> Path:
+        """Where version `version` is written before it is published."""
+        return self.directory / f"{WRITING_PREFIX}{version}"
+
+    def publish(self, version: int) -> Path:
+        """Renames the written version into place and drops the oldest beyond `keep`; returns its path."""
+        final = self.directory / str(version)
+        self.writing(version).rename(final)
         for old in self.versions()[:-self.keep]:
             shutil.rmtree(self.directory / str(old), ignore_errors=True)
+        return final

@@ -1,0 +1,41 @@
+"""The end of a fixed-data run: output/model written from the last checkpoint by an exporter process, while the
+chief keeps its heartbeat (an export is not a stall), and checked against the trained model's predictions."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from common.errors import Problem, UserError
+from coordinator import export
+from coordinator.publish.process import ExportProcess
+from coordinator.publish.request import MODEL, ExportRequest, ExportResult
+
+SCRATCH = ".exports"  # under output_dir: the request and reference predictions of an export being written
+BEAT_EVERY_S = 2.0
+
+
+def export_model(run, checkpoint: str, raw, trained, *, beat: Callable[[], None]) -> ExportResult:
+    """Writes checkpoint `checkpoint` of TrainingRun `run` to output/model (h5, SavedModel, .keras), checked
+    against `trained`, the trained model's predictions on raw inputs `raw`; `beat` runs every BEAT_EVERY_S."""
+    scratch = run.files.output / SCRATCH
+    scratch.mkdir(parents=True, exist_ok=True)
+    reference = scratch / "reference-model.npz"
+    np.savez(reference, predictions=trained, **export.saved_inputs(raw))
+    process = ExportProcess(ExportRequest(kind=MODEL, checkpoint=checkpoint, destination=str(run.files.model_dir),
+                                          options=dataclasses.asdict(run.options), reference=str(reference),
+                                          task=run.config.lead.name), scratch)
+    try:
+        while (result := process.wait(BEAT_EVERY_S)) is None:
+            beat()
+    finally:
+        process.stop()
+        reference.unlink(missing_ok=True)
+    if result.error:
+        fix = ("keep the checkpoints and logs and report it" if result.fatal else
+               "fix what it names and run `sh run.sh` again: the finished run exports from its last checkpoint")
+        raise UserError(Problem("export", Path(checkpoint).name, result.error, fix))
+    return result

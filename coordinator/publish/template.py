@@ -1,0 +1,85 @@
+"""The serving model of a run built as a template: its architecture and small weights, with each table a placeholder.
+
+An exporter never builds a table: under `table_placeholders` every variable over a quarter of a chunk is made
+`[None, ...]` holding one row of zeros, so a SavedModel's signatures are traced against tables of any row
+count and a table's rows come later, streamed from a checkpoint into the written files (saved_model.py). The
+model is built as training builds it, minus the optimizers (`build_serving`), so its variables carry the names
+the training checkpoint records them by (`full_name` in its object graph), which is how each is found there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import tensorflow as tf
+import tf_keras
+
+from cluster.recommender_options import RECOMMENDER_MODELS
+from coordinator import input_contract, models, recommenders
+from coordinator.dynamic.exported import dynamic_tables
+from coordinator.publish.saved_model import training_keys
+from coordinator.raw_export import servable
+from coordinator.streaming.rows import CHUNK_BYTES, nbytes
+
+
+@contextlib.contextmanager
+def table_placeholders(chunk_bytes: int = CHUNK_BYTES):
+    """Inside: variables over a quarter of `chunk_bytes` are made `[None, ...]`, one row of zeros (no table is
+    allocated); `placed` (yielded) lists them."""
+    placed: list[tf.Variable] = []
+
+    def creator(next_creator, **kwargs):
+        shape = tf.TensorShape(kwargs.get("shape"))
+        dtype = tf.as_dtype(kwargs.get("dtype") or tf.float32)
+        if shape.rank and shape.is_fully_defined() and nbytes(shape.as_list(), dtype) > chunk_bytes // 4:
+            kwargs.update(initial_value=tf.zeros([1, *shape.as_list()[1:]], dtype),
+                          shape=tf.TensorShape([None, *shape.as_list()[1:]]))
+            variable = next_creator(**kwargs)
+            placed.append(variable)
+            return variable
+        return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(creator):
+        yield placed
+
+
+def build_serving(options, source) -> tuple[tf_keras.Model, tf_keras.Model]:
+    """The model as exported (no optimizer slots, a dynamic table in its serving form), compiled with its loss and
+    metrics: (the model taking `source`'s raw features, the model inside it, as training built it); call under
+    `table_placeholders` for a template."""
+    if options.model in RECOMMENDER_MODELS:
+        model = recommenders.build_for_serving(options.model, recommenders.from_training(options),
+                                               features=source.feature_spec)
+    else:
+        model = models.build(options.model, source.feature_spec, source.num_classes, source.name)
+        input_contract.check(model, source.feature_spec, model_name=options.model, source_name=source.name)
+        models.compile_model(model, options)
+    return servable(model, source), model
+
+
+class Template:
+    """The run's serving model built once as a template (tables as placeholders): `serve` takes raw features,
+    `inner` the model's own; `at(checkpoint)` gives it that checkpoint's weights, tables read where inputs look."""
+
+    def __init__(self, options, source, *, chunk_bytes: int = CHUNK_BYTES, log=None):
+        self.chunk_bytes, self.log = chunk_bytes, log
+        with table_placeholders(chunk_bytes) as placed:
+            self.serve, self.inner = build_serving(options, source)
+        self.placed = placed
+        self.keys = training_keys(self.inner)
+
+    def at(self, checkpoint: str):
+        """A PartialModel of this template with the weights of training checkpoint `checkpoint` (a dynamic table
+        of an earlier version's checkpoint, which held its ids concatenated, read through its ids)."""
+        from coordinator.publish.partial import PartialModel
+        from coordinator.streaming.bundle import BundleReader
+
+        reader = BundleReader(checkpoint)
+        keys, placed = dict(self.keys), list(self.placed)
+        for layer in dynamic_tables(self.inner):
+            if not reader.has(keys[layer.ids.ref()]):
+                earlier = keys[layer.ids.ref()].rsplit("/", 1)[0] + "/"
+                keys.update({layer.ids.ref(): earlier + "ids", layer.held.ref(): None,
+                             layer.vectors.ref(): earlier + "vectors"})
+                placed += [layer.ids, layer.vectors]  # held ids of any count: always read through them
+        return PartialModel(self.serve, self.inner, reader, keys, placed, log=self.log, chunk_bytes=self.chunk_bytes)

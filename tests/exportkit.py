@@ -1,0 +1,54 @@
+"""Exports written the way the chief and the evaluator write them (coordinator/publish/), from a checkpoint of a model
+trained in this process, and loaded back in every format: the shared steps of the export tests."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from cluster.config import PROJECT_ROOT
+from cluster.training_options import parse_training_options
+from coordinator import export
+from coordinator.compiled import CUSTOM_OBJECTS, build_compiled
+from coordinator.publish.exporter import export_checkpoint
+from coordinator.publish.request import MODEL, ExportRequest
+from coordinator.streaming import checkpoint_io
+from data import source_for
+
+LOG = logging.getLogger("exportkit")
+
+
+def trained(training: dict, steps: int = 20):
+    """(options, source, model) for a run of `training` options (synthetic data), trained `steps` steps here."""
+    options = parse_training_options(training)
+    source = source_for(options, PROJECT_ROOT)
+    tf_keras.utils.set_random_seed(0)
+    model = build_compiled(options, source)
+    model.fit(source.train_dataset_fn(256, 0)(tf.distribute.InputContext()), steps_per_epoch=steps, epochs=1,
+              verbose=0)
+    return options, source, model
+
+
+def exported_and_loaded(options, source, model, tmp_path, *, chunk_bytes: int) -> tuple[np.ndarray, dict]:
+    """The model's predictions on 64 raw test inputs, and each exported format's (h5, saved_model, keras) after a
+    checkpoint streamed in chunks of `chunk_bytes` was written to tmp_path/model by the exporter."""
+    prefix = checkpoint_io.save(tf.train.Checkpoint(model=model, optimizer=model.optimizer),
+                                str(tmp_path / "ckpt-1"), chunk_bytes=chunk_bytes)
+    raw = export.reference_inputs(source.split("test", raw=True), count=64)
+    expected = model(export.model_inputs(source, raw), training=False).numpy()
+    np.savez(tmp_path / "reference.npz", predictions=expected, **export.saved_inputs(raw))
+    result = export_checkpoint(ExportRequest(kind=MODEL, checkpoint=prefix, destination=str(tmp_path / "model"),
+                                             options={**_as_dict(options), "stream_chunk_mb": chunk_bytes / (1 << 20)},
+                                             reference=str(tmp_path / "reference.npz")), LOG)
+    assert not result.error and result.largest <= export.TOLERANCE, result
+    loaded = {name: tf_keras.models.load_model(path, custom_objects=CUSTOM_OBJECTS, compile=False)
+              for name, path in result.paths.items()}
+    return expected, {name: model(raw).numpy() for name, model in loaded.items()}
+
+
+def _as_dict(options) -> dict:
+    import dataclasses
+    return dataclasses.asdict(options)
