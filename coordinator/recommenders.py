@@ -52,6 +52,7 @@ class RecommenderOptions:
     embedding_kind: str = dynamic_options.DEFAULT_KIND  # hashed (rows by id modulo table_rows) or dynamic
     embedding_capacity: int = dynamic_options.DEFAULT_CAPACITY  # dynamic: rows in all, spread over the ps
     admit_after: int = dynamic_options.DEFAULT_ADMIT_AFTER  # dynamic: sightings before an id gets its own row
+    admit_window_steps: int = dynamic_options.DEFAULT_ADMIT_WINDOW_STEPS  # dynamic: ... within so many steps
     expire_after_steps: int = dynamic_options.DEFAULT_EXPIRE_AFTER_STEPS  # dynamic: idle steps before a row is freed
     expire_after_s: float = dynamic_options.DEFAULT_EXPIRE_AFTER_S  # dynamic: or idle seconds
 
@@ -117,13 +118,14 @@ def _tables(options: RecommenderOptions, features: dict, dim: int, name: str, sp
     ids = features["ids"]
     if options.embedding_kind == "dynamic":
         layer = DynamicTables(options.embedding_capacity, dim, admit_after=options.admit_after,
+                              admit_window_steps=options.admit_window_steps,
                               expire_after_steps=options.expire_after_steps, expire_after_s=options.expire_after_s,
-                              deduplicate=options.deduplicate_ids,
-                              splits=splits, name=name)
+                              deduplicate=options.deduplicate_ids, splits=None if _pooled(ids) else splits,
+                              name=name)
     else:
         layer = make_tables(options.rows_for(ids.shape[0]), dim, fused=options.fused_tables,
                             deduplicate=options.deduplicate_ids, name=name)
-    return MeanPooled(layer, ids.shape[0], name=f"{name}_pooled") if _pooled(ids) else layer
+    return MeanPooled(layer, ids.shape[0], splits=splits, name=f"{name}_pooled") if _pooled(ids) else layer
 
 
 def _mlp(x, widths, prefix: str, *, packed: bool, final_activation: str | None):
@@ -168,7 +170,7 @@ def dlrm(options: RecommenderOptions, features: dict = CRITEO_FEATURES) -> Spars
 def wide_deep(options: RecommenderOptions, features: dict = CRITEO_FEATURES) -> SparseDenseModel:
     """A linear (wide) part on the categorical ids and numeric features plus a deep MLP on embeddings and numerics."""
     inputs = _inputs(features, "wide_deep")
-    if options.embedding_kind == "dynamic" and not _pooled(features["ids"]):  # one row holds both of an id's parts
+    if options.embedding_kind == "dynamic":  # one row holds both of an id's parts
         weights, embedded = _tables(options, features, 1 + options.embedding_dim, "tables",
                                     splits=(1, options.embedding_dim))(inputs["ids"])
     else:
@@ -194,14 +196,22 @@ def inference_model(model: SparseDenseModel) -> tf_keras.Model:
     """The same layers and weights as a plain functional model (no second optimizer): what export saves; a dynamic
     table becomes its serving twin (the ids it holds and their rows, as weights: coordinator/dynamic/serving.py).
     Load it with `tf_keras.models.load_model(path, custom_objects=CUSTOM_OBJECTS)`."""
-    if any(isinstance(layer, DynamicTables) for layer in model.layers):
-        plain = tf_keras.models.clone_model(model, clone_function=lambda layer: serving_twin(layer) if isinstance(
-            layer, DynamicTables) else layer)
+    if any(isinstance(layer, DynamicTables) for layer in model._flatten_layers(include_self=False)):
+        plain = tf_keras.models.clone_model(model, clone_function=_serving_layer)
         plain = tf_keras.Model(plain.inputs, plain.outputs, name=model.name)
     else:
         plain = tf_keras.Model(model.inputs, model.outputs, name=model.name)
     plain.compile(loss="binary_crossentropy", metrics=click_metrics())  # evaluable as loaded, e.g. --model
     return plain
+
+
+def _serving_layer(layer):
+    """A layer of the exported model: a dynamic table's serving twin (inside its pooling too), else the layer."""
+    if isinstance(layer, DynamicTables):
+        return serving_twin(layer)
+    if isinstance(layer, MeanPooled) and isinstance(layer.layer, DynamicTables):
+        return MeanPooled(serving_twin(layer.layer), layer.features, splits=layer.splits, name=layer.name)
+    return layer
 
 
 def click_metrics(names=METRICS_FOR_CLICKS) -> list:

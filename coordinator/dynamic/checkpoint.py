@@ -56,7 +56,7 @@ class TableState(tf.__internal__.tracking.Trackable):
             tensors[f"slot-{name}"] = tf.concat([slots[name] for *_, slots in held], 0)
         if partitions[0].sketch is not None:
             tensors["sketch"] = tf.stack([p.sketch.counts.read_value() for p in partitions])
-            tensors["sketch_load"] = tf.stack([p.sketch.load.read_value() for p in partitions])
+            tensors["sketch_window"] = tf.stack([p.sketch.window.read_value() for p in partitions])
         return tensors
 
     def _restore_from_tensors(self, restored):
@@ -101,19 +101,20 @@ def _counters_for(saved: tf.Tensor, partitions: int) -> tf.Tensor:
 
 
 def _restore_sketches(partitions, restored) -> None:
-    """The sketches as saved for the same partitioning, else cleared (partition.load cleared them)."""
-    if partitions[0].sketch is None or "sketch" not in restored:
+    """The sketches as saved for the same partitioning, else cleared (partition.load cleared them; so are those
+    of a checkpoint from before the sketches decayed by steps, which has `sketch_load` for `sketch_window`)."""
+    if partitions[0].sketch is None or "sketch_window" not in restored:
         return
-    counts, loads = restored["sketch"], restored["sketch_load"]
+    counts, windows = restored["sketch"], restored["sketch_window"]
     width = partitions[0].sketch.counts.shape[0]
     fits = tf.reduce_all(tf.equal(tf.shape(counts), [len(partitions), width]))
     for number, partition in enumerate(partitions):
-        tf.cond(fits, lambda p=partition, n=number: _load_sketch(p, counts, loads, n), tf.no_op)
+        tf.cond(fits, lambda p=partition, n=number: _load_sketch(p, counts, windows, n), tf.no_op)
 
 
-def _load_sketch(partition, counts, loads, number) -> tf.Operation:
+def _load_sketch(partition, counts, windows, number) -> tf.Operation:
     with tf.control_dependencies([partition.sketch.counts.assign(tf.reshape(counts[number], [-1])),
-                                  partition.sketch.load.assign(loads[number])]):
+                                  partition.sketch.window.assign(windows[number])]):
         return tf.no_op()
 
 
