@@ -50,6 +50,8 @@ class DynamicTables(tf_keras.layers.Layer):
     """Rows of width `dim` for int64 ids [batch, features] -> [batch, features, dim] (split into a list along the
     last axis when `splits` is given, e.g. (1, 16): wide_deep's weights and embeddings from one row)."""
 
+    skips_padding = True  # takes `present` (coordinator/pooling.py): padding is no id and takes no row
+
     def __init__(self, capacity: int, dim: int, *, admit_after: int = 1, admit_window_steps: int = DEFAULT_WINDOW,
                  expire_after_steps: int = 0, expire_after_s: float = 0.0, deduplicate: bool = True, splits=None,
                  **kwargs):
@@ -102,8 +104,6 @@ class DynamicTables(tf_keras.layers.Layer):
             slots = {name: optimizer.get_slot(partition.shard, name) for name in optimizer.get_slot_names()}
             partition.bind(slots, {name: slot[0].numpy() for name, slot in slots.items()})
             optimizer.guard(partition.shard, partition)
-
-    skips_padding = True  # takes `present` (coordinator/pooling.py): padding is no id and takes no row
 
     def call(self, ids, training=None, present=None):
         """Rows for `ids`; where `present` (bool, ids' shape) is False the position is padding: it is not looked
