@@ -97,6 +97,8 @@ CHECKS = {
     "checkpoint_every_s": Check(lambda v: (is_number(v) and v == 0) or seconds(v),
                                 f"must be 0 or a positive number of seconds, at most {MAX_SECONDS}",
                                 "use e.g. 600, or 0 for epoch ends only"),
+    "stream_chunk_mb": Check(lambda v: is_number(v) and 0.001 <= v <= 1 << 20,
+                             f"must be a number of MB from 0.001 to {1 << 20}", "use e.g. 64"),
     "keep_checkpoints": Check(int_in(2, INT32_MAX), f"must be an integer from 2 to {INT32_MAX}",
                               "keep at least 2 so the evaluator can read one while the next is written"),
     "probe_timeout_s": seconds_check("60"),

@@ -16,6 +16,9 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from cluster.run_files import EvaluationState, RunFiles
+from common.errors import Problem, UserError
+from coordinator.streaming import checkpoint_io
+from coordinator.streaming.rows import CHUNK_BYTES
 
 PREFIX = "ckpt-"
 
@@ -71,18 +74,20 @@ def listed_checkpoints(directory: Path) -> list[str]:
 
 
 class EpochCheckpoints:
-    """Writes, lists, restores and prunes checkpoints through the chief's CPU, so ps never write files."""
+    """Writes, lists, restores and prunes checkpoints; with `io_device` (ParameterServerStrategy: the chief's CPU)
+    through that device a chunk of rows at a time (coordinator/streaming/), so ps never write files and no
+    process holds a whole table; without it (the synchronous strategies) with TensorFlow's own save."""
 
     def __init__(self, files: RunFiles, *, model, optimizer, keep: int, has_evaluator: bool, io_device: str | None,
-                 scratch: Path | None = None, extra: dict | None = None):
+                 scratch: Path | None = None, extra: dict | None = None, chunk_bytes: int = CHUNK_BYTES):
         """`scratch`: a worker that is not the lead (multi_worker_mirrored) writes there, as every worker must
         take part in a save, and removes what it wrote; it reads the lead's checkpoints. `extra`: more objects
-        saved beside the model (follow mode: where the data stands)."""
+        saved beside the model (follow mode: where the data stands). `chunk_bytes`: the most of a table held at a
+        time by a streamed save or restore."""
         self.files, self.directory, self.scratch = files, files.checkpoints, scratch
         directory = self.directory
         self.keep = keep
-        self.has_evaluator = has_evaluator
-        self.options = tf.train.CheckpointOptions(experimental_io_device=io_device)
+        self.has_evaluator, self.io_device, self.chunk_bytes = has_evaluator, io_device, chunk_bytes
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, **(extra or {}))
         if scratch is None:
             directory.mkdir(parents=True, exist_ok=True)
@@ -96,16 +101,28 @@ class EpochCheckpoints:
         paths = listed_checkpoints(self.directory)
         if not paths:
             return Position(0)
-        self.checkpoint.read(paths[-1], options=self.options).assert_existing_objects_matched()
+        if self.io_device is None:
+            self.checkpoint.read(paths[-1]).assert_existing_objects_matched()
+        else:
+            try:
+                checkpoint_io.restore(self.checkpoint, paths[-1], device=self.io_device,
+                                      chunk_bytes=self.chunk_bytes)
+            except checkpoint_io.CheckpointMismatch as error:
+                raise UserError(Problem("training.output_dir", str(self.directory), f"holds a checkpoint of another "
+                                        f"model ({error})", "use a new output_dir, or `sh run.sh --fresh` to move the "
+                                        "old run aside")) from None
         return checkpoint_position(paths[-1])
 
     def save(self, position: Position) -> str:
         if self.scratch is not None:
-            prefix = self.checkpoint.write(str(self.scratch / position.name), options=self.options)
+            prefix = self.checkpoint.write(str(self.scratch / position.name))
             tf.io.gfile.rmtree(str(self.scratch))
             return prefix
         prefix = str(self.directory / position.name)
-        self.checkpoint.write(prefix, options=self.options)
+        if self.io_device is None:
+            self.checkpoint.write(prefix)
+        else:
+            checkpoint_io.save(self.checkpoint, prefix, device=self.io_device, chunk_bytes=self.chunk_bytes)
         paths = [p for p in listed_checkpoints(self.directory) if checkpoint_position(p) < position] + [prefix]
         self._record(self._prune(paths))
         return prefix

@@ -25,6 +25,7 @@ from coordinator.raw_export import raw_description, servable
 from coordinator.callbacks import Checkpointing, EpochEndedEarly, FirstStepReport, StepDecay
 from coordinator.checkpoints import EpochCheckpoints, Position
 from coordinator.preemption import Preempted, StopRequest, exit_preempted
+from coordinator.streaming.rows import chunk_bytes_of
 from coordinator.progress import ProgressReport
 from data import source_for
 
@@ -94,6 +95,7 @@ def epoch_checkpoints(run: TrainingRun, model, *, io_device: str | None) -> Epoc
     scratch = run.scratch and run.scratch / "checkpoints"
     return EpochCheckpoints(run.files, model=model, optimizer=model.optimizer, keep=run.options.keep_checkpoints,
                             has_evaluator=bool(run.config.jobs.get("evaluator")), io_device=io_device,
+                            chunk_bytes=chunk_bytes_of(run.options),
                             scratch=scratch)
 
 

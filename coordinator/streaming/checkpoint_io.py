@@ -1,0 +1,69 @@
+"""Saving and restoring a checkpoint without gathering its tables in one process.
+
+`save` writes the small values whole (batched into parts of up to a chunk) and each table a chunk of rows at a
+time, read on its own ps by row (a gather: a ps never copies its shard whole, DESIGN.md fact 36); `restore` reads
+each table a chunk at a time and scatters it into the variables on their ps, whatever shards they are split into
+now. The bundle is an ordinary TensorFlow checkpoint (the same keys as `tf.train.Checkpoint.write`), and any
+such checkpoint restores through here. The process running them holds at most about 1.25 chunks of any table.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from coordinator.streaming.bundle import BundleReader, BundleWriter
+from coordinator.streaming.entries import GRAPH_KEY, saved
+from coordinator.streaming.rows import CHUNK_BYTES
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint lacks a key of the live objects, or holds it with another shape."""
+
+
+def save(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES) -> str:
+    """Writes `root` (a tf.train.Checkpoint) as the bundle `prefix`; returns `prefix`."""
+    entries = saved(root, chunk_bytes=chunk_bytes)
+    writer = BundleWriter(prefix, device=device, chunk_bytes=chunk_bytes)
+    try:
+        writer.add(GRAPH_KEY, tf.constant(entries.graph))
+        for entry in entries.small:
+            value = entry.read()
+            if value is not None:  # an uninitialised variable saves nothing, as TensorFlow's own save
+                writer.add(entry.key, value, entry.spec)
+        for group in entries.groups:
+            for begin, end in group.ranges(chunk_bytes):
+                writer.flush()  # a chunk's part holds that chunk only: at most one chunk pending besides it
+                for piece, values in zip(group.slices, group.read(begin, end), strict=True):
+                    writer.add(piece.key, values, piece.spec(begin, end))
+        return writer.finish()
+    except BaseException:
+        writer.abandon()
+        raise
+
+
+def restore(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
+    """Restores every value of `root` from the checkpoint `prefix`; a key it lacks, or holds with another shape,
+    raises CheckpointMismatch naming it (nothing of the model is left at its initial value unnoticed)."""
+    entries = saved(root, chunk_bytes=chunk_bytes)
+    reader = BundleReader(prefix, device=device)
+    _check_keys(reader, entries)
+    for entry in entries.small:
+        entry.restore(reader.whole(entry.key) if entry.rows is None
+                      else reader.rows(entry.key, entry.rows[0], sum(entry.rows)))
+    for group in entries.groups:
+        for begin, end in group.ranges(chunk_bytes):
+            group.write(begin, end, [reader.rows(piece.key, piece.offset + begin, piece.offset + end)
+                                     for piece in group.slices])
+
+
+def _check_keys(reader: BundleReader, entries) -> None:
+    wanted = {entry.key: entry.full_shape for entry in entries.small}
+    wanted.update({piece.key: piece.full_shape for group in entries.groups for piece in group.slices})
+    missing = sorted(key for key in wanted if not reader.has(key))
+    if missing:
+        raise CheckpointMismatch(f"{reader.prefix} lacks {len(missing)} value{'s' * (len(missing) != 1)} of the "
+                                 f"model, e.g. {missing[0]}")
+    for key, shape in wanted.items():
+        if shape is not None and list(shape) != list(reader.shapes[key]):
+            raise CheckpointMismatch(f"{reader.prefix} holds {key} with shape {reader.shapes[key]}, the model "
+                                     f"{list(shape)}")
