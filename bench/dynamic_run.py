@@ -80,6 +80,7 @@ def _options(config: dict) -> recommenders.RecommenderOptions:
         table_rows=config["table_rows"], embedding_dim=config.get("dim", 16), embedding_kind=config["kind"],
         embedding_capacity=config["capacity"] if dynamic else 1_000_000,
         admit_after=config.get("admit_after", 1) if dynamic else 1,
+        **({"admit_window_steps": config["admit_window_steps"]} if dynamic and "admit_window_steps" in config else {}),
         expire_after_steps=config.get("expire_after_steps", 0) if dynamic else 0)
 
 

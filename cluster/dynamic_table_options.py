@@ -12,7 +12,7 @@ from common.fields import INT32_MAX, MAX_SECONDS, Check, int_in, is_number, posi
 
 EMBEDDING_KINDS = ("hashed", "dynamic")
 DEFAULT_KIND, DEFAULT_CAPACITY, DEFAULT_ADMIT_AFTER, DEFAULT_EXPIRE_AFTER_STEPS = "hashed", 1_000_000, 1, 0
-DEFAULT_EXPIRE_AFTER_S = 0
+DEFAULT_EXPIRE_AFTER_S, DEFAULT_ADMIT_WINDOW_STEPS = 0, 100
 DEFAULT_NEW_IDS, DEFAULT_ID_LIFETIME, DEFAULT_PERIOD_EXAMPLES = 0, 8, 4096
 DYNAMIC_STRATEGIES = (StrategyName.PARAMETER_SERVER, StrategyName.ONE_DEVICE)  # one index per table, not mirrored
 MAX_NEW_IDS = 1 << 30
@@ -25,6 +25,8 @@ CHECKS = {
                                 "use e.g. 1000000 (rows in all, spread evenly over the ps)"),
     "admit_after": Check(positive_int, f"must be an integer from 1 to {INT32_MAX}",
                          "use 1 (an id gets a row at its first sighting) or e.g. 2"),
+    "admit_window_steps": Check(positive_int, f"must be an integer from 1 to {INT32_MAX}",
+                                "use e.g. 100 (an id is admitted at its admit_after-th sighting within so many steps)"),
     "expire_after_steps": Check(int_in(0, INT32_MAX), f"must be 0 (never) or a number of steps up to {INT32_MAX}",
                                 "use 0, or e.g. 100000"),
     "expire_after_s": Check(lambda v: is_number(v) and 0 <= v <= MAX_SECONDS,
@@ -47,6 +49,7 @@ def cross_field_problems(options, prefix: str) -> list[Problem]:
                             f'set "embedding_kind": "dynamic", or leave {name} out')
                     for name, default in (("embedding_capacity", DEFAULT_CAPACITY),
                                           ("admit_after", DEFAULT_ADMIT_AFTER),
+                                          ("admit_window_steps", DEFAULT_ADMIT_WINDOW_STEPS),
                                           ("expire_after_steps", DEFAULT_EXPIRE_AFTER_STEPS),
                                           ("expire_after_s", DEFAULT_EXPIRE_AFTER_S))
                     if getattr(options, name) != default]
@@ -65,6 +68,10 @@ def _dynamic_problems(options, prefix: str) -> list[Problem]:
         return [Problem(f"{prefix}embedding_kind", "dynamic", f"keeps one index per table, which {options.strategy} "
                         "would copy to every replica (each would give ids rows of its own)",
                         "use parameter_server (or one_device for a single process), or hashed tables")]
+    if options.admit_window_steps != DEFAULT_ADMIT_WINDOW_STEPS and options.admit_after == 1:
+        return [Problem(f"{prefix}admit_window_steps", options.admit_window_steps, "counts sightings for admit_after "
+                        "above 1, and admit_after is 1 (every id gets a row at its first sighting)",
+                        "set admit_after to e.g. 2, or leave admit_window_steps out")]
     if options.expire_after_steps and options.expire_after_s:
         return [Problem(f"{prefix}expire_after_s", options.expire_after_s, "is given with expire_after_steps "
                         f"({options.expire_after_steps}): a row expires by steps or by seconds, not both",

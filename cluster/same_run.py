@@ -19,7 +19,8 @@ from cluster.training_options import TrainingOptions
 WHAT_IS_TRAINED = ("model", "dataset", "data_dir", "image_size", "synthetic_shape", "synthetic_examples",
                    "tfrecord_image_key", "tfrecord_label_key", "tfrecord_num_classes", "tfrecord_features",
                    "numeric_features", "categorical_features", "num_classes", "loss", "metrics",
-                   "optimizer", "per_worker_batch", "strategy", "loop", "embedding_kind", "follow_data")
+                   "optimizer", "per_worker_batch", "strategy", "loop", "embedding_kind", "embedding_optimizer",
+                   "follow_data")  # the tables' optimizer: its slots are in the checkpoint
 
 
 def _comparable(value: Any) -> Any:

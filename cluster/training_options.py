@@ -141,6 +141,9 @@ class TrainingOptions:
     admit_after: int = _option(tables.DEFAULT_ADMIT_AFTER, "dynamic tables: an id gets a row of its own at this "
                                "sighting; before, and when the rows are full, it reads and trains its feature's "
                                "shared row")
+    admit_window_steps: int = _option(tables.DEFAULT_ADMIT_WINDOW_STEPS, "dynamic tables with admit_after above 1: "
+                                      "sightings count within windows of this many optimizer steps (each window's "
+                                      "start halves the counts of earlier ones)")
     expire_after_steps: int = _option(tables.DEFAULT_EXPIRE_AFTER_STEPS, "dynamic tables: a row whose id was not "
                                       "looked up for this many optimizer steps is freed for another id; 0 never")
     expire_after_s: float = _option(tables.DEFAULT_EXPIRE_AFTER_S, "dynamic tables: a row whose id was not looked "

@@ -52,6 +52,7 @@ class RecommenderOptions:
     embedding_kind: str = dynamic_options.DEFAULT_KIND  # hashed (rows by id modulo table_rows) or dynamic
     embedding_capacity: int = dynamic_options.DEFAULT_CAPACITY  # dynamic: rows in all, spread over the ps
     admit_after: int = dynamic_options.DEFAULT_ADMIT_AFTER  # dynamic: sightings before an id gets its own row
+    admit_window_steps: int = dynamic_options.DEFAULT_ADMIT_WINDOW_STEPS  # dynamic: ... within so many steps
     expire_after_steps: int = dynamic_options.DEFAULT_EXPIRE_AFTER_STEPS  # dynamic: idle steps before a row is freed
     expire_after_s: float = dynamic_options.DEFAULT_EXPIRE_AFTER_S  # dynamic: or idle seconds
 
@@ -116,16 +117,17 @@ def _tables(options: RecommenderOptions, features: dict, dim: int, name: str, sp
     `serving`, in its exported form); wrapped to pool several values per feature."""
     ids = features["ids"]
     if options.embedding_kind == "dynamic" and serving:
-        layer = ServingTables(options.embedding_capacity, dim, splits=splits, name=name)
+        layer = ServingTables(options.embedding_capacity, dim, splits=None if _pooled(ids) else splits, name=name)
     elif options.embedding_kind == "dynamic":
         layer = DynamicTables(options.embedding_capacity, dim, admit_after=options.admit_after,
+                              admit_window_steps=options.admit_window_steps,
                               expire_after_steps=options.expire_after_steps, expire_after_s=options.expire_after_s,
-                              deduplicate=options.deduplicate_ids,
-                              splits=splits, name=name)
+                              deduplicate=options.deduplicate_ids, splits=None if _pooled(ids) else splits,
+                              name=name)
     else:
         layer = make_tables(options.rows_for(ids.shape[0]), dim, fused=options.fused_tables,
                             deduplicate=options.deduplicate_ids, name=name)
-    return MeanPooled(layer, ids.shape[0], name=f"{name}_pooled") if _pooled(ids) else layer
+    return MeanPooled(layer, ids.shape[0], splits=splits, name=f"{name}_pooled") if _pooled(ids) else layer
 
 
 def _mlp(x, widths, prefix: str, *, packed: bool, final_activation: str | None):
@@ -172,7 +174,7 @@ def wide_deep(options: RecommenderOptions, features: dict = CRITEO_FEATURES, ser
     """A linear (wide) part on the categorical ids and numeric features plus a deep MLP on embeddings and numerics
     (with `serving`, its tables in their exported form)."""
     inputs = _inputs(features, "wide_deep")
-    if options.embedding_kind == "dynamic" and not _pooled(features["ids"]):  # one row holds both of an id's parts
+    if options.embedding_kind == "dynamic":  # one row holds both of an id's parts
         weights, embedded = _tables(options, features, 1 + options.embedding_dim, "tables",
                                     splits=(1, options.embedding_dim), serving=serving)(inputs["ids"])
     else:
@@ -194,15 +196,22 @@ CUSTOM_OBJECTS = {"FusedTables": FusedTables, "SeparateTables": SeparateTables, 
                   "ServingTables": ServingTables}
 
 
-def build_for_serving(name: str, options: RecommenderOptions, *, features=CRITEO_FEATURES) -> tf_keras.Model:
+def build_for_serving(name: str, options: RecommenderOptions, *, features=CRITEO_FEATURES,
+                      compiled: bool = True) -> tf_keras.Model:
     """The named recommender as exported: a plain functional model (no second optimizer), its dynamic tables in
     their exported form (coordinator/dynamic/exported.py), compiled with its loss and click metrics; its weights
     come from a checkpoint (coordinator/publish/). Load an export with
     `tf_keras.models.load_model(path, custom_objects=coordinator.compiled.CUSTOM_OBJECTS)`."""
     model = RECOMMENDERS[name](options, features, serving=True)
     plain = tf_keras.Model(model.inputs, model.outputs, name=model.name)
-    plain.compile(loss="binary_crossentropy", metrics=click_metrics())
+    if compiled:
+        compile_for_serving(plain)
     return plain
+
+
+def compile_for_serving(model: tf_keras.Model) -> None:
+    """An exported recommender's loss and click metrics, so it evaluates as loaded (e.g. `--model`)."""
+    model.compile(loss="binary_crossentropy", metrics=click_metrics())
 
 
 def click_metrics(names=METRICS_FOR_CLICKS) -> list:

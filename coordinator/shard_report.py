@@ -105,10 +105,15 @@ def shard_report(model, sample_ids: np.ndarray, shards_of=_shards) -> dict[str, 
 
 def report_lines(report: dict[str, dict[str, int]]) -> list[str]:
     """One aligned line per ps, for the log and `run.sh status` (with dynamic tables, their rows on that ps)."""
-    return [f"{name:>6} | held {(entry.get('bytes_held', 0) + entry.get('bookkeeping_bytes', 0)) / 2 ** 20:9.1f} "
+    return [f"{name:>6} | held {_held(entry) / 2 ** 20:9.1f} "
             f"MiB | lookups/step {entry['lookups_per_step']:7d} | moved/step "
             f"{entry['bytes_moved_per_step'] / 2 ** 20:7.2f} MiB" + _table_segment(entry)
             for name, entry in report.items()]
+
+
+def _held(entry: dict) -> int:
+    """Variables, and with dynamic tables their bookkeeping, sketch and id index (coordinator/dynamic/memory.py)."""
+    return entry.get("bytes_held", 0) + entry.get("bookkeeping_bytes", 0) + entry.get("index_bytes", 0)
 
 
 def _table_segment(entry: dict) -> str:

@@ -1,11 +1,10 @@
 """What dynamic embedding tables hold on each ps, worked out for any ps count before the run: rows, optimizer
-slots, bookkeeping and the id index, and the ids a step looks up and may insert.
+slots, the id index, bookkeeping and admission sketch, and the ids a step looks up and may insert.
 
 The rows (`embedding_capacity` in all) are split over the ps as the strategy splits them (step_traffic.placed);
-each row carries the table optimizer's slots (as many rows again per slot), its bookkeeping (owner id, last
-step seen, a place in the free list) and, once an id holds it, one entry of the id -> row index. The index is a
-TensorFlow MutableHashTable (int64 -> int64) in the ps's memory, which no variable shows: INDEX_BYTES_PER_ID is
-what it took here (TF 2.21, 1,000,000 ids: 41 bytes each, measured by RSS), rounded up for its growth steps.
+each row carries the table optimizer's slots (as many rows again per slot), its bookkeeping and share of the
+admission sketch and, once an id holds it, one entry of the id -> row index: the bytes of each are
+coordinator/dynamic/memory.py's, the account the per-ps report and the docs give too.
 """
 
 from __future__ import annotations
@@ -14,11 +13,9 @@ import dataclasses
 
 import numpy as np
 
+from coordinator.dynamic import memory
 from coordinator.dynamic.layer import DynamicTables
 from coordinator.tables import table_layers
-
-INDEX_BYTES_PER_ID = 48
-BOOKKEEPING_BYTES_PER_ROW = 8 + 8 + 4  # owner id, last step seen (int64), the allocator's free list
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,11 +25,12 @@ class PsTables:
     rows: int
     row_bytes: int
     slot_bytes: int
-    index_bytes: int
+    index_bytes: int  # the id -> row index, every row held
+    bookkeeping_bytes: int  # the rows' bookkeeping and the admission sketch
 
     @property
     def total(self) -> int:
-        return self.row_bytes + self.slot_bytes + self.index_bytes
+        return self.row_bytes + self.slot_bytes + self.index_bytes + self.bookkeeping_bytes
 
 
 def dynamic_layers(model) -> list:
@@ -52,12 +50,13 @@ def per_ps(model, shards_of) -> dict[int, PsTables]:
         for shard in shards_of(layer.rows_variable):
             ps = int(shard.device.split("task:")[1].split("/")[0])
             rows, values = int(shard.shape[0]), int(np.prod(shard.shape))
-            earlier = found.get(ps, PsTables(0, 0, 0, 0))
+            earlier = found.get(ps, PsTables(0, 0, 0, 0, 0))
             found[ps] = PsTables(rows=earlier.rows + rows,
                                  row_bytes=earlier.row_bytes + values * shard.dtype.size,
                                  slot_bytes=earlier.slot_bytes + slots * values * shard.dtype.size,
-                                 index_bytes=earlier.index_bytes
-                                 + rows * (INDEX_BYTES_PER_ID + BOOKKEEPING_BYTES_PER_ROW))
+                                 index_bytes=earlier.index_bytes + memory.index_bytes(rows),
+                                 bookkeeping_bytes=earlier.bookkeeping_bytes
+                                 + memory.bookkeeping_bytes(rows, layer.admit_after))
     return found
 
 

@@ -153,7 +153,8 @@ def table_lines(options, model, created, ids, layout: capacity.Layout) -> list[s
                 f"({share.total / machine.memory_bytes:.0%})" if machine and machine.memory_bytes else "")
         lines.append(f"dynamic tables on ps:{index}: {share.rows:,} rows at capacity = rows "
                      f"{share.row_bytes / 2 ** 20:,.1f} MiB + optimizer slots {share.slot_bytes / 2 ** 20:,.1f} MiB "
-                     f"+ id index and bookkeeping {share.index_bytes / 2 ** 20:,.1f} MiB = "
+                     f"+ id index {share.index_bytes / 2 ** 20:,.1f} MiB + bookkeeping and admission sketch "
+                     f"{share.bookkeeping_bytes / 2 ** 20:,.1f} MiB = "
                      f"{share.total / 2 ** 20:,.1f} MiB{free}")
     lines += _memory_warnings(held, layout)
     if ids:

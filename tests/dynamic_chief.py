@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from coordinator.dynamic.layer import DynamicTables
 from coordinator.dynamic.mixing import partition_of
+from coordinator.pooling import MeanPooled
 from coordinator.placement import BalancedPartitioner
 from coordinator.sparse import LeanAdagrad
 from coordinator.streaming import checkpoint_io
@@ -53,7 +54,11 @@ class Table:
         self.coordinator.join()
 
     def stats(self) -> dict:
-        totals = self.layer.stats().numpy().sum(axis=0)
+        return self.stats_of(self.layer)
+
+    @staticmethod
+    def stats_of(layer) -> dict:
+        totals = layer.stats().numpy().sum(axis=0)
         return dict(zip(("rows", "rows_in_use", "ids_held", "admitted", "expired", "turned_away", "misdirected"),
                         (int(n) for n in totals), strict=True))
 
@@ -175,6 +180,35 @@ def _wait_until(condition, timeout_s: float = 60.0) -> bool:
     return False
 
 
+def pooled(strategy, coordinator) -> dict:
+    """Ragged ids (2 features of 0 to 3 values, negative ids included) from a per-worker dataset whose feature axis is
+    unknown, as ParameterServerStrategy's may be, pooled by mean: the padding (0) takes no row."""
+    with strategy.scope():
+        layer = MeanPooled(DynamicTables(64, 4), 2)
+        layer.build(None)
+        optimizer = LeanAdagrad(learning_rate=0.1)
+        optimizer._create_all_weights(layer.layer.trainable_weights)
+    layer.layer.bind_optimizer(optimizer)
+    def dataset_fn():  # [[[5, -1], []], [[-2], [7, 8, 9]], [[], [5]]]: ragged in features too (unknown count)
+        ids = tf.RaggedTensor.from_nested_row_lengths(
+            tf.constant([5, -1, -2, 7, 8, 9, 5], tf.int64), [[2, 2, 2], [2, 0, 1, 3, 0, 1]])
+        return tf.data.Dataset.from_tensors(ids).repeat()
+
+    def replica_step(ids):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(ids, training=True))
+        weights = layer.layer.trainable_weights
+        optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights, strict=True))
+        return loss
+
+    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+    step = tf.function(lambda iterator: strategy.run(replica_step, args=(next(iterator),)))
+    for _ in range(4):
+        coordinator.schedule(step, args=(iterator,))
+    coordinator.join()
+    return {"held": sorted(layer.layer.snapshot()["ids"].tolist()), **Table.stats_of(layer.layer)}
+
+
 def capacity(strategy, coordinator) -> dict:
     """16 rows in all; 40 then 40 more new ids: the rest are turned away, read the shared rows, and nothing fails."""
     table = Table(strategy, coordinator, 16)
@@ -189,9 +223,10 @@ def capacity(strategy, coordinator) -> dict:
 
 
 def flood(strategy, coordinator) -> dict:
-    """admit_after 2: 100 frequent ids in every step, then 20 steps that also bring 1000 ids seen once each
-    (20,000 in all, 5 times the capacity)."""
-    table = Table(strategy, coordinator, 4000, admit_after=2)
+    """admit_after 2 within windows of 2 steps: 100 frequent ids in every step, then 20 steps that also bring 1000
+    ids seen once each (20,000 in all, 5 times the capacity; 1000 per partition and window, a quarter of the
+    sketch's width: the load it is sized for)."""
+    table = Table(strategy, coordinator, 4000, admit_after=2, admit_window_steps=2)  # 1000 new ids a partition
     frequent = pairs(np.arange(100, dtype=np.int64) + 10_000_000)
     table.train(frequent, frequent)
     rows_before, slots_before = table.layer.locate(frequent.reshape(-1))[1], table.slot_rows(frequent.reshape(-1))
@@ -216,7 +251,7 @@ def save(table: Table, path: str) -> dict:
 
 def resume(strategy, coordinator, path: str) -> dict:
     """A new chief: the same table restored over the cluster gives the same rows, outputs and counters."""
-    table = Table(strategy, coordinator, 4000, admit_after=2)
+    table = Table(strategy, coordinator, 4000, admit_after=2, admit_window_steps=2)
     checkpoint_io.restore(tf.train.Checkpoint(layer=table.layer, optimizer=table.optimizer), path, device=CHIEF_CPU,
                           chunk_bytes=CHUNK)
     expected = np.load(path + "-expected.npz")
@@ -241,7 +276,7 @@ def main(action: str, path: str) -> None:
         flooded, table = flood(strategy, coordinator)
         result = {"concurrency": concurrency(strategy, coordinator), "admission": admission(strategy, coordinator),
                   "expiry": expiry(strategy, coordinator), "race": race(strategy, coordinator),
-                  "capacity": capacity(strategy, coordinator),
+                  "capacity": capacity(strategy, coordinator), "pooled": pooled(strategy, coordinator),
                   "flood": flooded, "saved": save(table, path)}
     print("RESULT " + json.dumps(result), flush=True)
 

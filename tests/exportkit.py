@@ -52,3 +52,18 @@ def exported_and_loaded(options, source, model, tmp_path, *, chunk_bytes: int) -
 def _as_dict(options) -> dict:
     import dataclasses
     return dataclasses.asdict(options)
+
+
+def formats_of(serve, inner, placed, checkpoint: str, directory, *, chunk_bytes: int) -> dict:
+    """Template `serve` (around `inner`, with table placeholders `placed`) written in each format from `checkpoint`
+    a chunk at a time, and loaded back: {format: loaded model}."""
+    from coordinator.publish import keras_files, saved_model
+    from coordinator.streaming.bundle import BundleReader
+
+    fillings = saved_model.load_weights(inner, placed, BundleReader(checkpoint))
+    directory.mkdir(parents=True, exist_ok=True)
+    keras_files.write_h5(directory / "m.h5", serve, fillings, chunk_bytes=chunk_bytes)
+    keras_files.write_keras(directory / "m.keras", serve, fillings, chunk_bytes=chunk_bytes)
+    saved_model.write(directory / "saved_model", serve, fillings, chunk_bytes=chunk_bytes)
+    return {name: tf_keras.models.load_model(directory / name, custom_objects=CUSTOM_OBJECTS, compile=False)
+            for name in ("m.h5", "m.keras", "saved_model")}

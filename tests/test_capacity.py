@@ -254,6 +254,7 @@ def test_a_step_waits_for_two_round_trips_and_its_share_of_the_dispatch():
 def test_dynamic_tables_at_capacity_per_ps_rows_slots_and_index(tmp_path):
     from cluster.training_options import parse_training_options
     from coordinator import step_traffic, table_memory
+    from coordinator.dynamic import memory
     from data import source_for
 
     options = parse_training_options({"model": "dlrm", "dataset": "synthetic_criteo", "embedding_kind": "dynamic",
@@ -267,8 +268,8 @@ def test_dynamic_tables_at_capacity_per_ps_rows_slots_and_index(tmp_path):
     assert sorted(held) == [0, 1] and sum(share.rows for share in held.values()) == 1000
     for share in held.values():
         assert share.row_bytes == share.rows * 4 * 4 and share.slot_bytes == share.row_bytes  # Adagrad: one slot
-        assert share.index_bytes == share.rows * (table_memory.INDEX_BYTES_PER_ID
-                                                  + table_memory.BOOKKEEPING_BYTES_PER_ROW)
+        assert share.index_bytes == share.rows * memory.INDEX_BYTES_PER_ID  # every row held
+        assert share.bookkeeping_bytes == memory.bookkeeping_bytes(share.rows, 1)  # admit_after 1: no sketch
 
 
 def test_ids_per_step_counts_lookups_distinct_ids_and_ids_new_to_the_sample():

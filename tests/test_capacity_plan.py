@@ -72,7 +72,8 @@ def test_plan_of_dynamic_tables_says_what_each_ps_holds_at_capacity_and_a_steps_
     result = plan(write_cluster(tmp_path, document))
     assert result.returncode == 0, result.stderr[-3000:]
     held = re.findall(r"dynamic tables on ps:(\d): ([\d,]+) rows at capacity = rows ([\d.]+) MiB \+ optimizer slots "
-                      r"([\d.]+) MiB \+ id index and bookkeeping ([\d.]+) MiB = [\d.]+ MiB of [\d,]+ MiB free on "
+                      r"([\d.]+) MiB \+ id index ([\d.]+) MiB \+ bookkeeping and admission sketch ([\d.]+) MiB = "
+                      r"[\d.]+ MiB of [\d,]+ MiB free on "
                       r"localhost \(\d+%\)", result.stdout)
     assert [h[0] for h in held] == ["0", "1"], result.stdout
     assert sum(int(h[1].replace(",", "")) for h in held) == 100_000

@@ -9,7 +9,9 @@ import functools
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras
 
+from coordinator import recommenders
 from coordinator.dynamic.checkpoint import held_difference
 from coordinator.dynamic.layer import DynamicTables
 from coordinator.dynamic.mixing import partition_of
@@ -245,3 +247,90 @@ def test_an_update_for_a_row_that_changed_hands_meanwhile_is_dropped_and_counted
     assert all(np.array_equal(before[name], after[name]) for name in before)
     assert layer.stats().numpy()[0, 6] == 4  # counted as misdirected, not applied
 
+
+POOLED = {"dense": tf.TensorSpec([2], tf.float32),
+          "ids": tf.RaggedTensorSpec([3, None], tf.int64, ragged_rank=1, row_splits_dtype=tf.int64)}
+
+
+def pooled_batches(count: int, seed: int = 0):
+    """Batches of 8 examples whose 3 categorical features hold 0 to 3 ids each (negative ones and the values that
+    once marked free rows included; never 0, the padding), with labels."""
+    rng = np.random.default_rng(seed)
+    vocabulary = np.array([-2, -1, -7, 3, 4, 5, 2**62, -(2**63)], np.int64)
+    for _ in range(count):
+        values = [rng.choice(vocabulary, size=rng.integers(0, 4)).tolist() for _ in range(8 * 3)]
+        ids = tf.RaggedTensor.from_uniform_row_length(tf.ragged.constant(values, tf.int64, row_splits_dtype=tf.int64),
+                                                      3)
+        yield {"dense": tf.constant(rng.normal(size=(8, 2)), tf.float32), "ids": ids}, tf.constant(
+            rng.integers(0, 2, size=(8, 1)), tf.float32)
+
+
+@pytest.mark.parametrize("model_name", ["dlrm", "wide_deep"])
+def test_pooled_features_train_checkpoint_resume_and_export_with_dynamic_tables(tmp_path, model_name):
+    options = recommenders.RecommenderOptions(embedding_dim=4, bottom_mlp=(4,), top_mlp=(4,), embedding_kind="dynamic",
+                                              embedding_capacity=64, expire_after_steps=50)
+
+    def build():
+        return recommenders.build_and_compile(model_name, options, tf_keras.optimizers.Adam(1e-2), features=POOLED)
+
+    tf_keras.utils.set_random_seed(0)
+    model = build()
+    for features, labels in pooled_batches(6):
+        model.train_on_batch(features, labels)
+    [layer] = [layer for layer in model._flatten_layers() if isinstance(layer, DynamicTables)]
+    assert set(layer.snapshot()["ids"].tolist()) == {-2, -1, -7, 3, 4, 5, 2**62, -(2**63)}  # not 0, the padding
+    features = next(pooled_batches(1, seed=1))[0]
+    expected = model(features, training=False).numpy()
+    path = checkpoint_io.save(tf.train.Checkpoint(model=model), str(tmp_path / "ckpt"), chunk_bytes=SMALL_CHUNK)
+    resumed = build()
+    checkpoint_io.restore(tf.train.Checkpoint(model=resumed), path, chunk_bytes=SMALL_CHUNK)
+    np.testing.assert_array_equal(resumed(features, training=False).numpy(), expected)
+    resumed.train_on_batch(*next(pooled_batches(1, seed=2)))  # and it trains on
+    import exportkit
+    from coordinator.publish.template import table_placeholders
+
+    with table_placeholders(SMALL_CHUNK) as placed:
+        template = recommenders.build_for_serving(model_name, options, features=POOLED, compiled=False)
+    for name, loaded in exportkit.formats_of(template, template, placed, path, tmp_path / "export",
+                                             chunk_bytes=SMALL_CHUNK).items():
+        np.testing.assert_allclose(loaded(features).numpy(), expected, atol=1e-6, err_msg=name)
+
+
+def test_admission_counts_sightings_within_a_window_of_steps_whatever_the_batch():
+    layer, optimizer = table(64, 1, admit_after=3, admit_window_steps=10)  # a sketch 4096 wide: width / 8 = 512
+    for step in range(12):  # id 7 once a step among 2000 ids seen once: each lookup brings 4x width / 8 sightings
+        junk = np.arange(2000, dtype=np.int64) + 1_000_000 * (step + 1)
+        train(layer, optimizer, np.concatenate([[7], junk[:1999]]).reshape(-1, 2))
+        if step == 1:
+            assert 7 not in held_ids(layer)  # two sightings
+        if step == 2:
+            assert 7 in held_ids(layer)  # its third, within the window of steps 0-9
+            break
+    other, other_optimizer = table(64, 1, admit_after=2, admit_window_steps=2)  # windows: steps 0-1, 2-3, 4-5
+    for batch in ([[8, 12]], [[12, 13]], [[8, 14]], [[15, 16]], [[8, 17]]):
+        train(other, other_optimizer, batch)
+    assert 12 in held_ids(other) and 8 not in held_ids(other)  # 12 twice in one window; 8 once in each of three
+
+
+@pytest.mark.parametrize("options", [{}, {"admit_after": 2}, {"admit_after": 2, "expire_after_s": 60.0}])
+def test_the_memory_account_is_the_partitions_own_variables(options):
+    from coordinator.dynamic import memory
+
+    layer, _ = table(6000, 2, **options)
+    for partition in layer.partitions:
+        held = sum(int(np.prod(v.shape)) * v.dtype.size for v in _bookkeeping_variables(partition))
+        assert 0 <= partition.nbytes() - held <= memory.PARTITION_BYTES
+        assert partition.nbytes() - memory.PARTITION_BYTES == partition.rows * memory.BOOKKEEPING_BYTES_PER_ROW + (
+            max(4096, partition.rows) * 16 if options.get("admit_after", 1) > 1 else 0)
+
+
+def _bookkeeping_variables(partition) -> list:
+    """Every variable a partition holds beside its shard (and the optimizer's slots)."""
+    found, stack = [], [vars(partition)]
+    while stack:
+        for value in stack.pop().values():
+            if isinstance(value, tf.Variable) and value is not partition.shard:
+                found.append(value)
+            elif hasattr(value, "__dict__") and type(value).__module__.startswith("coordinator.dynamic"):
+                stack.append(vars(value))
+    return found

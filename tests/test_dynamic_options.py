@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -28,6 +29,10 @@ CASES = [
      "training.expire_after_s = 60: is given with expire_after_steps (100): a row expires by steps or by seconds"),
     ("expiry in seconds for hashed tables", {"embedding_kind": "hashed", "expire_after_s": 60},
      "training.expire_after_s = 60: applies only to dynamic tables"),
+    ("an admission window without admission", {"admit_window_steps": 50},
+     "training.admit_window_steps = 50: counts sightings for admit_after above 1, and admit_after is 1"),
+    ("an empty admission window", {"admit_after": 2, "admit_window_steps": 0},
+     "training.admit_window_steps = 0: must be an integer from 1"),
     ("a model without tables", {"model": "cnn", "dataset": "digits", "loss": "sparse_categorical_crossentropy"},
      "training.embedding_kind = 'dynamic': needs a model with embedding tables, not cnn"),
     ("a mirrored strategy", {"strategy": "multi_worker_mirrored"},
@@ -71,3 +76,19 @@ def test_a_run_with_hashed_tables_does_not_resume_as_dynamic(tmp_path):
     dynamic = cluster_config.parse(copy.deepcopy(BASE), tmp_path / "c.json").training
     assert differences({"embedding_kind": "hashed"}, dynamic) == ["embedding_kind: 'hashed' → 'dynamic'"]
     assert differences({"embedding_kind": "dynamic", "embedding_capacity": 5}, dynamic) == []  # capacity may change
+
+
+def test_a_run_resumed_with_another_table_optimizer_is_refused_before_it_starts(tmp_path):
+    from cluster.run_files import RunFiles
+    from launcher.previous_run import different_run
+
+    document = copy.deepcopy(BASE)
+    document["training"].update({"embedding_optimizer": "sgd", "output_dir": str(tmp_path / "out")})
+    config = cluster_config.parse(document, tmp_path / "c.json")
+    files = RunFiles(tmp_path / "out")
+    files.output.mkdir(parents=True)
+    previous = {**config.training.__dict__, "embedding_optimizer": "adagrad"}
+    files.summary.write_text(json.dumps({"status": "running", "epochs": 1, "options": previous, "workers": 1},
+                                        default=list))
+    line = different_run(config)
+    assert line and "holds a different run (embedding_optimizer: 'adagrad' → 'sgd')" in line, line

@@ -72,6 +72,12 @@ def test_a_full_table_turns_new_ids_away_to_the_shared_rows(found):
     assert facts["turned_away_read_shared"]
 
 
+def test_pooled_ids_from_a_per_worker_dataset_take_rows_and_their_padding_takes_none(found):
+    facts = found["pooled"]  # 2 features of 0 to 3 ids per example, the feature axis of unknown size
+    assert facts["held"] == [-2, -1, 5, 7, 8, 9]  # negative ids too; the padding (0) is no id
+    assert facts["rows_in_use"] == 6 and facts["admitted"] == 6
+
+
 def test_a_flood_of_ids_seen_once_does_not_take_the_rows(found):
     facts = found["flood"]  # admit_after 2: 100 frequent ids, and 20,000 ids seen once
     assert facts["frequent_kept_rows"] and facts["frequent_slots_grew"]  # same rows, never reset

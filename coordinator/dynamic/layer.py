@@ -25,6 +25,7 @@ from coordinator.dynamic.checkpoint import TableState
 from coordinator.dynamic.guard import gather_carrying
 from coordinator.dynamic.mixing import partition_of
 from coordinator.dynamic.partition import Partition
+from cluster.dynamic_table_options import DEFAULT_ADMIT_WINDOW_STEPS as DEFAULT_WINDOW
 from coordinator.table_init import filled, uniform_table
 
 
@@ -49,10 +50,14 @@ class DynamicTables(tf_keras.layers.Layer):
     """Rows of width `dim` for int64 ids [batch, features] -> [batch, features, dim] (split into a list along the
     last axis when `splits` is given, e.g. (1, 16): wide_deep's weights and embeddings from one row)."""
 
-    def __init__(self, capacity: int, dim: int, *, admit_after: int = 1, expire_after_steps: int = 0,
-                 expire_after_s: float = 0.0, deduplicate: bool = True, splits=None, **kwargs):
+    skips_padding = True  # takes `present` (coordinator/pooling.py): padding is no id and takes no row
+
+    def __init__(self, capacity: int, dim: int, *, admit_after: int = 1, admit_window_steps: int = DEFAULT_WINDOW,
+                 expire_after_steps: int = 0, expire_after_s: float = 0.0, deduplicate: bool = True, splits=None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.capacity, self.dim, self.admit_after = int(capacity), int(dim), int(admit_after)
+        self.admit_window_steps = int(admit_window_steps)
         self.expire_after_steps, self.expire_after_s = int(expire_after_steps), float(expire_after_s)
         self.deduplicate = deduplicate
         self.splits = tuple(int(s) for s in splits) if splits else None
@@ -67,6 +72,7 @@ class DynamicTables(tf_keras.layers.Layer):
                                shape=(self.capacity, self.dim), dtype=tf.float32, name="rows")
         shards = list(getattr(variable, "variables", [variable]))
         self._rows = _Rows(variable, [Partition(shard, admit_after=self.admit_after,
+                                                admit_window_steps=self.admit_window_steps,
                                                 expire_after_steps=self.expire_after_steps,
                                                 expire_after_s=self.expire_after_s) for shard in shards])
         self._trainable_weights.extend(shards)
@@ -93,8 +99,6 @@ class DynamicTables(tf_keras.layers.Layer):
             slots = {name: optimizer.get_slot(partition.shard, name) for name in optimizer.get_slot_names()}
             partition.bind(slots, {name: slot[0].numpy() for name, slot in slots.items()})
             optimizer.guard(partition.shard, partition)
-
-    skips_padding = True  # takes `present` (coordinator/pooling.py): padding is no id and takes no row
 
     def call(self, ids, training=None, present=None):
         """Rows for `ids`; where `present` (bool, ids' shape) is False the position is padding: it is not looked
@@ -192,6 +196,7 @@ class DynamicTables(tf_keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "capacity": self.capacity, "dim": self.dim, "admit_after": self.admit_after,
+                "admit_window_steps": self.admit_window_steps,
                 "expire_after_steps": self.expire_after_steps, "expire_after_s": self.expire_after_s,
                 "deduplicate": self.deduplicate,
                 "splits": list(self.splits) if self.splits else None}

@@ -26,6 +26,7 @@ import uuid
 
 import tensorflow as tf
 
+from coordinator.dynamic import memory
 from coordinator.dynamic.allocator import RowAllocator
 from coordinator.dynamic.expiry import make_expiry
 from coordinator.dynamic.guard import is_held, next_generation
@@ -50,8 +51,10 @@ def _count(counter: int, number) -> tf.Tensor:
 class Partition:
     """The index and bookkeeping of one shard of rows (create under the strategy's scope)."""
 
-    def __init__(self, shard, *, admit_after: int, expire_after_steps: int = 0, expire_after_s: float = 0.0):
+    def __init__(self, shard, *, admit_after: int, admit_window_steps: int = 1, expire_after_steps: int = 0,
+                 expire_after_s: float = 0.0):
         self.shard, self.device, self.rows = shard, shard.device, int(shard.shape[0])
+        self.admit_after = int(admit_after)
         self.slots: dict = {}
         self.initial_slots: dict = {}
         with colocated(shard), tf.name_scope(COLOCATED_SCOPE):
@@ -62,7 +65,7 @@ class Partition:
                                          name="row_last_seen")
             self.counters = tf.Variable(tf.zeros([COUNTERS], tf.int64), trainable=False, name="counters")
             self.allocator = RowAllocator(self.rows)
-            self.sketch = AdmissionSketch(self.rows, admit_after) if admit_after > 1 else None
+            self.sketch = AdmissionSketch(self.rows, admit_after, admit_window_steps) if admit_after > 1 else None
             self.expiry = make_expiry(expire_after_steps, expire_after_s)
         with tf.device(self.device):
             self.index = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, default_value=-1,
@@ -122,7 +125,7 @@ class Partition:
             wanted = tf.where(tf.ones_like(new_ids, dtype=tf.bool))[:, 0]
         else:
             wanted = tf.where(self.sketch.admit(new_ids, tf.boolean_mask(tf.gather(sightings, missing),
-                                                                         again < 0)))[:, 0]
+                                                                         again < 0), step))[:, 0]
         given = self.allocator.take(tf.size(wanted))
         placed = wanted[:tf.size(given)]
         placed_ids = tf.gather(new_ids, placed)
@@ -235,6 +238,5 @@ class Partition:
             self.expiry.restart()
 
     def nbytes(self) -> int:
-        """Bytes of the bookkeeping variables (the index's own memory is not counted: see the bench)."""
-        sketch = self.sketch.nbytes() if self.sketch is not None else 0
-        return self.rows * (8 + 4 + 8) + 8 * COUNTERS + self.allocator.nbytes() + sketch
+        """Bytes of the bookkeeping variables and the sketch (the id index's: memory.index_bytes)."""
+        return memory.bookkeeping_bytes(self.rows, self.admit_after)

@@ -7,6 +7,7 @@ away 0` (the sweeps that expire rows run in the training steps: coordinator/dyna
 
 from __future__ import annotations
 
+from coordinator.dynamic import memory
 from coordinator.dynamic.layer import DynamicTables
 from coordinator.shard_report import ps_of
 
@@ -14,13 +15,16 @@ FIELDS = ("rows", "rows_in_use", "ids_held", "admitted", "expired", "turned_away
 
 
 def table_stats(layers) -> dict[str, dict[str, int]]:
-    """Per ps: the FIELDS summed over the partitions of dynamic tables `layers` on it."""
+    """Per ps: the FIELDS summed over the partitions of dynamic tables `layers` on it, and `index_bytes`, the id
+    index's memory for the ids held (coordinator/dynamic/memory.py)."""
     per_ps: dict[str, dict[str, int]] = {}
     for layer in layers:
         for partition, numbers in zip(layer.partitions, layer.stats().numpy(), strict=True):
             entry = per_ps.setdefault(ps_of(partition.device), dict.fromkeys(FIELDS, 0))
             for field, number in zip(FIELDS, numbers, strict=True):
                 entry[field] += int(number)
+    for entry in per_ps.values():
+        entry["index_bytes"] = memory.index_bytes(entry["ids_held"])
     return dict(sorted(per_ps.items()))
 
 

@@ -28,13 +28,12 @@ def export_checkpoint(request: ExportRequest, log) -> ExportResult:
     import numpy as np
 
     from coordinator.publish.saved_model import load_weights
-    from coordinator.publish.template import build_serving, table_placeholders
+    from coordinator.publish.template import build_serving
     from coordinator.streaming.bundle import BundleReader
 
     started = time.monotonic()
     options, source = _options_and_source(request)
-    with table_placeholders(_chunk(options)) as placed:
-        serve, inner = build_serving(options, source)
+    serve, inner, placed = build_serving(options, source, chunk_bytes=_chunk(options))
     fillings = load_weights(inner, placed, BundleReader(request.checkpoint))
     _resolve_metrics(inner, source)
     with np.load(request.reference) as reference:
@@ -70,7 +69,7 @@ def _resolve_metrics(model, source) -> None:
     batch = next(iter(contract.batch(source.split("train"), 2).take(1)), None)
     if batch is not None and model.compiled_metrics is not None:
         labels = batch[1]
-        zeros = tf.zeros([tf.shape(labels)[0], *model.output_shape[1:]], model.output.dtype)
+        zeros = tf.zeros([tf.shape(labels)[0], *(d or 1 for d in model.output.shape[1:])], model.output.dtype)
         model.compiled_metrics.update_state(labels, zeros)
         for metric in model.metrics:
             metric.reset_state()

@@ -1,6 +1,6 @@
 """The serving model of a run built as a template: its architecture and small weights, with each table a placeholder.
 
-An exporter never builds a table: under `table_placeholders` every variable over a quarter of a chunk is made
+An exporter never builds a table: under `table_placeholders` every weight over a quarter of a chunk is made
 `[None, ...]` holding one row of zeros, so a SavedModel's signatures are traced against tables of any row
 count and a table's rows come later, streamed from a checkpoint into the written files (saved_model.py). The
 model is built as training builds it, minus the optimizers (`build_serving`), so its variables carry the names
@@ -43,18 +43,22 @@ def table_placeholders(chunk_bytes: int = CHUNK_BYTES):
         yield placed
 
 
-def build_serving(options, source) -> tuple[tf_keras.Model, tf_keras.Model]:
-    """The model as exported (no optimizer slots, a dynamic table in its serving form), compiled with its loss and
-    metrics: (the model taking `source`'s raw features, the model inside it, as training built it); call under
-    `table_placeholders` for a template."""
+def build_serving(options, source, *, chunk_bytes: int = CHUNK_BYTES) -> tuple[tf_keras.Model, tf_keras.Model, list]:
+    """The model as exported (no optimizer slots, a dynamic table in its serving form), its tables placeholders
+    (only the model's own weights: metrics are made at compile, outside), compiled with its loss and metrics:
+    (the model taking `source`'s raw features, the model inside it as training built it, the placeholders)."""
+    with table_placeholders(chunk_bytes) as placed:
+        if options.model in RECOMMENDER_MODELS:
+            model = recommenders.build_for_serving(options.model, recommenders.from_training(options),
+                                                   features=source.feature_spec, compiled=False)
+        else:
+            model = models.build(options.model, source.feature_spec, source.num_classes, source.name)
     if options.model in RECOMMENDER_MODELS:
-        model = recommenders.build_for_serving(options.model, recommenders.from_training(options),
-                                               features=source.feature_spec)
+        recommenders.compile_for_serving(model)
     else:
-        model = models.build(options.model, source.feature_spec, source.num_classes, source.name)
         input_contract.check(model, source.feature_spec, model_name=options.model, source_name=source.name)
         models.compile_model(model, options)
-    return servable(model, source), model
+    return servable(model, source), model, placed
 
 
 class Template:
@@ -63,9 +67,7 @@ class Template:
 
     def __init__(self, options, source, *, chunk_bytes: int = CHUNK_BYTES, log=None):
         self.chunk_bytes, self.log = chunk_bytes, log
-        with table_placeholders(chunk_bytes) as placed:
-            self.serve, self.inner = build_serving(options, source)
-        self.placed = placed
+        self.serve, self.inner, self.placed = build_serving(options, source, chunk_bytes=chunk_bytes)
         self.keys = training_keys(self.inner)
 
     def at(self, checkpoint: str):
