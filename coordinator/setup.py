@@ -22,7 +22,7 @@ from coordinator import export
 from coordinator.compiled import build_compiled, with_table_stats
 from coordinator.dynamic.checkpoint import held_difference_streamed, state_prefix
 from coordinator.dynamic.report import dynamic_layers
-from coordinator.publish.model_export import export_model
+from coordinator.publish.model_export import export_model, remove_leftovers
 from coordinator.publish.template import Template
 from coordinator.strategy import CHIEF_CPU
 from coordinator.streaming.bundle import BundleReader
@@ -115,6 +115,8 @@ def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> Position |
         raise UserError(Problem("training.output_dir", options.output_dir,
                                 f"holds a different run ({'; '.join(found)})", "use a new output_dir, or `sh run.sh "
                                 "--fresh` to move the old run aside and start over"))
+    if run.lead:
+        remove_leftovers(run)  # of an export that died midway: never opened by a reader, gone now
     position = checkpoints.restore_latest()
     ps = len(run.config.jobs.get("ps", ())) if "ps" in run.config.strategy.server_jobs else 0
     if summary and summary.ps and ps and summary.ps != ps and position != Position(0):
@@ -144,7 +146,7 @@ def _check_resharded(run: TrainingRun, model, checkpoint: str, before: int, afte
     with tf.device(CHIEF_CPU):
         checkpointed = Template(run.options, run.source, chunk_bytes=chunk, log=run.log).at(checkpoint)
     inputs = export.reference_inputs(run.source.split("test"))
-    largest = float(np.abs(model(inputs, training=False).numpy() - checkpointed(inputs)).max())
+    largest = float(np.abs(export.predictions(model, inputs) - checkpointed(inputs)).max())
     run.log.info("ps %d -> %d: %s restored over %d ps, model and optimizer slots; predictions before and after "
                  "differ by at most %.1e (allowed %.0e)", before, after, Path(checkpoint).name, after, largest,
                  RESHARD_TOLERANCE)
@@ -224,7 +226,7 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
         train_seconds, final_metrics = max(train_seconds, recorded.train_s), final_metrics or recorded.epoch_metrics
     _exporting(run, steps, train_seconds, final_metrics)  # a beat while exporting: it is not a stall
     raw = export.reference_inputs(run.source.split("test", raw=True))  # as an exported model takes them
-    trained = model(export.model_inputs(run.source, raw), training=False).numpy()
+    trained = export.predictions(model, export.model_inputs(run.source, raw))
     exported = export_model(run, checkpoint, raw, trained,
                             beat=lambda: _exporting(run, steps, train_seconds, final_metrics))
     run.log.info("export check: largest difference between trained and exported predictions %.2e (at most %.0e), "

@@ -17,7 +17,7 @@ from common.errors import Problem, UserError
 from common.proc import has_live_thread
 from coordinator import export
 from coordinator.checkpoints import checkpoint_epoch, checkpoint_position, checkpoint_step, listed_checkpoints
-from coordinator.publish.exporter import export_checkpoint
+from coordinator.publish.exporter import export_checkpoint, remove_leftovers
 from coordinator.publish.request import BEST, ExportRequest
 from coordinator.publish.template import Template
 from coordinator.streaming.rows import chunk_bytes_of
@@ -47,6 +47,8 @@ class SidecarEvaluator:
         self.training, self.evaluation, self.files, self.log, self.source = training, evaluation, files, log, source
         self.checkpoint_dir = files.checkpoints
         self.template = Template(training, source, chunk_bytes=chunk_bytes_of(training), log=log)
+        remove_leftovers(files.best_dir)  # of a best model whose writing died midway
+        self._reference_path().unlink(missing_ok=True)
         self.validation = (ProgressiveValidation(source, examples=evaluation.progressive_examples,
                                                  batch=evaluation.batch) if training.follow_data
                            else FixedValidation(source.eval_dataset("validation", evaluation.batch)))
@@ -153,6 +155,10 @@ class SidecarEvaluator:
         best = self.state.results[self.state.best]["metrics"][self.evaluation.best_metric]
         return value > best if self.evaluation.best_mode == "max" else value < best
 
+    def _reference_path(self) -> Path:
+        """Where the best model's reference predictions wait while it is written."""
+        return self.files.best_dir.with_name(".best_model-reference.npz")
+
     def _export_best(self, path: str, step: int, metrics: dict) -> None:
         """Writes checkpoint `path` to best_model/ (a chunk of each table at a time, whole or not at all), checked
         against the checkpoint's own predictions on a few inputs of the data."""
@@ -163,7 +169,7 @@ class SidecarEvaluator:
                              "as it is", name)
             return
         raw = export.reference_inputs(self.source.split("validation", raw=True))
-        reference = self.files.best_dir.with_name(".best_model-reference.npz")
+        reference = self._reference_path()
         np.savez(reference, predictions=self.template.at(path)(raw, raw=True), **export.saved_inputs(raw))
         try:
             written = export_checkpoint(ExportRequest(kind=BEST, checkpoint=path, destination=str(self.files.best_dir),

@@ -13,6 +13,7 @@ import dataclasses
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -38,14 +39,18 @@ class _Exporting:
     snapshot: Ledger
     checkpoint_name: str
     reference: Path
+    pieces_before: int
 
 
 class Publishing:
     """Serving versions of a follow-mode run (into `serving`, a ServingVersions) and the files each first serves."""
 
-    def __init__(self, *, run, data, model, serving: ServingVersions, ledger: Ledger, report, task: str):
+    def __init__(self, *, run, data, model, serving: ServingVersions, ledger: Ledger, report, task: str,
+                 pieces_done: Callable[[], int]):
+        """`pieces_done()`: the pieces trained so far in this run (how many trained while a version was written
+        is said beside it)."""
         self.run, self.data, self.model, self.serving, self.ledger = run, data, model, serving, ledger
-        self.report, self.task = report, task
+        self.report, self.task, self.pieces_done = report, task, pieces_done
         self.scratch = run.files.output / SCRATCH
         shutil.rmtree(self.scratch, ignore_errors=True)  # a killed run's requests and references
         self.last_version = time.monotonic()
@@ -71,7 +76,7 @@ class Publishing:
         if next(iter(examples.take(1)), None) is None:
             return None
         raw = export.reference_inputs(examples)
-        return raw, self.model(export.model_inputs(self.data, raw), training=False).numpy()
+        return raw, export.predictions(self.model, export.model_inputs(self.data, raw))
 
     def start(self, checkpoint: str, name: str, number: int, snapshot: Ledger, raw, trained) -> None:
         """Starts writing checkpoint `checkpoint` (named `name`, at step `number`, holding ledger `snapshot`) as the
@@ -85,7 +90,8 @@ class Publishing:
                                 task=self.task, version=version, keep=self.serving.keep,
                                 trained_through=trained_through(snapshot, version=version, written=0.0,
                                                                 checkpoint=name, step=number))
-        self.exporting = _Exporting(ExportProcess(request, self.scratch), snapshot, name, reference)
+        self.exporting = _Exporting(ExportProcess(request, self.scratch), snapshot, name, reference,
+                                    self.pieces_done())
         self.last_version = time.monotonic()
 
     def poll(self) -> None:
@@ -124,8 +130,9 @@ class Publishing:
                                    names={e.name for e in exporting.snapshot.files if e.complete})
         freshness = duration(served[-1].freshness_s) if served else "-"
         self.run.log.info("serving | version %d | %s | %d file%s newly served | freshness %s | export check %.1e | "
-                          "%.1f MB in %.1f s | %s", result.version, name, len(served), "s" * (len(served) != 1),
-                          freshness, result.largest, result.bytes / 1e6, result.seconds, result.path)
+                          "%.1f MB in %.1f s, %d pieces trained meanwhile | %s", result.version, name, len(served),
+                          "s" * (len(served) != 1), freshness, result.largest, result.bytes / 1e6, result.seconds,
+                          self.pieces_done() - exporting.pieces_before, result.path)
         summary = read_summary(self.run.files)
         if summary is not None:
             write_summary(self.run.files, dataclasses.replace(

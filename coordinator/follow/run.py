@@ -68,13 +68,14 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
                           folder=str(data.root), poll_s=options.data_poll_s, tables=tables)
     trainer = PieceTrainer(distribution, model, data, global_batch=run.global_batch, seed=options.seed,
                            workers=config.input_pipelines)
+    schedule = Schedule(ledger=ledger, trainer=trainer, data=data, report=report, watch=watch)
     parts = FollowParts(
-        run=run, model=model, report=report, watch=watch, stop=stop, tables=tables,
-        schedule=Schedule(ledger=ledger, trainer=trainer, data=data, report=report, watch=watch),
+        run=run, model=model, report=report, watch=watch, stop=stop, tables=tables, schedule=schedule,
         saving=FollowCheckpoints(checkpoints=checkpoints, state=state, model=model, ledger=ledger,
                                  every_s=options.checkpoint_every_s, resumed_number=position.steps, log=log),
         publishing=Publishing(run=run, data=data, model=model, ledger=ledger, report=report, task=config.lead.name,
-                              serving=ServingVersions(run.files.serving, options.keep_serving_versions)))
+                              serving=ServingVersions(run.files.serving, options.keep_serving_versions),
+                              pieces_done=lambda: sum(schedule.pieces_by_worker.values())))
     with exit_when_a_task_is_lost(log, "lost part of the cluster", "the run resumes from the last checkpoint (pieces "
                                   "done since are trained again)"), data_files_named():
         return FollowLoop(parts).run()

@@ -130,7 +130,7 @@ def _write_model(request, options, source, serve, inner, placed, fillings, refer
     from coordinator.publish.versions import REFERENCE
 
     destination = Path(request.destination)
-    writing = destination.with_name(f".{destination.name}.writing")
+    writing, _ = _side_paths(destination)
     shutil.rmtree(writing, ignore_errors=True)
     writing.mkdir(parents=True)
     try:  # the Keras files first: the check may build a dynamic table's index in the template, which they would save
@@ -150,9 +150,20 @@ def _write_model(request, options, source, serve, inner, placed, fillings, refer
     return {"path": str(destination), "paths": paths, "largest": largest, "bytes": size}
 
 
+def _side_paths(destination: Path) -> tuple[Path, Path]:
+    """Where a model folder is written before it takes `destination`'s place, and where the old one waits."""
+    return destination.with_name(f".{destination.name}.writing"), destination.with_name(f".{destination.name}.old")
+
+
+def remove_leftovers(destination: Path) -> None:
+    """What a writer of model folder `destination` that died midway left (called when its writer starts)."""
+    for leftover in _side_paths(destination):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
 def _swap_in(writing: Path, destination: Path) -> None:
     """`writing` takes `destination`'s place (the old one, if any, goes): a reader sees the old whole or the new."""
-    old = destination.with_name(f".{destination.name}.old")
+    _, old = _side_paths(destination)
     shutil.rmtree(old, ignore_errors=True)
     if destination.exists():
         destination.rename(old)
