@@ -75,6 +75,11 @@ class RunFiles:
         return self.output / "serving"
 
     @property
+    def quarantine(self) -> Path:
+        """Follow mode's report of data not trained (coordinator/follow/quarantine.py)."""
+        return self.output / "quarantine.jsonl"
+
+    @property
     def backup(self) -> Path:
         return self.output / "backup"
 

@@ -79,6 +79,14 @@ def decode_checked(records: tf.data.Dataset, decode, record_name, input_shape, *
     return _skip_and_count(flagged) if skip else _fail_on_first(flagged)
 
 
+def decode_flagged(records: tf.data.Dataset, decode, record_name, input_shape) -> tf.data.Dataset:
+    """Every record decoded as (image, label, decoded?, -1): one that does not decode comes blank, flagged False
+    (follow mode counts and drops it)."""
+    flagged = records.batch(CHUNK).interleave(_decode_chunk(decode, record_name, input_shape),
+                                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return flagged.map(lambda image, label, ok, name: (image, label, ok, tf.constant(-1, tf.int64)))
+
+
 UNDECODABLE = failures.Failure(MARKER, lambda where: Problem(
     "data file", where, "cannot be decoded (corrupt, or not jpg, png, bmp or gif)",
     "replace or delete it, or set training.skip_corrupt to true to skip such files"))

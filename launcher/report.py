@@ -60,13 +60,23 @@ def summary_lines(outputs: RunOutputs, where: str, wall_s: float, lead_failed: s
             f"model: {where}{summary.model['h5']} (also saved_model/ and model.keras)"], True
 
 
+NOT_TRAINED_WORDS = (("skipped_records", "records skipped"), ("quarantined_files", "files quarantined"),
+                     ("bad_files", "files bad"), ("lost_files", "files lost"), ("untrained_bytes", "bytes of them"),
+                     ("unfinished_files", "taken unfinished"), ("changed_files", "changed after taken"),
+                     ("io_errors", "I/O errors"))  # summary.json follow.problems, as coordinator/follow/report says
+
+
 def _follow_lines(summary, output: str) -> list[str]:
     """A followed run (training.follow_data) that stopped after idling: files, examples and freshness."""
     follow, fresh = summary.follow, summary.follow.get("freshness_s") or {}
     freshness = (f"; freshness (landed to first served): last {fresh['last']:.0f} s, median {fresh['median']:.0f} s, "
                  f"max {fresh['max']:.0f} s" if fresh else "")
-    return [f"followed the data: {follow['files_done']} of {follow['files']} files, {follow['examples']} examples, "
-            f"{summary.optimizer_steps} steps{freshness}", f"serving versions: {output}/serving"]
+    lines = [f"followed the data: {follow['files_done']} of {follow['files']} files, {follow['examples']} examples, "
+             f"{summary.optimizer_steps} steps{freshness}", f"serving versions: {output}/serving"]
+    said = [f"{count} {words}" for key, words in NOT_TRAINED_WORDS if (count := follow.get("problems", {}).get(key))]
+    if said:
+        lines.append(f"not trained: {', '.join(said)} (see {output}/quarantine.jsonl)")
+    return lines
 
 
 def best_line(outputs: RunOutputs, where: str, wall_s: float) -> list[str]:
