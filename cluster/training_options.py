@@ -33,8 +33,10 @@ class TrainingOptions:
     image_size: tuple[int, ...] = _option(IMAGE_SIZE, "[height, width] image_folder and tfrecord images are resized to")
     augment: bool = _option(False, "augment training images: rotation 40 degrees, shifts 0.2, shear 0.2, zoom 0.2, "
                                    "horizontal flips")
-    skip_corrupt: bool = _option(False, "skip images that cannot be decoded, counted in the reading task's log, "
-                                        "instead of stopping with the file's name")
+    skip_corrupt: bool = _option(False, "fixed data sets: skip malformed records (images that cannot be decoded, "
+                                        "Criteo lines) instead of stopping with the file's name: each said in the "
+                                        "reading task's log, their number in summary.json (skipped_records); "
+                                        "follow mode always skips and counts them (max_bad_fraction)")
     criteo_validation: float | tuple[int, ...] | None = _option(
         None, "criteo: the held-out part, split in half for validation and test: null for the published convention "
               "(Kaggle train.txt: its last 1/7, the DLRM reference's day 7; 1 TB: day_23 or the last day found), a "

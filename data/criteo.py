@@ -5,7 +5,8 @@ log(1 + max(x, 0)) (empty: 0); each categorical value (empty included, as its ow
 together with its feature number and `salt` into a 62-bit id (a hashed table takes it modulo its rows, so
 frequent values land anywhere in the table, hence on any ps). Lines are
 checked in chunks: a malformed one stops the run with one line naming the file and line number (read again in
-Python to say what is wrong), or with `skip_corrupt` is dropped and counted in the reading task's log.
+Python to say what is wrong), or with `skip_corrupt` is dropped, said in the reading task's log and counted for
+the run summary (data/skipped.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.errors import Problem
-from data import failures, line_ranges
+from data import failures, line_ranges, skipped
 from data.criteo_layout import FIELDS, INTEGER, NUMERIC_FEATURES, line_problem, lines_before, open_text
 from data.criteo_splits import CriteoFiles, LineRange, criteo_counts
 from data.preprocessing import CriteoPreprocessing
@@ -81,8 +82,9 @@ def _checked_chunk(skip: bool, preprocess, flagged: bool = False):
             report = tf.no_op()
         elif skip:
             bad = tf.reduce_sum(tf.cast(~ok, tf.int64))
-            report = tf.cond(bad > 0, lambda: tf.print("warning: skipped", bad, "malformed Criteo line(s), the first",
-                                                         named, output_stream=sys.stderr), tf.no_op)
+            report = tf.cond(bad > 0, lambda: tf.group(skipped.counted(bad), tf.print(
+                "warning: skipped", bad, "malformed Criteo line(s), the first", named, output_stream=sys.stderr)),
+                tf.no_op)
         else:
             report = tf.debugging.Assert(tf.reduce_all(ok), [MARKER, named])
         with tf.control_dependencies([report]):

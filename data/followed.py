@@ -79,7 +79,7 @@ class FollowedData:
         if first is None:  # no whole line yet
             return found
         problem = line_problem(first)
-        return Verdict(UNREADABLE, f"its first line is not a Criteo line: it {problem}") if problem else found
+        return Verdict(UNREADABLE, f"is not Criteo data: its first line {problem}") if problem else found
 
     def _records_verdict(self, path: Path) -> Verdict:
         try:

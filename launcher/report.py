@@ -55,8 +55,9 @@ def summary_lines(outputs: RunOutputs, where: str, wall_s: float, lead_failed: s
         return [f"training ended early: {summary.optimizer_steps} of {planned} planned steps ran, though "
                 f"{output}/summary.json says complete; last epoch: {metrics}",
                 f"model (of the shortened run): {where}{summary.model['h5']}"], False
+    skipped = f"; {summary.skipped_records} malformed records skipped" if summary.skipped_records else ""
     return [f"trained {summary.epochs} epochs, {summary.optimizer_steps} steps in {summary.train_seconds:.0f} s; "
-            f"last epoch: {metrics}",
+            f"last epoch: {metrics}{skipped}",
             f"model: {where}{summary.model['h5']} (also saved_model/ and model.keras)"], True
 
 

@@ -155,7 +155,7 @@ def test_what_the_follow_loop_makes_of_each_kind_of_file(tmp_path):
     assert {name: v.kind for name, v in verdicts.items()} == {
         "empty": WHOLE, "README.md": UNREADABLE, "garbage": UNREADABLE, "corrupt.gz": UNREADABLE,
         "cut.gz": UNFINISHED, "no_newline": UNFINISHED, "good.gz": WHOLE, "malformed": WHOLE}
-    assert "first line is not a Criteo line: it has 1 tab-separated fields" in verdicts["README.md"].why
+    assert "is not Criteo data: its first line has 1 tab-separated fields" in verdicts["README.md"].why
     assert data.pieces("empty", 0) == [] and data.pieces("empty.gz", 0) == []
     flagged = list(data.flagged_examples(str(tmp_path / "malformed"), 0, (tmp_path / "malformed").stat().st_size))
     oks = [bool(ok) for _, _, ok, _ in flagged]
@@ -217,3 +217,47 @@ def test_tfrecord_files_are_followed_whole_and_decoded_like_the_fixed_source(tmp
     images = [image.numpy() for piece in pieces for image, _ in data.piece_examples(piece)]
     assert [datakit.fingerprint(i) for i in images] == [datakit.fingerprint(i / 255) for i in written["part"]]
     assert data.input_shape == (8, 8, 3) and data.num_classes == 3
+
+
+def test_a_piece_that_fails_for_its_data_comes_back_for_itself_and_a_lost_task_is_raised():
+    import concurrent.futures
+
+    import pytest
+    import tensorflow as tf
+
+    from coordinator.follow.errors import DataFailure
+    from coordinator.follow.handout import PieceTrainer, Trained
+
+    def done(result=None, error=None):
+        future = concurrent.futures.Future()
+        future.set_exception(error) if error is not None else future.set_result(result)
+        return future
+
+    trainer = PieceTrainer.__new__(PieceTrainer)  # its ClusterCoordinator is not needed to sort results
+    trainer.data_root = "/data"
+    cancelled = tf.errors.CancelledError(None, None, "The corresponding function is cancelled. Please reschedule.")
+    trainer.running = {(0, 0): done((8, 1, 1, {"loss": 0.5}, 2, [7, 3])),
+                       (1, 0): done(error=tf.errors.DataLossError(None, None, "corrupted record at 78")),
+                       (2, 0): done(error=cancelled)}
+    results = trainer.finished(0.0)
+    assert results[0] == Trained((0, 0), 8, 1, 1, {"loss": 0.5}, 2, (3, 7))
+    assert results[1:] == [DataFailure((1, 0), "cannot be read (corrupted record at 78)", corrupt=True),
+                           DataFailure((2, 0), "cancelled", cancelled=True)] and trainer.running == {}
+    lost = tf.errors.UnavailableError(None, None, "/job:ps/replica:0/task:1: connection refused")
+    trainer.running = {(3, 0): done(error=cancelled), (4, 0): done(error=lost)}
+    with pytest.raises(tf.errors.UnavailableError):  # the root cause, not the closure it cancelled
+        trainer.finished(0.0)
+
+    class Scheduling:
+        def __init__(self, error):
+            self.error = error
+
+        def schedule(self, function, args):
+            raise self.error
+
+    trainer.running, trainer._train = {}, None
+    trainer.coordinator = Scheduling(tf.errors.DataLossError(None, None, "corrupted record at 78"))
+    assert trainer.hand_out((5, 0), "/data/day_5", 0, -1) is False and trainer.running == {}
+    trainer.coordinator = Scheduling(lost)
+    with pytest.raises(tf.errors.UnavailableError):
+        trainer.hand_out((5, 0), "/data/day_5", 0, -1)

@@ -4,7 +4,7 @@ said once in the chief's log and, when something is not trained, written to the 
 
 from __future__ import annotations
 
-from coordinator.follow.landing import Look
+from coordinator.follow.landing import FIRST_SEEN, Look
 from coordinator.follow.ledger import LOST, QUARANTINED, FileEntry, Ledger
 from coordinator.follow.quarantine import QuarantineReport, check_bound
 from data.pieces import whole_file
@@ -22,9 +22,14 @@ class Intake:
         self.ledger, self.data, self.report, self.quarantine = ledger, data, report, quarantine
         self.max_bad_fraction = max_bad_fraction
         self.waiting: dict[str, str] = {}
+        self.looks = 0
 
     def take(self, look: Look, now: float) -> bool:
         """Records one look; True when something happened (a file landed, grew, left or failed to be read)."""
+        self.looks += 1
+        if self.looks == 1:
+            self.report.log.info("first look at %s: %d files, %d held by the ledger (not opened again), %d stat'ed, "
+                                 "%d opened", self.data.root, look.listed, look.held, look.stats, look.opened)
         for name, stat in look.adopted.items():
             self.ledger.adopt(name, stat)
         for new, old in look.renamed:
@@ -38,7 +43,8 @@ class Intake:
         for landed in look.landed:
             self._landed(landed, now)
         for name, why in look.waiting.items():
-            self.report.once(f"{name}\0{why}", "%s: not taken yet: %s", name, why)
+            if why != FIRST_SEEN:  # a file's first look cannot tell
+                self.report.once(f"{name}\0{why.split(' s ago')[-1]}", "%s: not taken yet: %s", name, why)
         for name, error in look.errors.items():
             self.ledger.io_errors += 1
             self.report.once(f"{name}\0io", "%s: cannot be read now (%s); tried again at every look (I/O errors "

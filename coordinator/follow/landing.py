@@ -33,6 +33,7 @@ from data.folder import listing, natural_key
 from data.whole_files import UNFINISHED, UNREADABLE, Verdict
 
 KNOWN_STATS_PER_LOOK = 1000  # known names stat'ed per look, in turn: a change in place is found within n/1000 looks
+FIRST_SEEN = "seen for the first time"  # a file's first look cannot tell whether it is still being written
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +63,7 @@ class Look:
     name; `changed`: known files changed in place (name -> their Stat now); `gone`: known names no longer there
     (name -> why); `adopted`: a resumed old ledger's names with the Stat that matched them; `errors`: names (''
     for the folder) whose stat or check failed with an OSError (retried at the next look); `listed`, `stats`,
-    `opened`: how much the look cost."""
+    `opened`: how much the look cost; `held`: names the ledger held."""
 
     landed: list[Landed] = dataclasses.field(default_factory=list)
     waiting: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -75,6 +76,7 @@ class Look:
     listed: int = 0
     stats: int = 0
     opened: int = 0
+    held: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +109,7 @@ class Landing:
         known = dict(self.known())
         listed = listing(self.root, self.pattern, self.excluded)
         self.taken_not_known = {name for name in self.taken_not_known if name in listed and name not in known}
-        look = Look(listed=len(listed))
+        look = Look(listed=len(listed), held=len(known))
         fresh = self._known_names(known, listed, look)
         by_object = {(i.dev, i.ino, i.size, i.mtime): name for name, i in known.items() if i.ino is not None}
         for name in sorted(fresh, key=natural_key):
@@ -165,19 +167,20 @@ class Landing:
                 look.renamed.append((name, same))
                 return
             before = self.seen.get(name)
+            settling = f"it changed {now - stat.mtime:.0f} s ago (taken once it stood still for {self.settle_s:g} s)"
             if before is None or before.stat != stat:
                 self.seen[name] = _Seen(stat, now, before.look_before if before else self.previous_look)
                 look.grew.add(name)
-                look.waiting[name] = f"it is still being written (taken once it stood still for {self.settle_s:g} s)"
+                look.waiting[name] = FIRST_SEEN if before is None else settling
                 return
             stood = max(now - before.since, now - stat.mtime)  # a file moved in was written long before
             if stood < self.settle_s:
-                look.waiting[name] = f"it is still being written (taken once it stood still for {self.settle_s:g} s)"
+                look.waiting[name] = settling
                 return
             verdict = self._verdict(name, stat, look)
             if verdict.kind == UNFINISHED and stood < self.unfinished_after_s:
-                look.waiting[name] = (f"{verdict.why} (taken as it is once it stood still for "
-                                      f"{self.unfinished_after_s:g} s)")
+                look.waiting[name] = (f"{verdict.why}; taken as it is once it stood still for "
+                                      f"{self.unfinished_after_s:g} s")
                 return
             look.opened += 1
             landed = Landed(name, stat.size, stat.mtime, _landing_time(stat.mtime, now, before.look_before),

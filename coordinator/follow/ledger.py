@@ -276,7 +276,7 @@ class Ledger:
 
     def to_json(self) -> str:
         with self._lock:
-            return json.dumps({"format": FORMAT, "files": [dataclasses.asdict(entry) for entry in self.files],
+            return json.dumps({"format": FORMAT, "files": [_without_defaults(entry) for entry in self.files],
                                "compacted": self.compacted.to_dict(), "recent": list(self.recent),
                                "io_errors": self.io_errors, "next_seq": self.next_seq}, separators=(",", ":"))
 
@@ -292,6 +292,17 @@ class Ledger:
                      raw.get("recent"), raw.get("io_errors", 0))
         ledger.next_seq = max(ledger.next_seq, raw.get("next_seq", 0))
         return ledger
+
+
+_DEFAULTS = {field.name: field.default if field.default_factory is dataclasses.MISSING else field.default_factory()
+             for field in dataclasses.fields(FileEntry) if field.default is not dataclasses.MISSING
+             or field.default_factory is not dataclasses.MISSING}
+
+
+def _without_defaults(entry: FileEntry) -> dict:
+    """An entry's fields, those at their default left out (a done file's pieces, outcome, notes...)."""
+    return {name: value for name, value in dataclasses.asdict(entry).items()
+            if name not in _DEFAULTS or value != _DEFAULTS[name]}
 
 
 def trained_through(ledger: Ledger, *, version: int, written: float, checkpoint: str, step: int) -> dict:

@@ -90,7 +90,7 @@ class Schedule:
         if entry is None or entry.complete:
             return
         self.last_activity = time.monotonic()
-        if failure.key is None or not os.path.exists(self.data.path(entry.name)):
+        if failure.cancelled or not os.path.exists(self.data.path(entry.name)):
             return  # cancelled by another piece's failure, or its file gone: pending again (the look says which)
         self.failures[failure.key] += 1
         if failure.corrupt or self.failures[failure.key] > RETRIES_PER_PIECE:
