@@ -350,7 +350,7 @@ def test_a_ledger_stays_the_size_of_the_folder_after_a_million_files_come_and_go
             if number % 100_000 == 99_999:
                 sizes.append(len(ledger.to_json()))
     assert len(ledger.files) <= 50 + COMPACT_AFTER_S + 1000 and ledger.done_count() == 1_000_000
-    assert max(sizes) < 1.03 * min(sizes)  # flat: the files there or gone lately, counts (numbers grow a digit)
+    assert max(sizes) < 1.05 * min(sizes)  # flat: the files there or gone lately, counts (numbers grow a digit)
     summary = Ledger.from_json(ledger.to_json())
     assert summary.problems()["skipped_records"] == sum(n % 3 for n in range(1_000_000))
     assert summary.compacted.examples + sum(e.examples for e in summary.files) == 100_000_000

@@ -54,7 +54,7 @@ def test_a_growing_file_waits_and_one_without_its_last_newline_waits_longer(tmp_
     with open(path, "a") as handle:
         handle.write("b\nc")  # a writer in the middle of a line
     look = landing.look(now=2.0)
-    assert look.landed == [] and "still being written" in look.waiting["part-0"] and look.grew == {"part-0"}
+    assert look.landed == [] and "taken once it stood still" in look.waiting["part-0"] and look.grew == {"part-0"}
     look = landing.look(now=3.0)
     assert look.landed == [] and "no newline" in look.waiting["part-0"] and not look.grew
     with open(path, "a") as handle:

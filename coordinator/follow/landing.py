@@ -167,7 +167,8 @@ class Landing:
                 look.renamed.append((name, same))
                 return
             before = self.seen.get(name)
-            settling = f"it changed {now - stat.mtime:.0f} s ago (taken once it stood still for {self.settle_s:g} s)"
+            settling = (f"it changed {max(now - stat.mtime, 0):.0f} s ago (taken once it stood still for "
+                        f"{self.settle_s:g} s)")
             if before is None or before.stat != stat:
                 self.seen[name] = _Seen(stat, now, before.look_before if before else self.previous_look)
                 look.grew.add(name)
