@@ -75,6 +75,11 @@ class RunFiles:
         return self.output / "serving"
 
     @property
+    def quarantine(self) -> Path:
+        """Follow mode's report of data not trained (coordinator/follow/quarantine.py)."""
+        return self.output / "quarantine.jsonl"
+
+    @property
     def backup(self) -> Path:
         return self.output / "backup"
 
@@ -130,6 +135,7 @@ class RunSummary:
     ps_report: dict = dataclasses.field(default_factory=dict)  # recommenders: per ps, bytes held and moved per step
     capacity: dict = dataclasses.field(default_factory=dict)  # predicted and measured steps/s, the bound (PSS)
     follow: dict = dataclasses.field(default_factory=dict)  # follow mode: files done, examples, freshness per file
+    skipped_records: int | None = None  # skip_corrupt: malformed records the workers skipped (None: not counted)
 
     @property
     def complete(self) -> bool:

@@ -33,7 +33,7 @@ from coordinator.checkpoints import EpochCheckpoints, Position
 from coordinator.preemption import Preempted, StopRequest, exit_preempted
 from coordinator.streaming.rows import chunk_bytes_of
 from coordinator.progress import ProgressReport
-from data import source_for
+from data import skipped, source_for
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -221,6 +221,7 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
     against `model`'s predictions, and writes the run summary (the per-ps report with dynamic tables' rows)."""
     options, files = run.options, run.files
     steps = int(model.optimizer.iterations.numpy())
+    skipped_records = _skipped_records(run, model)  # before this process reads reference inputs
     recorded = read_progress(files)  # every lead's training time; the last epoch's metrics if this one trained none
     if recorded is not None:
         train_seconds, final_metrics = max(train_seconds, recorded.train_s), final_metrics or recorded.epoch_metrics
@@ -241,10 +242,24 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
         train_seconds=round(train_seconds, 2), final_metrics=final_metrics, checkpoint=checkpoint,
         model=exported.paths,
         tensorboard=str(files.tensorboard), variable_placement=variable_placement(model),
-        ps_report=with_table_stats(dict(shards or {}), model), capacity=capacity.summary() if capacity else {})
+        ps_report=with_table_stats(dict(shards or {}), model), capacity=capacity.summary() if capacity else {},
+        skipped_records=skipped_records)
     write_summary(files, summary)
     run.log.info("model exported to %s (.h5, SavedModel, .keras); summary %s", files.model_dir, files.summary)
     return summary
+
+
+def _skipped_records(run: TrainingRun, model) -> int | None:
+    """Malformed records skipped while training (skip_corrupt; data/skipped.py): every worker's count under
+    parameter_server, this process's own under the other strategies (a worker's count is lost if it restarted)."""
+    if not run.options.skip_corrupt:
+        return None
+    on_workers = skipped.taken_on_workers(model)
+    count = skipped.taken_here() if on_workers is None else on_workers
+    if count:
+        run.log.info("skip_corrupt: %d malformed record(s) skipped while training (each said in the log of the "
+                     "task that read it)", count)
+    return count
 
 
 def _exporting(run: TrainingRun, steps: int, train_seconds: float, final_metrics: dict) -> None:

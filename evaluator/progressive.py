@@ -56,6 +56,8 @@ def unseen_pieces(mine: Ledger, newest: Ledger) -> list[Piece]:
     entries = {entry.name: entry for entry in mine.files}
     unseen = []
     for file in reversed(newest.files):
+        if file.outcome in ("quarantined", "lost"):
+            continue  # cannot be read, or gone: never scored on
         entry = entries.get(file.name)
         if entry is None and file.size:
             unseen.append(Piece(file.name, 0, WHOLE))  # landed after the checkpoint: all of it

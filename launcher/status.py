@@ -16,6 +16,7 @@ PER_PS = "per ps: "
 VALIDATION = re.compile(r"eval \| (ckpt-[\d-]+) \| step \d+ \| (.*?) \| best")
 FOLLOW = re.compile(r"follow \| files (\d+/\d+) done \| step (\d+) \| ([\d.]+) steps/s \| (\d+) ex/s \| ([^|]*)")
 SERVING = re.compile(r"serving \| version (\d+) \|")
+NOT_TRAINED = re.compile(r"follow \| files .*?\| not trained: ([^|]*)")
 FRESHNESS = re.compile(r"serving \| version (\d+) \| .*? \| freshness (\d+:\d\d:\d\d) \|")
 
 
@@ -53,6 +54,9 @@ def _follow_progress(path: Path) -> dict:
     if follow:
         found.update(files_done=follow[1], step=follow[2], steps_per_s=float(follow[3]),
                      examples_per_s=int(follow[4]), data=follow[5].strip())
+        untrained = NOT_TRAINED.search(follow.string)  # records skipped, files quarantined or lost, if any
+        if untrained:
+            found["not_trained"] = untrained[1].strip()
     if serving:
         found["serving_version"] = int(serving[1])
     if fresh:

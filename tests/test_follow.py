@@ -23,7 +23,7 @@ pytestmark = pytest.mark.cluster
 
 FOLLOW = {"model": "dlrm", "table_rows": 64, "embedding_dim": 4, "bottom_mlp": [8], "top_mlp": [8],
           "per_worker_batch": 16, "min_shard_bytes": 256, "dataset": "criteo", "follow_data": True,
-          "data_poll_s": 0.5, "piece_mb": 0.03, "checkpoint_every_s": 4, "serving_export_every_s": 4,
+          "data_poll_s": 0.5, "settle_s": 1, "piece_mb": 0.03, "checkpoint_every_s": 4, "serving_export_every_s": 4,
           "progress_every_s": 2, "keep_serving_versions": 1}
 
 LOAD_VERSION = """
