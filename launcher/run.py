@@ -19,6 +19,8 @@ from launcher.status import write_status
 from launcher.supervisor import RunFailed, Supervisor
 
 LOG_FETCH_EVERY_S = 3.0
+INTERRUPTED_EXIT_CODE = 130  # Ctrl-C (SIGINT), as a shell reports it
+TERMINATED_EXIT_CODE = 143  # SIGTERM: `sh kill.sh`, a scheduler's stop, a shutdown
 
 
 def launcher_pid_path(config: ClusterConfig) -> Path:
@@ -29,8 +31,14 @@ def _raise_on_sigterm(signum, _frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+def interrupted_code(interrupt: KeyboardInterrupt) -> int:
+    """The launcher's exit code when it was stopped from outside: 143 for SIGTERM, 130 for Ctrl-C."""
+    return TERMINATED_EXIT_CODE if str(interrupt) == signal.SIGTERM.name else INTERRUPTED_EXIT_CODE
+
+
 def run_job(config: ClusterConfig, *, fresh: bool = False) -> int:
-    """Preflight, start in order, supervise to the end, stop every task, report; returns the exit code."""
+    """Preflight, start in order, supervise to the end, stop every task, report; returns the exit code (the
+    endings and their codes are docs/running.md's table)."""
     started = time.monotonic()
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     supervisor = Supervisor(config, say)
@@ -57,9 +65,10 @@ def run_job(config: ClusterConfig, *, fresh: bool = False) -> int:
         code, preflight_failed = USER_ERROR_EXIT_CODE, True
     except RunFailed as failure:
         say(f"run failed: {failure}")
-    except KeyboardInterrupt:
+        code = failure.code
+    except KeyboardInterrupt as interrupt:
         say("interrupted: stopping every task")
-        code = 130
+        code = interrupted_code(interrupt)
     finally:
         for line in [] if preflight_failed else supervisor.stop_everything():  # nothing started: nothing to stop
             say(line)
