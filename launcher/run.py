@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cluster.config import PROJECT_ROOT, ClusterConfig
 from common.errors import USER_ERROR_EXIT_CODE
-from launcher import process, reload, run_outputs
+from launcher import process, process_search, reload, run_outputs
 from launcher.console import LogFollower, say
 from launcher.preflight import PreflightFailed, check_cluster
 from launcher.report import final_report
@@ -96,11 +96,20 @@ def start_in_background(config: ClusterConfig, *, fresh: bool = False) -> None:
         f"`sh run.sh status {shlex.quote(str(config.source))}` shows it, `sh kill.sh` stops it")
 
 
+def running_launcher(config: ClusterConfig) -> process.PidRecord | None:
+    """The launcher that runs this cluster file: by its pid file, or, that file gone with the logs folder, by its
+    command line (launcher/process_search.py)."""
+    record = process.PidRecord.read(launcher_pid_path(config))
+    if record and process.is_running(record):
+        return record
+    return next(iter(process_search.launchers(config.source)), None)
+
+
 def stop_all(config: ClusterConfig) -> list[str]:
     """Stops a background launcher first (so it cannot heal what we stop), then every task on every host."""
     lines = []
-    record = process.PidRecord.read(launcher_pid_path(config))
-    if record and process.is_running(record):
+    record = running_launcher(config)
+    if record:
         lines.append(f"launcher (pid {record.pid}): {process.stop(record, grace_s=60).value}")
     launcher_pid_path(config).unlink(missing_ok=True)
     return lines + Supervisor(config, say).stop_everything()
