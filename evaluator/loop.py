@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from cluster.evaluation_options import EvaluationOptions
-from cluster.run_files import (BestRecord, EvaluationState, RunFiles, read_progress, training_finished,
+from cluster.run_files import (BestRecord, EvaluationState, RunFiles, read_progress, this_run, training_finished,
                                write_best)
 from cluster.training_options import TrainingOptions
 from common.errors import Problem, UserError
@@ -27,6 +27,10 @@ from evaluator.scoring import scores
 UNREADABLE = (tf.errors.NotFoundError, tf.errors.DataLossError, tf.errors.FailedPreconditionError, OSError)
 
 
+class DataVanished(Exception):
+    """A data file the validation read went away while a checkpoint was scored: score it again, without it."""
+
+
 def metrics_line(label: str, metrics: dict) -> str:
     return f"{label} | " + " | ".join(f"{name} {value:.4f}" for name, value in metrics.items())
 
@@ -38,7 +42,9 @@ class SidecarEvaluator:
     `ckpt-<epoch>` (and, within epochs, `ckpt-<epoch>-<steps>`) prefixes named in the `checkpoint` state file of
     OUTPUT/checkpoints, each holding `model` and `optimizer` (whose step places the TensorBoard point), and
     OUTPUT/summary.json whose status becomes
-    "complete" with the planned epochs once training has finished.
+    "complete" with the planned epochs once training has finished. In follow mode the summary must also be
+    stamped with this evaluator's launcher run (PSCLUSTER_RUN): a followed run that stopped when idle is
+    complete only until `sh run.sh` starts it again, and the new run's evaluator scores its new checkpoints.
     """
 
     def __init__(self, *, training: TrainingOptions, evaluation: EvaluationOptions, source, files: RunFiles, log):
@@ -48,7 +54,7 @@ class SidecarEvaluator:
         self.checkpoint_dir = files.checkpoints
         self.template = Template(training, source, chunk_bytes=chunk_bytes_of(training), log=log)
         self.validation = (ProgressiveValidation(source, examples=evaluation.progressive_examples,
-                                                 batch=evaluation.batch) if training.follow_data
+                                                 batch=evaluation.batch, log=log) if training.follow_data
                            else FixedValidation(source.eval_dataset("validation", evaluation.batch)))
         self.state = EvaluationState.load(files)
         self.writer = tf.summary.create_file_writer(str(files.validation_events))
@@ -61,8 +67,9 @@ class SidecarEvaluator:
             self.log.info("resuming: %d checkpoints already done (%s)", len(self.state.evaluated),
                           ", ".join(self.state.evaluated))
         last_news, last_beat = time.monotonic(), read_progress(self.files)
+        run = this_run() if self.training.follow_data else None  # a followed run may be started again
         while True:
-            finished = training_finished(self.files, self.training.epochs)  # read before listing: no race
+            finished = training_finished(self.files, self.training.epochs, run=run)  # read before listing: no race
             pending, newest = self._pending()
             done = [path for path in pending if self._evaluate(path, newest, finished)]
             beat = read_progress(self.files)  # the lead's heartbeat: it moves while training (or exporting) goes on
@@ -102,7 +109,11 @@ class SidecarEvaluator:
                 step = checkpoint_step(path)
                 results = scores(self.template.at(path), self.template.inner, dataset)
                 return step, {f"val_{name}": value for name, value in results.items()}
-            except UNREADABLE as error:
+            except (*UNREADABLE, tf.errors.OpError) as error:
+                if self.validation.vanished():
+                    raise DataVanished() from None
+                if not isinstance(error, UNREADABLE):
+                    raise
                 # the race: the chief may prune or rewrite a prefix between our listing and our read
                 self.log.warning("%s unreadable (attempt %d of %d): %s", Path(path).name, attempt,
                                  self.evaluation.read_retries, str(error).splitlines()[0])
@@ -120,7 +131,10 @@ class SidecarEvaluator:
             if finished:
                 self._skip(name, "no data landed after it to score it on")
             return finished
-        outcome = self._read(path, scored[0])
+        try:
+            outcome = self._read(path, scored[0])
+        except DataVanished:
+            return False  # the next look scores it on the data still there
         if outcome is None:
             self._skip(name, f"unreadable after {self.evaluation.read_retries} attempts")
             return True

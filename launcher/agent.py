@@ -25,7 +25,7 @@ import fire
 from cluster import config as cluster_config
 from cluster import taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
-from cluster.run_files import Phase, RunFiles, read_progress
+from cluster.run_files import RUN_VARIABLE, Phase, RunFiles, read_progress
 from common.exit_file import EXIT_FILE_VARIABLE
 from common.net import port_in_use
 from launcher import firewall, previous_run, process, process_search, run_outputs, user_code_checks
@@ -235,8 +235,11 @@ class HostControl:
         names = tasks.split(",") if isinstance(tasks, str) else list(tasks)
         return config, [config.task(*_split(name)) for name in names]
 
-    def start(self, cluster: str, tasks: str, workers: str = ""):
-        """`workers`: the indices the chief trains with (`0,2`), when the launcher left lost workers out."""
+    def start(self, cluster: str, tasks: str, workers: str = "", run: str = ""):
+        """`workers`: the indices the chief trains with (`0,2`), when the launcher left lost workers out; `run`:
+        the launcher run the tasks belong to (PSCLUSTER_RUN, which the lead stamps on summaries)."""
+        if run:
+            os.environ[RUN_VARIABLE] = str(run)
         config, selected = self._tasks(cluster, tasks)
         if workers != "":
             listed = workers if isinstance(workers, (tuple, list)) else str(workers).split(",")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
 
 from cluster.config import PROJECT_ROOT, ClusterConfig
+from cluster.run_files import RUN_VARIABLE
 from common.errors import USER_ERROR_EXIT_CODE
 from launcher import process, process_search, reload, run_outputs
 from launcher.console import LogFollower, say
@@ -41,6 +43,7 @@ def run_job(config: ClusterConfig, *, fresh: bool = False) -> int:
     endings and their codes are docs/running.md's table)."""
     started = time.monotonic()
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    os.environ[RUN_VARIABLE] = f"run-{socket.gethostname()}-{os.getpid()}-{time.time():.0f}"  # every task inherits it
     supervisor = Supervisor(config, say)
     run_outputs.archive_logs(config, config.tasks())  # the last run's logs (and their copies) set aside
     follower = LogFollower(config)
