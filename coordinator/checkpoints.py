@@ -4,12 +4,14 @@ evaluator reads them.
 One series (model and optimizer) serves both needs: `ckpt-<E>` after epoch E, `ckpt-<E>-<S>` after S steps of
 epoch E + 1 (written every `checkpoint_every_s` and when the chief is asked to stop). The retention rule agreed with the
 evaluator: the newest `keep` checkpoints stay; an older one is deleted only once the evaluator has listed it
-in `evaluated.json` beside them (or when the cluster has no evaluator).
+in `evaluated.json` beside them (or when the cluster has no evaluator). What a save that died midway left is
+removed when the chief next opens the directory.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import NamedTuple
 
@@ -73,6 +75,25 @@ def listed_checkpoints(directory: Path) -> list[str]:
     return list(state.all_model_checkpoint_paths) if state else []
 
 
+def leftovers(directory: Path) -> list[Path]:
+    """What saves that died midway left in `directory` (a full disk, a kill): `<name>_temp/` folders of shards never
+    merged, and the files of checkpoints newer than the newest the state file lists (never recorded). Removed when
+    the chief opens the directory, before it writes: they would fill the disk the next save needs."""
+    found = list(directory.glob(f"{PREFIX}*_temp"))
+    listed = listed_checkpoints(directory)
+    if not listed:
+        return found  # no state file to tell a recorded checkpoint from another: the rest stays
+    newest = checkpoint_position(listed[-1])
+    for path in directory.glob(f"{PREFIX}*.*"):
+        try:
+            position = checkpoint_position(path.name.split(".", 1)[0])
+        except ValueError:
+            continue
+        if position > newest and path.is_file():
+            found.append(path)
+    return found
+
+
 class EpochCheckpoints:
     """Writes, lists, restores and prunes checkpoints; with `io_device` (ParameterServerStrategy: the chief's CPU)
     through that device a chunk of rows at a time (coordinator/streaming/), so ps never write files and no
@@ -91,6 +112,11 @@ class EpochCheckpoints:
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, **(extra or {}))
         if scratch is None:
             directory.mkdir(parents=True, exist_ok=True)
+            for leftover in leftovers(directory):
+                if leftover.is_dir():
+                    shutil.rmtree(leftover)
+                else:
+                    leftover.unlink()
 
     def latest_path(self) -> str | None:
         paths = listed_checkpoints(self.directory)

@@ -1,0 +1,111 @@
+"""A full disk on a real tmpfs (root: mounted under the test's folder, unmounted after): one line naming the path,
+its filesystem and the space left, exit 5; a failed checkpoint's leftovers removed when the chief starts again."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from clusterkit import PYTHON, ROOT, assert_no_traceback, derive_cluster
+from common.errors import DISK_FULL_EXIT_CODE
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of 8 MiB at tmp_path/disk (its size changed with `resize`); root only (under CI=true a skip fails)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], check=True, timeout=30)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True, timeout=30)
+
+
+def resize(disk: Path, size: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(disk)], check=True, timeout=30)
+
+
+def fill(disk: Path, leave_bytes: int) -> None:
+    """Writes a filler file until only about `leave_bytes` are free on `disk`."""
+    space = os.statvfs(disk)
+    size = space.f_bavail * space.f_frsize - leave_bytes
+    with open(disk / "filler", "wb") as handle:
+        handle.write(b"\0" * max(size, 0))
+
+
+class Lines:
+    def __init__(self):
+        self.lines = []
+
+    def error(self, message, *args):
+        self.lines.append(message % args)
+
+
+def test_a_full_disk_is_one_line_with_path_filesystem_and_free_space_and_exit_5(small_disk, monkeypatch):
+    """Even with no byte free: the task's reserve beside its exit file is given back first, so the exit file is
+    written and the launcher reads 5."""
+    from common.disk_full import exit_on_full_disk
+    from common.exit_file import EXIT_FILE_VARIABLE, record_exit
+
+    exit_file = small_disk / "logs" / "chief-0.exit"
+    exit_file.parent.mkdir()
+    monkeypatch.setenv(EXIT_FILE_VARIABLE, str(exit_file))
+    log = Lines()
+    with pytest.raises(SystemExit) as ended:
+        with exit_on_full_disk(log, small_disk / "output"):
+            assert exit_file.with_suffix(".reserve").exists()
+            fill(small_disk, 0)
+            (small_disk / "summary.json").write_text("x" * 100_000)
+    record_exit(ended.value.code)
+    assert ended.value.code == DISK_FULL_EXIT_CODE and exit_file.read_text() == "5\n"
+    [line] = log.lines
+    assert line.startswith(f"disk full: could not write under {small_disk / 'output'}: {small_disk} (tmpfs tmpfs) "
+                           "has "), line  # a write names no file: the folder the task writes under
+    assert "free of 8.0 MiB; free space there" in line and not exit_file.with_suffix(".reserve").exists()
+
+
+def test_a_checkpoint_that_fills_the_disk_stops_the_chief_and_its_leftovers_go_at_the_next_start(
+        shared_servers, small_disk, tmp_path):
+    output = small_disk / "output"
+    cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
+        "output_dir": str(output), "epochs": 2, "steps_per_epoch": 150, "steps_per_execution": 1,
+        "lr_decay_epochs": []})
+    log_path = tmp_path / "chief.log"
+    command = [PYTHON, "-m", "coordinator.train", "--cluster", str(cluster)]
+    with open(log_path, "wb") as log:
+        chief = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not (output / "checkpoints" / "ckpt-1.index").exists() and chief.poll() is None:
+            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.05)
+        fill(small_disk, 600 << 10)  # the heartbeat still fits, the next checkpoint (~1.8 MB) does not
+        code = chief.wait(timeout=300)
+    finally:
+        if chief.poll() is None:
+            chief.kill()
+            chief.wait()
+    text = log_path.read_text()
+    assert code == DISK_FULL_EXIT_CODE, text[-3000:]
+    assert_no_traceback(text)
+    [line] = [line for line in text.splitlines() if "disk full" in line]
+    assert f"error: disk full: could not write {output}/checkpoints/ckpt-2_temp/" in line, line
+    assert f": {small_disk} (tmpfs tmpfs) has " in line and "free of 8.0 MiB" in line, line
+    assert list((output / "checkpoints").glob("*_temp")), "the failed save left nothing to clean up"
+
+    (small_disk / "filler").unlink()
+    resize(small_disk, "64m")  # room for the export too
+    resized = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                             stdin=subprocess.DEVNULL)
+    assert resized.returncode == 0, resized.stderr[-3000:]
+    assert "resuming after epoch 1" in resized.stderr
+    assert not list((output / "checkpoints").glob("*_temp"))  # removed as the chief opened the directory
