@@ -109,3 +109,18 @@ def test_a_checkpoint_that_fills_the_disk_stops_the_chief_and_its_leftovers_go_a
     assert resized.returncode == 0, resized.stderr[-3000:]
     assert "resuming after epoch 1" in resized.stderr
     assert not list((output / "checkpoints").glob("*_temp"))  # removed as the chief opened the directory
+
+
+def test_leftovers_are_unmerged_shards_and_checkpoints_newer_than_the_state_file_lists(tmp_path):
+    from coordinator.checkpoints import leftovers
+
+    (tmp_path / "ckpt-0-9_temp").mkdir()
+    assert leftovers(tmp_path) == [tmp_path / "ckpt-0-9_temp"]  # no state file: nothing else is judged
+    for name in ("ckpt-1.index", "ckpt-1.data-00000-of-00001", "ckpt-1-40.index", "ckpt-2.index",
+                 "ckpt-2.data-00000-of-00001", "ckpt-0-9.index"):
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-1-40"\n'
+                                         'all_model_checkpoint_paths: "ckpt-1"\n'
+                                         'all_model_checkpoint_paths: "ckpt-1-40"\n')
+    assert sorted(p.name for p in leftovers(tmp_path)) == ["ckpt-0-9_temp", "ckpt-2.data-00000-of-00001",
+                                                           "ckpt-2.index"]  # an older unlisted one stays
