@@ -29,6 +29,7 @@ from cluster.run_files import RUN_VARIABLE, Phase, RunFiles, read_progress
 from common.exit_file import EXIT_FILE_VARIABLE
 from common.net import port_in_use
 from launcher import firewall, previous_run, process, process_search, run_outputs, user_code_checks
+from launcher.log_rotation import rotate_if_large
 from launcher.backends.base import FirewallReport, PreflightReport, StopOutcome, StopResult, TaskStatus, as_json
 from launcher.process import PidRecord
 
@@ -74,7 +75,10 @@ def start(config: ClusterConfig, task: Task) -> TaskStatus:
 
 
 def status(config: ClusterConfig, task: Task) -> TaskStatus:
-    """Its pid, whether it runs, its exit code once it ended, uptime and last log line."""
+    """Its pid, whether it runs, its exit code once it ended, uptime and last log line; a log grown past
+    launcher.log_max_mb is rotated here, on the task's own host."""
+    settings = config.launcher
+    rotate_if_large(task_file(config, task, "log"), max_mb=settings.log_max_mb, files_kept=settings.log_files_kept)
     record = live_record(config, task)
     running = bool(record and process.is_running(record))
     uptime = _uptime_s(config, task) if running else 0.0

@@ -15,6 +15,7 @@ from cluster.run_files import RUN_VARIABLE
 from common.errors import USER_ERROR_EXIT_CODE
 from launcher import process, process_search, reload, run_outputs
 from launcher.console import LogFollower, say
+from launcher.log_rotation import rotate_if_large
 from launcher.preflight import PreflightFailed, check_cluster
 from launcher.report import final_report
 from launcher.status import write_status
@@ -57,6 +58,8 @@ def run_job(config: ClusterConfig, *, fresh: bool = False) -> int:
         follower.echo_new_lines()
         write_status(config, supervisor, started)
         reload.apply_request(supervisor, config.path(config.launcher.logs_dir), say)
+        rotate_if_large(config.path(config.launcher.logs_dir) / "launcher.log", max_mb=config.launcher.log_max_mb,
+                        files_kept=config.launcher.log_files_kept)  # a detached launcher's own output
 
     try:
         check_cluster(config, supervisor.hosts, say, fresh=fresh)
