@@ -57,6 +57,7 @@ class SidecarEvaluator:
                                                  batch=evaluation.batch, log=log) if training.follow_data
                            else FixedValidation(source.eval_dataset("validation", evaluation.batch)))
         self.state = EvaluationState.load(files)
+        self.waiting: set[str] = set()  # checkpoints listed at the last look and not done yet
         self.writer = tf.summary.create_file_writer(str(files.validation_events))
 
     def run(self) -> int:
@@ -87,19 +88,39 @@ class SidecarEvaluator:
             time.sleep(self.evaluation.poll_s)
 
     def _pending(self) -> tuple[list[str], str | None]:
-        """Listed checkpoints not yet done, oldest first, and the newest listed; epochs that vanished unread are
-        reported as skipped."""
+        """Listed checkpoints not yet done, oldest first (at most the newest keep_unevaluated_checkpoints: a lagging
+        evaluator skips to them), and the newest listed; checkpoints deleted unread are reported as skipped."""
         paths = listed_checkpoints(self.checkpoint_dir)
+        still_listed = {Path(p).name for p in paths}
+        self._skip_all([name for name in sorted(self.waiting - still_listed, key=checkpoint_position)
+                        if name not in self.state.evaluated], "deleted by the chief before they were read")
         listed, done = ({p.epochs for p in map(checkpoint_position, names) if not p.steps}  # epoch ends: ckpt-<E>
                         for names in (paths, self.state.evaluated))
         for epoch in range(1, max(listed, default=0)):
             if epoch not in listed and epoch not in done:
                 self._skip(f"ckpt-{epoch}", "deleted before it could be read")
-        return [p for p in paths if Path(p).name not in self.state.evaluated], (paths[-1] if paths else None)
+        pending = [p for p in paths if Path(p).name not in self.state.evaluated]
+        window = self.training.keep_unevaluated_checkpoints
+        if len(pending) > window:  # the chief keeps only so many for us: score the newest, never a deleted one
+            self._skip_all([Path(p).name for p in pending[:-window]], f"the evaluator lags {len(pending)} "
+                           f"checkpoints behind; it scores the newest {window} (training.keep_unevaluated_checkpoints)")
+            pending = pending[-window:]
+        self.waiting = {Path(p).name for p in pending}
+        return pending, (paths[-1] if paths else None)
 
     def _skip(self, name: str, reason: str) -> None:
         self.log.warning("skipped %s: %s", name, reason)
         self.state.skip(name, reason)
+        self.state.save()
+
+    def _skip_all(self, names: list[str], reason: str) -> None:
+        """Skips `names` (oldest first) with one line."""
+        if not names:
+            return
+        shown = names[0] if len(names) == 1 else f"{len(names)} checkpoints, {names[0]} to {names[-1]}"
+        self.log.warning("skipped %s: %s", shown, reason)
+        for name in names:
+            self.state.skip(name, reason)
         self.state.save()
 
     def _read(self, path: str, dataset) -> tuple[int, dict] | None:
@@ -121,8 +142,11 @@ class SidecarEvaluator:
         return None
 
     def _evaluate(self, path: str, newest: str, finished: bool) -> bool:
-        """Evaluates (or skips) one checkpoint; False when it waits for data it has not trained on (follow mode)."""
+        """Evaluates (or skips) one checkpoint; False when it waits for data it has not trained on (follow mode), or
+        when the chief deleted it since the listing (the next look says so)."""
         name = Path(path).name
+        if path not in listed_checkpoints(self.checkpoint_dir):
+            return False
         try:
             scored = self.validation.for_checkpoint(path, newest)
         except UNREADABLE:
