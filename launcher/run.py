@@ -12,6 +12,7 @@ from pathlib import Path
 
 from cluster.config import PROJECT_ROOT, ClusterConfig
 from cluster.run_files import RUN_VARIABLE
+from common import disk_full
 from common.errors import USER_ERROR_EXIT_CODE
 from launcher import process, process_search, reload, run_outputs
 from launcher.console import LogFollower, say
@@ -32,6 +33,24 @@ def launcher_pid_path(config: ClusterConfig) -> Path:
 
 def _raise_on_sigterm(signum, _frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+_UNWRITTEN: set[str] = set()  # why status.json could not be written, said once each
+
+
+def status_written(config: ClusterConfig, supervisor, started: float, finished: bool = False) -> bool:
+    """Writes the status file; a launcher whose logs folder cannot take it (a full disk) says so once and runs on."""
+    try:
+        write_status(config, supervisor, started, finished=finished)
+        return True
+    except OSError as error:
+        logs = config.path(config.launcher.logs_dir)
+        why = (f"disk full: {disk_full.describe(logs)}" if disk_full.full_disk_path(error) is not None
+               else f"{logs}: {error.strerror or error}")
+        if why.split(" has ")[0] not in _UNWRITTEN:  # the free space changes: the filesystem says it once
+            _UNWRITTEN.add(why.split(" has ")[0])
+            say(f"status.json not written ({why}); `sh run.sh status` shows the last one written")
+        return False
 
 
 def interrupted_code(interrupt: KeyboardInterrupt) -> int:
@@ -56,7 +75,7 @@ def run_job(config: ClusterConfig, *, fresh: bool = False) -> int:
             supervisor.fetch_logs()
             last_fetch = time.monotonic()
         follower.echo_new_lines()
-        write_status(config, supervisor, started)
+        status_written(config, supervisor, started)
         reload.apply_request(supervisor, config.path(config.launcher.logs_dir), say)
         rotate_if_large(config.path(config.launcher.logs_dir) / "launcher.log", max_mb=config.launcher.log_max_mb,
                         files_kept=config.launcher.log_files_kept)  # a detached launcher's own output
@@ -80,7 +99,7 @@ def run_job(config: ClusterConfig, *, fresh: bool = False) -> int:
             say(line)
         supervisor.fetch_logs(wait=True)
         follower.echo_new_lines()
-        write_status(config, supervisor, started, finished=True)
+        status_written(config, supervisor, started, finished=True)
     if preflight_failed:
         return code
     report = final_report(config, supervisor, time.monotonic() - started)

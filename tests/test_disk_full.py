@@ -38,7 +38,7 @@ def fill(disk: Path, leave_bytes: int) -> None:
     """Writes a filler file until only about `leave_bytes` are free on `disk`."""
     space = os.statvfs(disk)
     size = space.f_bavail * space.f_frsize - leave_bytes
-    with open(disk / "filler", "wb") as handle:
+    with open(disk / "filler", "ab") as handle:
         handle.write(b"\0" * max(size, 0))
 
 
@@ -124,3 +124,29 @@ def test_leftovers_are_unmerged_shards_and_checkpoints_newer_than_the_state_file
                                          'all_model_checkpoint_paths: "ckpt-1-40"\n')
     assert sorted(p.name for p in leftovers(tmp_path)) == ["ckpt-0-9_temp", "ckpt-2.data-00000-of-00001",
                                                            "ckpt-2.index"]  # an older unlisted one stays
+
+
+def test_on_a_full_disk_a_log_is_cut_without_its_copy_and_the_launcher_runs_on_without_status(
+        small_disk, monkeypatch, capsys):
+    from clusterkit import cluster_document, write_cluster
+    from cluster import config as cluster_config
+    from launcher import run as launcher_run
+    from launcher.log_rotation import rotate_if_large
+
+    logs = small_disk / "logs"
+    logs.mkdir()
+    (logs / "chief-0.log").write_bytes(b"[chief:0] 10:00:00 a line\n" * 40_000)  # about 1 MiB
+    fill(small_disk, 0)
+    assert rotate_if_large(logs / "chief-0.log", max_mb=0.5, files_kept=3)
+    assert (logs / "chief-0.log").stat().st_size == 0 and not (logs / "chief-0.log.1").exists()  # room given back
+
+    fill(small_disk, 0)
+    config = cluster_config.load(write_cluster(small_disk.parent, cluster_document(logs_dir=str(logs))))
+
+    def write(*args, **kwargs):
+        (logs / "status.json.partial").write_text("x" * 100_000)
+
+    monkeypatch.setattr(launcher_run, "write_status", write)
+    assert not launcher_run.status_written(config, None, 0.0) and not launcher_run.status_written(config, None, 0.0)
+    said = [line for line in capsys.readouterr().err.splitlines() if "status.json not written" in line]
+    assert len(said) == 1 and f"disk full: {small_disk} (tmpfs tmpfs) has " in said[0], said
