@@ -1,5 +1,5 @@
 """A full disk on a real tmpfs (root: mounted under the test's folder, unmounted after): one line naming the path,
-its filesystem and the space left, exit 5; a failed checkpoint's leftovers removed when the chief starts again."""
+its filesystem and the space left, exit 5; a killed save's leftovers removed when the chief starts again."""
 
 from __future__ import annotations
 
@@ -100,15 +100,20 @@ def test_a_checkpoint_that_fills_the_disk_stops_the_chief_and_its_leftovers_go_a
     [line] = [line for line in text.splitlines() if "disk full" in line]
     assert f"error: disk full: could not write {output}/checkpoints/ckpt-2_temp/" in line, line
     assert f": {small_disk} (tmpfs tmpfs) has " in line and "free of 8.0 MiB" in line, line
-    assert list((output / "checkpoints").glob("*_temp")), "the failed save left nothing to clean up"
+    assert not list((output / "checkpoints").glob("*_temp"))  # the failed save gave its parts back
 
+    killed = output / "checkpoints" / "ckpt-1-50_temp"  # a save killed midway: parts never merged, under a name
+    killed.mkdir()  # no later save writes again (only its own writer would clear it)
+    (killed / "part-00000.data-00000-of-00001").write_bytes(b"\0" * 4096)
+    unrecorded = output / "checkpoints" / "ckpt-1-60.index"  # and a bundle the state file never listed
+    unrecorded.write_bytes(b"\0" * 64)
     (small_disk / "filler").unlink()
     resize(small_disk, "64m")  # room for the export too
     resized = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
                              stdin=subprocess.DEVNULL)
     assert resized.returncode == 0, resized.stderr[-3000:]
     assert "resuming after epoch 1" in resized.stderr
-    assert not list((output / "checkpoints").glob("*_temp"))  # removed as the chief opened the directory
+    assert not killed.exists() and not unrecorded.exists()  # removed as the chief opened the directory
 
 
 def test_leftovers_are_unmerged_shards_and_checkpoints_newer_than_the_state_file_lists(tmp_path):
