@@ -58,7 +58,6 @@ class ProgressiveValidation:
         return (examples.batch(self.batch).prefetch(tf.data.AUTOTUNE),
                 f"on up to {self.examples} examples it has not trained on, from {shown}")
 
-
     def vanished(self) -> bool:
         """Whether a file the last dataset reads has gone since it was built."""
         return not all(self._present(name) for name in self.reading)
