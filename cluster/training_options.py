@@ -102,6 +102,10 @@ class TrainingOptions:
                                            "are checkpointed, restored, exported and evaluated in chunks of about "
                                            "this many MB")
     keep_checkpoints: int = _option(3, "newest checkpoints kept (older ones go once the evaluator has read them)")
+    keep_unevaluated_checkpoints: int = _option(10, "older checkpoints kept for an evaluator that has not read them "
+                                                    "yet, at most this many (the newest); older ones are deleted "
+                                                    "unread, and a lagging evaluator skips to the newest this many, "
+                                                    "saying which it skipped: a slow evaluator never fills the disk")
     probe_timeout_s: float = _option(60.0, "seconds to wait for every ps and worker port before giving up")
     seed: int = _option(0, "random seed for model initialisation and shuffling")
     progress_every_s: float = _option(30.0, "seconds between progress lines (and TensorBoard points) within an "

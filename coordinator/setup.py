@@ -102,7 +102,7 @@ def epoch_checkpoints(run: TrainingRun, model, *, io_device: str | None) -> Epoc
     return EpochCheckpoints(run.files, model=model, optimizer=model.optimizer, keep=run.options.keep_checkpoints,
                             has_evaluator=bool(run.config.jobs.get("evaluator")), io_device=io_device,
                             chunk_bytes=chunk_bytes_of(run.options),
-                            scratch=scratch)
+                            scratch=scratch, keep_unevaluated=run.options.keep_unevaluated_checkpoints)
 
 
 def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> Position | None:

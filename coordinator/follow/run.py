@@ -60,7 +60,8 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
         state = tf.Variable("", trainable=False)  # on the chief, beside the model in every checkpoint
     checkpoints = EpochCheckpoints(run.files, model=model, optimizer=model.optimizer, keep=options.keep_checkpoints,
                                    has_evaluator=bool(config.jobs.get("evaluator")), io_device=strategy.CHIEF_CPU,
-                                   extra={CHECKPOINT_NAME: state}, chunk_bytes=chunk_bytes_of(options))
+                                   extra={CHECKPOINT_NAME: state}, chunk_bytes=chunk_bytes_of(options),
+                                   keep_unevaluated=options.keep_unevaluated_checkpoints)
     position = setup.resume(run, checkpoints, model) or Position(0)
     ledger = _restored_ledger(state, run.files, options, log)
     newest_first = options.backlog_order == "newest"
