@@ -117,7 +117,9 @@ def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> Position |
                                 "--fresh` to move the old run aside and start over"))
     if run.lead:
         remove_leftovers(run)  # of an export that died midway: never opened by a reader, gone now
+    started = time.monotonic()
     position = checkpoints.restore_latest()
+    restored_s = time.monotonic() - started
     ps = len(run.config.jobs.get("ps", ())) if "ps" in run.config.strategy.server_jobs else 0
     if summary and summary.ps and ps and summary.ps != ps and position != Position(0):
         _check_resharded(run, model, checkpoints.latest_path(), summary.ps, ps)
@@ -126,8 +128,8 @@ def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> Position |
                      options.epochs, run.files.output)
         return None
     if position != Position(0):
-        run.log.info("resuming %s from %s (optimizer step %d)", position, position.name,
-                     int(model.optimizer.iterations.numpy()))
+        run.log.info("resuming %s from %s (optimizer step %d), restored in %.1f s", position, position.name,
+                     int(model.optimizer.iterations.numpy()), restored_s)
     if run.lead:
         write_summary(run.files, RunSummary(status=RunStatus.RUNNING, epochs=options.epochs,
                                             options=dataclasses.asdict(options), workers=run.workers, ps=ps or None))

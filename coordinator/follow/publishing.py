@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import tensorflow as tf
 
 from cluster.run_files import read_summary, write_summary
 from common.errors import Problem, UserError
@@ -73,9 +74,12 @@ class Publishing:
         model's predictions on them now (call with no piece running: they are what the newest checkpoint
         predicts); None when there is no data to take them from."""
         examples = self.data.piece_examples(piece, raw=True) if piece else self.data.split("train", raw=True)
-        if next(iter(examples.take(1)), None) is None:
+        try:
+            raw = export.reference_inputs(examples) if next(iter(examples.take(1)), None) is not None else None
+        except tf.errors.OpError:  # its file gone or unreadable: the next version takes another
+            raw = None
+        if raw is None:
             return None
-        raw = export.reference_inputs(examples)
         return raw, export.predictions(self.model, export.model_inputs(self.data, raw))
 
     def start(self, checkpoint: str, name: str, number: int, snapshot: Ledger, raw, trained) -> None:
@@ -130,9 +134,10 @@ class Publishing:
                                    names={e.name for e in exporting.snapshot.files if e.complete})
         freshness = duration(served[-1].freshness_s) if served else "-"
         self.run.log.info("serving | version %d | %s | %d file%s newly served | freshness %s | export check %.1e | "
-                          "%.1f MB in %.1f s, %d pieces trained meanwhile | %s", result.version, name, len(served),
-                          "s" * (len(served) != 1), freshness, result.largest, result.bytes / 1e6, result.seconds,
-                          self.pieces_done() - exporting.pieces_before, result.path)
+                          "%.1f MB in %.1f s, %d pieces trained meanwhile, exporter peak %.0f MB | %s", result.version,
+                          name, len(served), "s" * (len(served) != 1), freshness, result.largest, result.bytes / 1e6,
+                          result.seconds, self.pieces_done() - exporting.pieces_before, result.peak_rss_mb,
+                          result.path)
         summary = read_summary(self.run.files)
         if summary is not None:
             write_summary(self.run.files, dataclasses.replace(

@@ -11,7 +11,9 @@ and compares with the trained model's predictions the caller saved. The chief ru
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import resource
 import shutil
 import sys
 import time
@@ -66,7 +68,10 @@ def _resolve_metrics(model, source) -> None:
 
     from data import contract
 
-    batch = next(iter(contract.batch(source.split("train"), 2).take(1)), None)
+    try:
+        batch = next(iter(contract.batch(source.split("train"), 2).take(1)), None)
+    except tf.errors.OpError:  # a data file that cannot be read (quarantined, gone): the names stay as they are
+        batch = None
     if batch is not None and model.compiled_metrics is not None:
         labels = batch[1]
         zeros = tf.zeros([tf.shape(labels)[0], *(d or 1 for d in model.output.shape[1:])], model.output.dtype)
@@ -200,7 +205,8 @@ def main(request_path: str) -> int:
         ExportResult(error=f"{type(error).__name__}: {error}").save(result_path)
         log.error("writing %s from %s failed: %s", request.kind, Path(request.checkpoint).name, error)
         return 2
-    result.save(result_path)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+    dataclasses.replace(result, peak_rss_mb=round(peak_mb, 1)).save(result_path)
     return 0
 
 
