@@ -1,9 +1,11 @@
 """Follow mode on real servers: files trained once each as they land, a half-written file left alone until whole, a
-chief killed and resumed, a worker killed mid-piece, a stop and a new `sh run.sh` after more files landed, and
-serving versions loaded by another process as TensorFlow Serving would."""
+chief killed and resumed, a worker killed mid-piece, a stop and a new `sh run.sh` after more files landed, serving
+versions loaded by another process as TensorFlow Serving would, and a chief that ends at once on an error while a
+long piece runs."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -17,7 +19,9 @@ import pytest
 import criteokit
 from clusterkit import (PYTHON, ROOT, cluster_document, derive_cluster, finish, read_scalars, served_predictions,
                         start_module, wait_for_launcher, wait_for_line, write_cluster)
+from cluster import config as cluster_config
 from launcher import process
+from launcher.supervisor import Supervisor
 
 pytestmark = pytest.mark.cluster
 
@@ -159,6 +163,35 @@ def test_a_worker_killed_mid_piece_and_a_new_run_after_two_more_files(tmp_path):
     status = subprocess.run(["sh", str(ROOT / "run.sh"), "status", str(path)], capture_output=True, text=True,
                             timeout=60)
     assert "files done 4/4" in status.stdout and "freshness" in status.stdout, status.stdout
+
+
+def test_a_chief_that_stops_on_an_error_is_gone_at_once_while_a_long_piece_runs(tmp_path):
+    data, output, log = tmp_path / "data", tmp_path / "output", tmp_path / "chief.log"
+    data.mkdir()
+    lines = "".join(criteokit.line(row) + "\n" for row in criteokit.rows(2000))
+    (data / "long.gz").write_bytes(gzip.compress(lines.encode() * 40))  # one piece of 20,000 steps of 4
+    training = {**FOLLOW, "data_dir": str(data), "output_dir": str(output), "per_worker_batch": 4}
+    path = write_cluster(tmp_path, cluster_document(workers=1, ps=1, evaluator=False, logs_dir=str(tmp_path / "logs"),
+                                                    training=training))
+    servers = Supervisor(cluster_config.load(path), print)
+    chief = None
+    try:
+        servers.start_servers()
+        chief = start_module("coordinator.train", "--cluster", str(path), log_path=log)
+        assert wait_for_line(log, "long.gz: started", 240, chief), log.read_text()[-3000:]
+        wait_for_steps(output, 50)
+        (data / "notes.txt").write_text("this is not a Criteo line\n")  # stops the run: one line, exit 2
+        wrote_at = time.monotonic()
+        code = chief.wait(timeout=60)
+        gone_s = time.monotonic() - wrote_at
+    finally:
+        if chief is not None:
+            finish(chief, timeout_s=1)
+        servers.stop_everything()
+    text = log.read_text()
+    assert code == 2 and any("notes.txt" in line for line in text.splitlines() if "error: " in line), text[-3000:]
+    steps = json.loads((output / "progress.json").read_text())["step"]
+    assert gone_s < 20 and steps < 10_000 and "long.gz: done" not in text  # gone long before its piece could end
 
 
 class Throttle:

@@ -5,13 +5,14 @@ dataset on its worker and trains on all of it.
 takes fewer pieces; a closure whose worker fails is queued again and run by another (at-least-once: the steps
 the lost worker had taken stay in the model). One traced function serves every piece (the piece is its
 argument), and a piece holds many steps, as building a dataset per closure has a cost. The closure returns the
-examples and steps it trained, its worker's index and the training metrics; each is waited for on a thread, so
-the chief's loop never blocks on one piece.
+examples and steps it trained, its worker's index and the training metrics; each is waited for on a daemon
+thread, so the chief's loop never blocks on one piece and its exit never waits for one.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -40,8 +41,6 @@ class PieceTrainer:
         self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(distribution)
         self.ahead = PIECES_AHEAD_PER_WORKER * workers
         self.running: dict[tuple[int, int], concurrent.futures.Future] = {}
-        self._waiters = concurrent.futures.ThreadPoolExecutor(max_workers=self.ahead,
-                                                              thread_name_prefix="piece-waiter")
         self._train = _piece_function(distribution, model, data, global_batch, seed)
 
     @property
@@ -52,7 +51,7 @@ class PieceTrainer:
     def hand_out(self, key: tuple[int, int], path: str, begin: int, end: int) -> None:
         remote = self.coordinator.schedule(self._train, args=(tf.constant(path), tf.constant(begin, tf.int64),
                                                               tf.constant(end, tf.int64)))
-        self.running[key] = self._waiters.submit(remote.fetch)
+        self.running[key] = _waited(remote)
 
     def finished(self, timeout_s: float) -> list[Trained]:
         """Pieces that finished, waiting up to `timeout_s` for the first; a piece's error (e.g. a malformed
@@ -73,6 +72,20 @@ class PieceTrainer:
         """Waits up to `timeout_s` for every running piece; returns those that finished (the rest keep running)."""
         concurrent.futures.wait(self.running.values(), timeout=timeout_s)
         return self.finished(0.0)
+
+
+def _waited(remote) -> concurrent.futures.Future:
+    """A future of `remote`'s value, fetched on a daemon thread: nothing at exit waits for a piece."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def fetch() -> None:
+        try:
+            future.set_result(remote.fetch())
+        except BaseException as error:  # noqa: BLE001 - handed to whoever waits on the future
+            future.set_exception(error)
+
+    threading.Thread(target=fetch, name="piece-waiter", daemon=True).start()
+    return future
 
 
 def _piece_function(distribution, model, data, global_batch: int, seed: int):

@@ -20,7 +20,6 @@ from coordinator.checkpoints import EpochCheckpoints, Position
 from coordinator.compiled import ps_report
 from coordinator.dynamic.report import table_report
 from coordinator.follow.checkpointing import FollowCheckpoints
-from coordinator.follow.errors import data_files_named
 from coordinator.follow.handout import PieceTrainer
 from coordinator.follow.landing import landing_for
 from coordinator.follow.ledger import CHECKPOINT_NAME, Ledger
@@ -75,7 +74,7 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
         publishing=Publishing(run=run, data=data, model=model, ledger=ledger, report=report, device=strategy.CHIEF_CPU,
                               serving=ServingVersions(run.files.serving, options.keep_serving_versions)))
     with exit_when_a_task_is_lost(log, "lost part of the cluster", "the run resumes from the last checkpoint (pieces "
-                                  "done since are trained again)"), data_files_named():
+                                  "done since are trained again)"):
         return FollowLoop(parts).run()
 
 
