@@ -3,7 +3,9 @@ dataset on its worker and trains on all of it.
 
 `ClusterCoordinator.schedule` queues closures and each worker takes the next when it is free, so a slow worker
 takes fewer pieces; a closure whose worker fails is queued again and run by another (at-least-once: the steps
-the lost worker had taken stay in the model). One traced function serves every piece (the piece is its
+the lost worker had taken stay in the model). A piece stuck on a frozen or slow worker is scheduled once more
+(a running closure cannot be moved): whichever closure finishes first is the piece's result, and the other runs
+on, its steps in the model and its result ignored. One traced function serves every piece (the piece is its
 argument), and a piece holds many steps, as building a dataset per closure has a cost. The closure returns the
 examples and steps it trained, its worker's index and the training metrics; each is waited for on a daemon
 thread, so the chief's loop never blocks on one piece and its exit never waits for one.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -39,39 +42,53 @@ class PieceTrainer:
 
     def __init__(self, distribution, model, data, *, global_batch: int, seed: int, workers: int):
         self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(distribution)
-        self.ahead = PIECES_AHEAD_PER_WORKER * workers
-        self.running: dict[tuple[int, int], concurrent.futures.Future] = {}
+        self.workers, self.ahead = workers, PIECES_AHEAD_PER_WORKER * workers
+        self.running: dict[tuple[int, int], list[concurrent.futures.Future]] = {}  # two once given twice
+        self.abandoned: list[concurrent.futures.Future] = []  # a piece's other closure, once one finished
         self._train = _piece_function(distribution, model, data, global_batch, seed)
+
+    @property
+    def moving(self) -> bool:
+        """Whether a closure may still be changing the model: a piece running, or a finished piece's other one."""
+        self.abandoned = [future for future in self.abandoned if not future.done()]
+        return bool(self.running or self.abandoned)
 
     @property
     def room(self) -> int:
         """Pieces that may be handed out now."""
-        return self.ahead - len(self.running)
+        return self.ahead - sum(len(closures) for closures in self.running.values())
 
     def hand_out(self, key: tuple[int, int], path: str, begin: int, end: int) -> None:
+        """Schedules piece `key`; called again while it runs, the piece goes to another worker as well."""
         remote = self.coordinator.schedule(self._train, args=(tf.constant(path), tf.constant(begin, tf.int64),
                                                               tf.constant(end, tf.int64)))
-        self.running[key] = _waited(remote)
+        self.running.setdefault(key, []).append(_waited(remote))
 
     def finished(self, timeout_s: float) -> list[Trained]:
         """Pieces that finished, waiting up to `timeout_s` for the first; a piece's error (e.g. a malformed
         line) is raised here."""
         if not self.running:
             return []
-        concurrent.futures.wait(self.running.values(), timeout=timeout_s,
-                                return_when=concurrent.futures.FIRST_COMPLETED)
-        done = {key: self.running.pop(key) for key, future in list(self.running.items()) if future.done()}
+        concurrent.futures.wait([future for closures in self.running.values() for future in closures],
+                                timeout=timeout_s, return_when=concurrent.futures.FIRST_COMPLETED)
+        done = {key: next(future for future in closures if future.done())
+                for key, closures in self.running.items() if any(future.done() for future in closures)}
         errors = [future.exception() for future in done.values() if future.exception() is not None]
         if errors:  # the root cause first: a failed piece cancels the others, which then fail as cancelled
             raise min(errors, key=lambda error: isinstance(error, tf.errors.CancelledError))
+        for key, future in done.items():  # a piece's other closure, if any, runs on: the first to finish counts
+            self.abandoned += [other for other in self.running.pop(key) if other is not future]
         return [Trained(key, *(int(value) for value in future.result()[:3]),
                         {name: float(value) for name, value in future.result()[3].items()})
                 for key, future in done.items()]
 
     def all_finished(self, timeout_s: float) -> list[Trained]:
         """Waits up to `timeout_s` for every running piece; returns those that finished (the rest keep running)."""
-        concurrent.futures.wait(self.running.values(), timeout=timeout_s)
-        return self.finished(0.0)
+        deadline, results = time.monotonic() + timeout_s, []
+        while True:
+            results += self.finished(max(0.0, deadline - time.monotonic()))
+            if not self.running or time.monotonic() >= deadline:
+                return results
 
 
 def _waited(remote) -> concurrent.futures.Future:

@@ -31,12 +31,17 @@ class Publishing:
         raw = export.reference_inputs(self.data.piece_examples(piece, raw=True))
         return raw, self.model(export.model_inputs(self.data, raw), training=False).numpy()
 
-    def write(self, checkpoint: str, name: str, number: int, snapshot: Ledger, raw, trained) -> None:
+    def write(self, checkpoint: str, name: str, number: int, snapshot: Ledger, raw, trained, *,
+              against_checkpoint: bool = False) -> None:
         """Checkpoint `checkpoint` (named `name`, at step `number`, holding ledger `snapshot`) restored whole, as
-        exported (taking raw features), checked against `trained` and written as the next serving version."""
+        exported (taking raw features), checked against `trained` and written as the next serving version. With
+        `against_checkpoint` (pieces ran on while it was written, so `trained` is not the checkpoint's model), it
+        is checked against the checkpoint restored whole instead: the export's own inputs and outputs."""
         options = self.run.options
         self.report.beat(Phase.EXPORT, force=True)
         whole = export.restore_whole(options, self.data, checkpoint, device=self.device, io_device=self.device)
+        if against_checkpoint:
+            trained = whole(export.model_inputs(self.data, raw), training=False).numpy()
         exported = servable(exportable(whole), self.data)
         largest = export.check_export(trained, exported(raw, training=False).numpy())
         step = int(self.model.optimizer.iterations.numpy())

@@ -68,7 +68,8 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
                            workers=config.input_pipelines)
     parts = FollowParts(
         run=run, model=model, report=report, watch=watch, stop=stop, tables=tables,
-        schedule=Schedule(ledger=ledger, trainer=trainer, data=data, report=report, watch=watch),
+        schedule=Schedule(ledger=ledger, trainer=trainer, data=data, report=report, watch=watch,
+                          straggler_after_s=options.straggler_after_s),
         saving=FollowCheckpoints(checkpoints=checkpoints, state=state, model=model, ledger=ledger,
                                  every_s=options.checkpoint_every_s, resumed_number=position.steps, log=log),
         publishing=Publishing(run=run, data=data, model=model, ledger=ledger, report=report, device=strategy.CHIEF_CPU,
