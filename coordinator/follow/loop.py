@@ -4,12 +4,14 @@ after idling. What it hands out is schedule.py's, what it checkpoints checkpoint
 publishing.py's.
 
 A checkpoint (every `checkpoint_every_s`, and before each serving version) first hands out none and lets the
-running pieces finish, for at most `straggler_after_s`: a frozen or slow worker never holds up checkpoints,
-serving versions, progress lines or the heartbeat. Pieces still running then (stragglers) are not done in the
-checkpoint's ledger, so a run resumed from it trains them again, though some of their steps may be in its model.
-A serving version is restored from the checkpoint and checked against the trained model's predictions at that
-moment, or, when stragglers ran on (the model moved), against the checkpoint restored whole. On SIGTERM the
-running pieces get at most STOP_WAIT_S; those that do not finish are left out of the checkpoint likewise.
+running pieces finish, for at most `straggler_after_s`: a slow worker's piece never holds up checkpoints, serving
+versions, progress lines or the heartbeat (a worker stopped outright still does, in TensorFlow: see
+docs/online-training.md, Limits). Pieces still running then (stragglers) are not done in the checkpoint's ledger,
+so a run resumed from it trains them again, though some of their steps may be in its model. A serving version is
+restored from the checkpoint and checked against the trained model's predictions at that moment or, when a
+closure may still move the model (a straggler, or the other closure of a piece given twice), against the
+checkpoint restored whole. On SIGTERM the running pieces get at most STOP_WAIT_S (or `straggler_after_s`); those
+that do not finish are left out of the checkpoint likewise.
 """
 
 from __future__ import annotations
@@ -26,8 +28,7 @@ from coordinator.follow.schedule import Schedule
 from coordinator.preemption import exit_preempted
 
 BEAT_S = 1.0  # the loop's pace: pieces finished, SIGTERM, heartbeat, looks at the folder
-STOP_WAIT_S = 20.0  # on SIGTERM, running pieces get this long (or straggler_after_s, if less) to finish (the
-# launcher waits stop_grace_s, 60 s)
+STOP_WAIT_S = 20.0  # SIGTERM's longest wait for running pieces (the launcher waits stop_grace_s, 60 s)
 
 
 @dataclasses.dataclass
@@ -105,8 +106,7 @@ class FollowLoop:
     def _save_and_serve(self, *, serve: bool) -> None:
         stragglers = self._settle()
         moving = self.schedule.trainer.moving  # stragglers, or the other closure of a piece given twice
-        fresh = self.schedule.trained_since_save or self._step() != self.step_at_save  # an unwaited closure moved it
-        checkpoint = self._save(stragglers) if fresh else self.saving.latest_path()
+        checkpoint = self._save(stragglers) if self._moved_since_save() else self.saving.latest_path()
         if not moving:  # a reset while a closure runs would race its updates
             self.p.report.reset_metrics()  # each line's metrics are those since this checkpoint
             self.schedule.metrics = {}
@@ -121,6 +121,10 @@ class FollowLoop:
     def _step(self) -> int:
         return int(self.p.model.optimizer.iterations.numpy())
 
+    def _moved_since_save(self) -> bool:
+        """Whether the model moved since the newest checkpoint: a piece finished, or an unwaited closure stepped."""
+        return self.schedule.trained_since_save or self._step() != self.step_at_save
+
     def _save(self, stragglers: int = 0) -> str:
         self.step_at_save = self._step()
         path = self.saving.save()
@@ -133,14 +137,15 @@ class FollowLoop:
         return path
 
     def _stop_now(self) -> None:
-        """SIGTERM: the running pieces get what is left of STOP_WAIT_S, then a checkpoint without the others."""
+        """SIGTERM: the running pieces get what is left of STOP_WAIT_S (or straggler_after_s), then a checkpoint
+        without the others."""
         stop = self.p.stop
         wait_s = min(STOP_WAIT_S, self.p.run.options.straggler_after_s)
         self.schedule.record(self.schedule.trainer.all_finished(
             max(0.0, wait_s - (time.monotonic() - stop.requested_at))))
         left = len(self.schedule.trainer.running)
         said = "not needed (the last one holds every piece done)"
-        if self.schedule.trained_since_save:
+        if self._moved_since_save():
             self._save()
             said = f"{self.saving.name} written"
         self.p.run.log.info("stopped as asked: checkpoint %s %.1f s after SIGTERM; %d piece%s still running will "
@@ -158,7 +163,7 @@ class FollowLoop:
         self.p.watch.stop()
         summary = read_summary(run.files)
         finished = dataclasses.replace(summary, status=RunStatus.COMPLETE,
-                                       optimizer_steps=int(self.p.model.optimizer.iterations.numpy()),
+                                       optimizer_steps=self._step(),
                                        global_batch=run.global_batch, strategy=run.options.strategy,
                                        train_seconds=round(time.monotonic() - self.started, 2),
                                        checkpoint=self.saving.latest_path(), model={"serving": str(run.files.serving)},

@@ -1,14 +1,14 @@
 """Which pieces out are stuck and go to another worker as well: running past `straggler_after_s` and STUCK_FACTOR
-times the time the run's finished pieces of their kind took for their bytes, once a worker has surely taken them:
-a piece handed out after them has finished, or fewer pieces are out than there are workers (none waits in the
+times the time the run's finished pieces of their kind took for their bytes, once a worker has surely taken them
+(a piece handed out after them has finished, or no more pieces are out than there are workers: none waits in the
 queue).
 
 A piece's time is measured from when its worker could take it: the later of its hand-out and that worker's
 previous finish (the coordinator's queue is first in, first out, and a free worker takes the next piece); a
-worker's first piece, which also builds its function and pipeline, sets no pace. Whole
-files (gzip, TFRecord) and byte ranges of plain files are timed apart, as a gzip byte holds several of text.
-With nothing finished yet of a kind, `straggler_after_s` alone is the bound. A piece goes to a second worker
-once; the first to finish is its result. Pure Python: no TensorFlow.
+worker's first piece, which also builds its function and pipeline, sets no pace. Whole files (gzip, TFRecord) and
+byte ranges of plain files are timed apart, as a gzip byte holds several of text. With nothing finished yet of a
+kind, `straggler_after_s` alone is the bound. A piece goes to a second worker once; the first to finish is its
+result. Pure Python: no TensorFlow.
 """
 
 from __future__ import annotations
