@@ -45,6 +45,7 @@ CHECKS = {
     "max_bad_fraction": Check(lambda v: is_number(v) and 0 <= v <= 1, "must be a fraction from 0 to 1",
                               "use e.g. 0.5, or 1 to never stop for bad data"),
     "serving_export_every_s": seconds_check("600"),
+    "straggler_after_s": seconds_check("20"),
     "keep_serving_versions": Check(int_in(1, INT32_MAX), f"must be an integer from 1 to {INT32_MAX}",
                                    "use e.g. 5"),
 }
