@@ -127,6 +127,8 @@ class EpochCheckpoints:
     def restore_latest(self) -> Position:
         """Restores the newest checkpoint, if any, and returns where training stood when it was written."""
         paths = listed_checkpoints(self.directory)
+        if self.io_device is not None:  # every op of a save run once now, while every task answers
+            checkpoint_io.warm_up(self.checkpoint, self.directory, device=self.io_device, chunk_bytes=self.chunk_bytes)
         if not paths:
             return Position(0)
         if self.io_device is None:

@@ -42,9 +42,16 @@ def predictions(model, inputs) -> np.ndarray:
     """`model`'s predictions on `inputs`, computed in one graph: an eager call of a model whose tables live on ps
     reads each table shard whole on its ps, which copies it there once sparse updates have touched it (the ps
     then holds its share twice, DESIGN.md fact 36); in a graph only the rows looked up are read."""
-    if model not in _PREDICT:
+    if isinstance(model.input, dict) and isinstance(inputs, dict):
+        inputs = {name: inputs[name] for name in model.input}  # what the model takes of the data's features
+    if model not in _PREDICT:  # one trace for any batch: a new trace would wait for every task, a stopped one too
+        signature = [tf.nest.map_structure(lambda tensor: tensor.type_spec, model.input)]
+        _PREDICT[model] = tf.function(lambda features: model(features, training=False), input_signature=signature)
+    try:
+        return _PREDICT[model](inputs).numpy()
+    except (TypeError, ValueError):  # inputs the declared specs do not fit as they are (e.g. another dtype)
         _PREDICT[model] = tf.function(lambda features: model(features, training=False))
-    return _PREDICT[model](inputs).numpy()
+        return _PREDICT[model](inputs).numpy()
 
 
 def model_inputs(source, raw):

@@ -58,16 +58,10 @@ def interrupted_code(interrupt: KeyboardInterrupt) -> int:
     return TERMINATED_EXIT_CODE if str(interrupt) == signal.SIGTERM.name else INTERRUPTED_EXIT_CODE
 
 
-def run_job(config: ClusterConfig, *, fresh: bool = False) -> int:
-    """Preflight, start in order, supervise to the end, stop every task, report; returns the exit code (the
-    endings and their codes are docs/running.md's table)."""
-    started = time.monotonic()
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
-    os.environ[RUN_VARIABLE] = f"run-{socket.gethostname()}-{os.getpid()}-{time.time():.0f}"  # every task inherits it
-    supervisor = Supervisor(config, say)
-    run_outputs.archive_logs(config, config.tasks())  # the last run's logs (and their copies) set aside
-    follower = LogFollower(config)
-    code, last_fetch, preflight_failed = 1, 0.0, False
+def _ticker(config: ClusterConfig, supervisor: Supervisor, follower: LogFollower, started: float):
+    """What the launcher does at every tick of the run: fetch and echo logs, write the status, apply a reload,
+    rotate its own log."""
+    last_fetch = 0.0
 
     def tick():
         nonlocal last_fetch
@@ -80,6 +74,20 @@ def run_job(config: ClusterConfig, *, fresh: bool = False) -> int:
         rotate_if_large(config.path(config.launcher.logs_dir) / "launcher.log", max_mb=config.launcher.log_max_mb,
                         files_kept=config.launcher.log_files_kept)  # a detached launcher's own output
 
+    return tick
+
+
+def run_job(config: ClusterConfig, *, fresh: bool = False) -> int:
+    """Preflight, start in order, supervise to the end, stop every task, report; returns the exit code (the
+    endings and their codes are docs/running.md's table)."""
+    started = time.monotonic()
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    os.environ[RUN_VARIABLE] = f"run-{socket.gethostname()}-{os.getpid()}-{time.time():.0f}"  # every task inherits it
+    supervisor = Supervisor(config, say)
+    run_outputs.archive_logs(config, config.tasks())  # the last run's logs (and their copies) set aside
+    follower = LogFollower(config)
+    tick = _ticker(config, supervisor, follower, started)
+    code, preflight_failed = 1, False
     try:
         check_cluster(config, supervisor.hosts, say, fresh=fresh)
         supervisor.start_cluster()

@@ -16,7 +16,7 @@ import pytest
 import criteokit
 from clusterkit import derive_cluster, finish, start_module, wait_for_line
 from launcher.report import _follow_lines
-from launcher.status import _follow_progress
+from launcher.status import LEAD_LINES, _follow_progress, _tail
 from test_follow import FOLLOW, write_day
 
 pytestmark = pytest.mark.cluster
@@ -101,7 +101,7 @@ def test_each_kind_of_bad_data_is_counted_and_the_good_files_train_once(shared_s
     assert "garbage: quarantined: it is not Criteo data: its first line has 2 tab-separated fields" in text
     assert "doomed: deleted (or renamed out of the pattern) before it was trained: counted as lost" in text
     assert "in_place: changed in place" not in text and "in_place: landed" in text
-    status = _follow_progress(log)  # what `sh run.sh status` shows
+    status = _follow_progress(_tail(log, LEAD_LINES).found)  # what `sh run.sh status` shows
     assert "2 files quarantined" in status["not_trained"] and "1 files lost" in status["not_trained"]
     report = _follow_lines(type("Summary", (), {"follow": summary["follow"], "optimizer_steps": 1})(), "out")
     assert report[-1].startswith("not trained: ") and "2 files quarantined" in report[-1]

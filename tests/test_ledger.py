@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from coordinator.follow.ledger import Ledger, freshness_summary, trained_through
+from coordinator.follow.ledger import Ledger
+from coordinator.follow.served import freshness_summary, trained_through
 from coordinator.follow.landing import Landed
 from data.pieces import WHOLE, Piece
 from evaluator.progressive import unseen_pieces

@@ -1,14 +1,9 @@
-"""Where a follow-mode run's data stands, and the one record of which files are taken: each file landed (in landing
-order) with its identity (coordinator/follow/identity.py) and the names it is found under, its pieces, which are
-done, how many examples each trained and how many records it skipped, what became of it (trained, quarantined,
-lost), and when it first reached a serving version. Saved in every checkpoint (as JSON); the folder's watcher
-reads which names it holds (`known`) from here, so a resumed run never opens a file it took.
-
-A piece is done once its closure returned; a file is done once all its pieces are (or it was quarantined, or
-lost). Pieces running when a checkpoint is written are not done in it, so a run resumed from that checkpoint
-trains them again: nothing is skipped, and at most what ran since the checkpoint is trained twice. A piece is
-named by (the file's `seq`, the piece's index): numbers that stay when done files are compacted away. Pure
-Python: no TensorFlow.
+"""Where a follow-mode run's data stands, the one record of which files are taken: each file landed (in landing order)
+with its identity (identity.py) and names, its pieces and which are done, its examples and skipped records, what
+became of it (trained, quarantined, lost) and when it first reached a serving version; saved in every checkpoint
+(JSON). The watcher reads the names it holds (`known`), so a resumed run never opens a file it took. A piece,
+named by (its file's `seq`, its index), is done once its closure returned, a file once all its pieces are (or
+quarantined, lost); pieces running at a checkpoint are not done in it, so a resume trains them again. Pure Python.
 """
 
 from __future__ import annotations
@@ -303,33 +298,3 @@ def _without_defaults(entry: FileEntry) -> dict:
     """An entry's fields, those at their default left out (a done file's pieces, outcome, notes...)."""
     return {name: value for name, value in dataclasses.asdict(entry).items()
             if name not in _DEFAULTS or value != _DEFAULTS[name]}
-
-
-def trained_through(ledger: Ledger, *, version: int, written: float, checkpoint: str, step: int) -> dict:
-    """What a serving version has trained on: each file done, and each file it stands inside (and where)."""
-    return {"version": version, "written": written, "checkpoint": checkpoint, "optimizer_step": step,
-            "files_done": [{"name": e.name, "examples": e.examples, "steps": e.steps, "landed": e.landed,
-                            "done": e.finished} for e in ledger.files if e.trained],
-            "in_progress": [{"name": e.name, "pieces_done": len(e.done), "pieces": e.piece_count,
-                             "through_byte": e.through_byte(), "size": e.size, "examples": e.examples,
-                             "steps": e.steps}
-                            for e in ledger.files if not e.complete and e.done],
-            "not_started": [e.name for e in ledger.files if not e.complete and not e.done]}
-
-
-def freshness_summary(ledger: Ledger) -> dict:
-    """Per file and overall: examples and steps trained, records skipped, what was not trained, and seconds from
-    landing to the first serving version that trained on all of it (its freshness); in a healthy run the steps
-    of the files add up to the optimizer's. Compacted files count in the totals and in `freshness_s` (its median
-    over the newest files served), not in `per_file`."""
-    served = ledger.compacted.recent_freshness + [e.freshness_s for e in ledger.files if e.freshness_s is not None]
-    freshness = ledger.compacted.freshness(served)
-    return {"files_done": ledger.done_count(), "files": ledger.file_count(), "freshness_s": freshness,
-            "examples": sum(entry.examples for entry in ledger.files) + ledger.compacted.examples,
-            "steps": sum(entry.steps for entry in ledger.files) + ledger.compacted.steps,
-            "problems": ledger.problems(),
-            "per_file": [{"name": e.name, "examples": e.examples, "steps": e.steps, "skipped": e.skipped,
-                          "outcome": e.outcome or "trained", "note": e.note or e.unfinished, "landed": e.landed,
-                          "started": e.started, "done": e.finished, "served_version": e.served_version,
-                          "freshness_s": None if e.freshness_s is None else round(e.freshness_s, 1)}
-                         for e in ledger.files]}

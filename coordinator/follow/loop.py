@@ -21,7 +21,7 @@ import time
 from cluster.run_files import Phase, RunStatus, read_summary, write_summary
 from coordinator.dynamic.checkpoint import of_earlier_form
 from coordinator.follow.checkpointing import FollowCheckpoints
-from coordinator.follow.ledger import freshness_summary
+from coordinator.follow.served import freshness_summary
 from coordinator.follow.publishing import Publishing
 from coordinator.follow.report import duration
 from coordinator.follow.schedule import Schedule

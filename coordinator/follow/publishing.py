@@ -21,7 +21,8 @@ import tensorflow as tf
 from cluster.run_files import read_summary, write_summary
 from common.errors import Problem, UserError
 from coordinator import export
-from coordinator.follow.ledger import Ledger, freshness_summary, trained_through
+from coordinator.follow.ledger import Ledger
+from coordinator.follow.served import freshness_summary, trained_through
 from coordinator.follow.report import duration
 from coordinator.publish.process import ExportProcess
 from coordinator.publish.request import VERSION, ExportRequest, ExportResult

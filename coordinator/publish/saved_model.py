@@ -103,7 +103,7 @@ def write(directory: Path, serve, fillings: dict[str, Filling], *, signatures=No
     template = BundleReader(saved)
     names = full_names(template.whole(GRAPH_KEY).numpy())
     streamed = str(directory / VARIABLES / "streamed")
-    writer = BundleWriter(streamed, chunk_bytes=chunk_bytes)
+    writer = BundleWriter(streamed)
     filled = set()
     for key in sorted(template.shapes):
         filling = fillings.get(names.get(key, ""))
@@ -112,7 +112,6 @@ def write(directory: Path, serve, fillings: dict[str, Filling], *, signatures=No
             continue
         filled.add(names[key])
         for begin, end, rows in filling.chunks(chunk_bytes):
-            writer.flush()
             writer.add(key, rows, "" if begin is None else slice_spec(filling.shape, begin, end))
     missing = sorted(set(fillings) - filled)
     if missing:

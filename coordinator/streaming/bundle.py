@@ -1,6 +1,8 @@
 """TensorFlow checkpoint bundles (`prefix.index` + `prefix.data-*`) written in parts and read by row ranges.
 
-A writer saves what it is given into parts under `<prefix>_temp/` (one SaveV2 each, holding at most a chunk) and
+A writer saves each tensor it is given as a part of its own under `<prefix>_temp/`, one SaveV2 of one tensor (the
+op's attributes are then one of a few, one per dtype: a chief that has saved once never meets a SaveV2 it has not
+run, which with a worker stopped would wait for it, as TensorFlow registers a new op with every task first), and
 merges them into the bundle at the end (MergeV2Checkpoints renames the parts' data files and writes the index
 last), so a bundle is whole or absent: a writer that dies leaves only `<prefix>_temp/`, removed by the next
 write of the same prefix. A tensor saved as slices (a table's chunks) reads back whole with TensorFlow's own
@@ -15,45 +17,31 @@ from pathlib import Path
 import tensorflow as tf
 from tensorflow.python.ops import gen_io_ops, io_ops
 
-from coordinator.streaming.rows import CHUNK_BYTES, slice_spec
+from coordinator.streaming.rows import slice_spec
 
 TEMP_SUFFIX = "_temp"
 
 
 class BundleWriter:
-    """Writes one bundle at `prefix` from tensors given one at a time, flushing a part whenever a chunk's worth
-    is pending; `device` runs the saves (the chief's CPU under ParameterServerStrategy)."""
+    """Writes one bundle at `prefix` from tensors given one at a time, each saved at once into a part of its own;
+    `device` runs the saves (the chief's CPU under ParameterServerStrategy)."""
 
-    def __init__(self, prefix: str, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES):
-        self.prefix, self.device, self.chunk_bytes = prefix, device or "/device:CPU:0", chunk_bytes
+    def __init__(self, prefix: str, *, device: str | None = None):
+        self.prefix, self.device = prefix, device or "/device:CPU:0"
         self.temp = Path(prefix + TEMP_SUFFIX)
         shutil.rmtree(self.temp, ignore_errors=True)
         self.temp.mkdir(parents=True)
         self.parts: list[str] = []
-        self._names, self._specs, self._tensors, self._pending = [], [], [], 0
 
     def add(self, key: str, tensor: tf.Tensor, spec: str = "") -> None:
         """Saves `tensor` as `key` (or as the slice `spec` of it)."""
-        self._names.append(key)
-        self._specs.append(spec)
-        self._tensors.append(tensor)
-        self._pending += int(tensor.shape.num_elements() or 0) * tensor.dtype.size if tensor.dtype != tf.string \
-            else sum(len(v) for v in tf.reshape(tensor, [-1]).numpy())
-        if self._pending >= self.chunk_bytes:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self._names:
-            return
-        part = str(self.temp / f"part-{len(self.parts):05d}")
+        part = str(self.temp / f"part-{len(self.parts):06d}")
         with tf.device(self.device):
-            io_ops.save_v2(part, self._names, self._specs, self._tensors)
+            io_ops.save_v2(part, [key], [spec], [tensor])
         self.parts.append(part)
-        self._names, self._specs, self._tensors, self._pending = [], [], [], 0
 
     def finish(self) -> str:
         """Merges the parts into the bundle at `prefix` and returns it."""
-        self.flush()
         with tf.device(self.device):
             gen_io_ops.merge_v2_checkpoints(self.parts, self.prefix, delete_old_dirs=True)
         shutil.rmtree(self.temp, ignore_errors=True)

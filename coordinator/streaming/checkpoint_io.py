@@ -1,18 +1,21 @@
 """Saving and restoring a checkpoint without gathering its tables in one process.
 
-`save` writes the small values whole (batched into parts of up to a chunk) and each table a chunk of rows at a
-time, read on its own ps by row (a gather: a ps never copies its shard whole, DESIGN.md fact 36); `restore` reads
+`save` writes the small values whole and each table a chunk of rows at a time, read on its own ps by row (a
+gather: a ps never copies its shard whole, DESIGN.md fact 36); `restore` reads
 each table a chunk at a time and scatters it into the variables on their ps, whatever shards they are split into
 now. The bundle is an ordinary TensorFlow checkpoint (the same keys as `tf.train.Checkpoint.write`), and any
-such checkpoint restores through here. The process running them holds at most about 1.25 chunks of any table.
+such checkpoint restores through here. The process running them holds at most a chunk of any table (a table's
+rows and its slots, read together), or one small value (under a quarter of a chunk).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import tensorflow as tf
 from tensorflow.python.eager import context
 
-from coordinator.streaming.bundle import BundleReader, BundleWriter
+from coordinator.streaming.bundle import BundleReader, BundleWriter, remove_bundle
 from coordinator.streaming.entries import GRAPH_KEY, saved
 from coordinator.streaming.rows import CHUNK_BYTES
 
@@ -24,7 +27,7 @@ class CheckpointMismatch(ValueError):
 def save(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES) -> str:
     """Writes `root` (a tf.train.Checkpoint) as the bundle `prefix`; returns `prefix`."""
     entries = saved(root, chunk_bytes=chunk_bytes)
-    writer = BundleWriter(prefix, device=device, chunk_bytes=chunk_bytes)
+    writer = BundleWriter(prefix, device=device)
     try:
         writer.add(GRAPH_KEY, tf.constant(entries.graph))
         small = entries.small + [entry for streamed in entries.streamed for entry in streamed.small]
@@ -34,7 +37,6 @@ def save(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHU
                 writer.add(entry.key, value, entry.spec)
         for group in entries.groups + [group for streamed in entries.streamed for group in streamed.groups]:
             for begin, end in group.ranges(chunk_bytes):
-                writer.flush()  # a chunk's part holds that chunk only: at most one chunk pending besides it
                 for piece, values in zip(group.slices, group.read(begin, end), strict=True):
                     writer.add(piece.key, values, piece.spec(begin, end))
         return writer.finish()
@@ -72,3 +74,28 @@ def _check_keys(reader: BundleReader, entries) -> None:
         if shape is not None and list(shape) != list(reader.shapes[key]):
             raise CheckpointMismatch(f"{reader.prefix} holds {key} with shape {reader.shapes[key]}, the model "
                                      f"{list(shape)}")
+
+
+def warm_up(root, directory: Path, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
+    """Runs every op a save and a restore of `root` run, once, on a row of each table and each small value, into a
+    bundle under `directory` that is then removed. In a cluster, an op the chief has not run yet waits for every
+    task to register it, a stopped worker included; a chief that warmed up saves past a frozen worker."""
+    entries = saved(root, chunk_bytes=chunk_bytes)
+    prefix = str(directory / ".warm-up")
+    writer = BundleWriter(prefix, device=device)
+    try:
+        for entry in entries.small + [entry for streamed in entries.streamed for entry in streamed.small]:
+            value = entry.read()
+            if value is not None:
+                writer.add(entry.key, value, entry.spec)
+        for group in entries.groups + [group for streamed in entries.streamed for group in streamed.groups]:
+            if group.rows:
+                for piece, values in zip(group.slices, group.read(0, 1), strict=True):
+                    writer.add(piece.key, values, piece.spec(0, 1))
+        writer.finish()
+        reader = BundleReader(prefix, device=device)
+        for key, shape in reader.shapes.items():
+            reader.rows(key, 0, 1) if shape else reader.whole(key)
+    finally:
+        writer.abandon()
+        remove_bundle(prefix)
