@@ -14,6 +14,7 @@ from cluster import taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.strategies import StrategyName
 from cluster.training_options import FIELD_NAMES, TrainingOptions, with_overrides
+from common import stack_dump
 from common.errors import Problem, UserError, exit_on_user_error
 from common.disk_full import exit_on_full_disk
 from common.exit_file import run_recording_exit
@@ -80,6 +81,7 @@ def train(cluster: str = "cluster.json", worker: int | None = None, workers=None
     taskspec.apply_to_this_process(config, task)
     log = task_logger(task.name)
     quiet_tensorflow()
+    stack_dump.on_sigusr1()
     from data import bad_records_named  # imports TensorFlow: only after the environment is set
 
     if options.strategy == StrategyName.PARAMETER_SERVER:

@@ -16,6 +16,7 @@ from cluster import config as cluster_config
 from cluster import taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.run_files import RunFiles
+from common import stack_dump
 from common.errors import Problem, UserError, exit_on_user_error
 from common.disk_full import exit_on_full_disk
 from common.exit_file import run_recording_exit
@@ -33,6 +34,7 @@ def _prepare_process(config: ClusterConfig):
         os.environ.pop("TF_CONFIG", None)
     log = task_logger(task.name)
     quiet_tensorflow()
+    stack_dump.on_sigusr1()
     return log
 
 

@@ -11,6 +11,7 @@ import fire
 
 from cluster import config as cluster_config
 from cluster import taskspec
+from common import stack_dump
 from common.errors import Problem, UserError, exit_on_user_error
 from common.exit_file import record_exit, run_recording_exit
 from common.logs import quiet_tensorflow, task_logger
@@ -66,6 +67,7 @@ def serve(*, role: str, index: int, cluster: str = "cluster.json") -> None:
     log = task_logger(task.name)
     check_port_free(task.address.port)
     quiet_tensorflow()
+    stack_dump.on_sigusr1()
     import tensorflow as tf  # only now: TF_CONFIG, CUDA_VISIBLE_DEVICES and GRPC_FAIL_FAST are set
 
     _configure_devices(tf, role, log)

@@ -11,6 +11,7 @@ from common.errors import Problem, UserError
 
 tf = pytest.importorskip("tensorflow")
 from coordinator.follow.errors import exit_code, lost_resource, removed_data_file  # noqa: E402
+from coordinator.lost_tasks import lost_task_reason  # noqa: E402
 
 ROOT = "/data/clicks"
 GONE = tf.errors.NotFoundError(None, None, "/data/clicks/2026/day_3.gz; No such file or directory\n\t [[{{node "
@@ -56,3 +57,16 @@ def test_other_endings_keep_their_codes(capsys):
     assert code == 1 and said == [] and "NotFoundError: /tmp/other/file" in printed
     code, _, printed = ended(ValueError("a bug"), capsys)
     assert code == 1 and "ValueError: a bug" in printed
+
+
+def test_a_lost_task_is_named_from_tensorflows_many_lines():
+    message = ("Graph execution error:\n\n2 root error(s) found.\n  (0) UNAVAILABLE:  failed to connect to all "
+               "addresses; last error: UNKNOWN: ipv4:127.0.0.1:54749: Failed to connect to remote host: Connection "
+               "refused\nAdditional GRPC error information from remote target /job:ps/replica:0/task:0/device:CPU:0 "
+               "while calling /tensorflow.eager.EagerService/RunComponentFunction:\n  (1) CANCELLED:  Function was "
+               "cancelled before it was started\nAdditional GRPC error information from remote target "
+               "/job:worker/replica:0/task:0 while calling /tensorflow.eager.EagerService/Enqueue:")
+    reason = lost_task_reason(tf.errors.UnavailableError(None, None, message))
+    assert reason.startswith("ps:0: UNAVAILABLE:  failed to connect to all addresses"), reason
+    assert lost_task_reason(tf.errors.AbortedError(None, None, "x\nsession aborted by worker:1\n")) == \
+        "session aborted by worker:1"

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, USER_ERROR_EXIT_CODE, Problem, UserError
 from common.exit_file import code_of, end_process
-from coordinator.lost_tasks import LOST_TASK_ERRORS
+from coordinator.lost_tasks import LOST_TASK_ERRORS, lost_task_reason
 
 PUT_IT_BACK = "put it back: a file may go once a serving version lists it in trained_through.json"
 LOST_RESOURCE = re.compile(r"\b(Resource|Container)\b[^\n]* does not exist")
@@ -97,9 +97,8 @@ def exit_code(error: BaseException, log, data_root: str) -> int:
             print(line, file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     if isinstance(error, LOST_TASK_ERRORS) or lost_resource(error):
-        reason = ((getattr(error, "message", "") or "").strip().splitlines() or [""])[0]
         log.error("lost part of the cluster (%s: %s); exiting so the run resumes from the last checkpoint (pieces "
-                  "done since are trained again)", type(error).__name__, reason[:200])
+                  "done since are trained again)", type(error).__name__, lost_task_reason(error))
         return CLUSTER_UNAVAILABLE_EXIT_CODE
     traceback.print_exception(error)
     return UNEXPECTED_EXIT_CODE

@@ -66,6 +66,7 @@ class FollowLoop:
             if self.p.stop.requested:
                 self._stop_now()
             self.schedule.hand_out()
+            self.publishing.prepare(self.schedule.last_piece)
             self.schedule.wait(BEAT_S)
             if not self.schedule.running:
                 time.sleep(BEAT_S)  # nothing to wait on: a quiet beat

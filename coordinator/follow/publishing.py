@@ -57,6 +57,7 @@ class Publishing:
         shutil.rmtree(self.scratch, ignore_errors=True)  # a killed run's requests and references
         self.last_version = time.monotonic()
         self.exporting: _Exporting | None = None
+        self.raw = None  # the reference inputs every version is checked on
 
     @property
     def busy(self) -> bool:
@@ -70,18 +71,27 @@ class Publishing:
         newest = self.serving.newest_trained_through()
         return newest is None or newest.get("optimizer_step", 0) < number
 
+    def prepare(self, piece) -> None:
+        """Takes the reference inputs from the first piece handed out and traces the prediction once, while every
+        worker still answers: later, new ops and traces would wait for every task, a stopped worker included."""
+        if self.raw is None and piece is not None:
+            self.reference(piece)
+
     def reference(self, piece=None):
-        """Raw inputs from `piece` (or from the first data in the folder) as a reader sends them, and the trained
-        model's predictions on them now (call with no piece running: they are what the newest checkpoint
-        predicts); None when there is no data to take them from."""
-        examples = self.data.piece_examples(piece, raw=True) if piece else self.data.split("train", raw=True)
-        try:
-            raw = export.reference_inputs(examples) if next(iter(examples.take(1)), None) is not None else None
-        except tf.errors.OpError:  # its file gone or unreadable: the next version takes another
-            raw = None
-        if raw is None:
+        """Raw inputs as a reader sends them (the first taken from `piece`, or from the first data in the folder,
+        then kept for every version: building a dataset each time would trace new functions, which wait for every
+        task, a stopped worker included), and the trained model's predictions on them now (call with no piece
+        running: they are what the newest checkpoint predicts); None when there is no data to take them from."""
+        if self.raw is None:
+            examples = self.data.piece_examples(piece, raw=True) if piece else self.data.split("train", raw=True)
+            try:
+                self.raw = export.reference_inputs(examples) if next(iter(examples.take(1)), None) is not None \
+                    else None
+            except tf.errors.OpError:  # its file gone or unreadable: the next version takes another
+                self.raw = None
+        if self.raw is None:
             return None
-        return raw, export.predictions(self.model, export.model_inputs(self.data, raw))
+        return self.raw, export.predictions(self.model, export.model_inputs(self.data, self.raw))
 
     def start(self, checkpoint: str, name: str, number: int, snapshot: Ledger, raw, trained, *,
               against_checkpoint: bool = False) -> None:

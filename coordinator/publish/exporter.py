@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from common import stack_dump
 from common.errors import UserError
 from coordinator.publish.request import MODEL, VERSION, ExportRequest, ExportResult
 
@@ -203,6 +204,7 @@ def main(request_path: str) -> int:
     os.environ.pop("TF_CONFIG", None)
     import_tensorflow_quietly()
     quiet_tensorflow()
+    stack_dump.on_sigusr1()
     try:
         result = export_checkpoint(request, log)
     except UserError as error:
