@@ -32,6 +32,9 @@ CHECKS = {
     "piece_mb": Check(lambda v: is_number(v) and SMALLEST_PIECE_MB <= v <= 1 << 20,
                       f"must be a number of MB from {SMALLEST_PIECE_MB} to {1 << 20}", "use e.g. 16"),
     "serving_export_every_s": seconds_check("600"),
+    "serving_delta_every_s": Check(lambda v: (is_number(v) and v == 0) or seconds(v),
+                                   f"must be 0 or a positive number of seconds, at most {MAX_SECONDS}",
+                                   "use e.g. 10, or 0 to write no deltas"),
     "keep_serving_versions": Check(int_in(1, INT32_MAX), f"must be an integer from 1 to {INT32_MAX}",
                                    "use e.g. 5"),
 }

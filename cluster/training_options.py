@@ -123,6 +123,11 @@ class TrainingOptions:
     serving_export_every_s: float = _option(600.0, "follow_data: seconds between serving versions: "
                                                    "output/serving/<version>, a SavedModel in TensorFlow Serving's "
                                                    "layout with assets.extra/trained_through.json")
+    serving_delta_every_s: float = _option(0.0, "follow_data: seconds between serving deltas, the rows changed "
+                                                "since the last one and the dense weights, written to "
+                                                "output/serving/deltas for the newest version's apply_delta "
+                                                "signature (python -m coordinator.publish.follower); a run ends "
+                                                "with one; 0 writes none")
     keep_serving_versions: int = _option(5, "follow_data: newest serving versions kept")
     embedding_dim: int = _option(16, "dlrm, wide_deep: width of each categorical feature's embedding")
     table_rows: int | tuple[int, ...] = _option(clicks.DEFAULT_TABLE_ROWS, "dlrm, wide_deep: rows (hash buckets) "

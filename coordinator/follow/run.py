@@ -20,6 +20,7 @@ from coordinator.checkpoints import EpochCheckpoints, Position
 from coordinator.compiled import ps_report
 from coordinator.dynamic.report import table_report
 from coordinator.follow.checkpointing import FollowCheckpoints
+from coordinator.follow.deltas import FollowDeltas
 from coordinator.follow.errors import data_files_named
 from coordinator.follow.handout import PieceTrainer
 from coordinator.follow.landing import landing_for
@@ -52,6 +53,7 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
     strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     distribution = strategy.build(config, options)
     model = setup.build_model(run, distribution)
+    deltas = FollowDeltas.create(run, model, distribution)
     log.info("serving versions every %g s in %s, taking %s", options.serving_export_every_s, run.files.serving,
              raw_description(data))
     if next(iter(data.split("train").take(1)), None) is not None:
@@ -74,7 +76,8 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
         saving=FollowCheckpoints(checkpoints=checkpoints, state=state, model=model, ledger=ledger,
                                  every_s=options.checkpoint_every_s, resumed_number=position.steps, log=log),
         publishing=Publishing(run=run, data=data, model=model, ledger=ledger, report=report, task=config.lead.name,
-                              serving=ServingVersions(run.files.serving, options.keep_serving_versions)))
+                              serving=ServingVersions(run.files.serving, options.keep_serving_versions),
+                              deltas=deltas))
     with exit_when_a_task_is_lost(log, "lost part of the cluster", "the run resumes from the last checkpoint (pieces "
                                   "done since are trained again)"), data_files_named():
         return FollowLoop(parts).run()

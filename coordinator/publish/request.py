@@ -14,7 +14,8 @@ class ExportRequest:
     """Write checkpoint `checkpoint` as `kind` into `destination` (the serving folder for a version, else the model
     folder), for the run of TrainingOptions `options` (as a dict); `reference` is an .npz of raw inputs and the
     trained model's predictions on them, which the written model must match; a version gets number `version`,
-    `trained_through` as assets.extra/trained_through.json and the newest `keep` versions stay."""
+    `trained_through` as assets.extra/trained_through.json and the newest `keep` versions stay; with
+    `delta_from_step` a version takes deltas (coordinator/publish/delta_signatures.py) from that step on."""
 
     kind: str
     checkpoint: str
@@ -25,6 +26,7 @@ class ExportRequest:
     version: int | None = None
     trained_through: dict | None = None
     keep: int = 5
+    delta_from_step: int | None = None
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(dataclasses.asdict(self)))
