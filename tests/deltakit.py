@@ -43,20 +43,28 @@ def _live_part(table, part, optimizer) -> dict[str, np.ndarray]:
     return {**fields, names.CHANGED_AT: optimizer.stamps_of(part.shard).numpy()}
 
 
-def base_tables(checkpoint: str, live: dict) -> dict[str, dict[str, np.ndarray]]:
-    """The tables of `live`'s shape as checkpoint `checkpoint` holds them (stamps: -1, a checkpoint has none)."""
+def base_tables(checkpoint: str, fields: dict[str, list[str]]) -> dict[str, dict[str, np.ndarray]]:
+    """Tables `fields` names ({table: [field]}) as checkpoint `checkpoint` holds them (no stamps: a checkpoint has
+    none)."""
     reader = tf.train.load_checkpoint(checkpoint)
     keys = list(reader.get_variable_to_shape_map())
     found = {}
-    for table, fields in live.items():
-        mine = {}
-        for field, array in fields.items():
-            if field in (names.ROWS, names.CHANGED_AT):
-                mine[field] = array if field == names.ROWS else np.full_like(array, -1)
-                continue
-            mine[field] = reader.get_tensor(_base_key(keys, table, field))
+    for table, names_of_fields in fields.items():
+        mine = {field: reader.get_tensor(_base_key(keys, table, field)) for field in names_of_fields
+                if field not in (names.ROWS, names.CHANGED_AT)}
+        mine[names.ROWS] = np.arange(len(mine[names.VECTORS]))
         found[table] = mine
     return found
+
+
+def fields_of(arrays: dict) -> dict[str, list[str]]:
+    """{table: [field]} of a delta's arrays (its dense weights left out)."""
+    fields: dict[str, list[str]] = {}
+    for key in arrays:
+        if names.SEPARATOR in key:
+            table, field = key.split(names.SEPARATOR, 1)
+            fields.setdefault(table, []).append(field)
+    return fields
 
 
 def _base_key(keys: list[str], table: str, field: str) -> str:
@@ -90,8 +98,11 @@ def deltas_on_disk(serving: Path, version: int) -> list[tuple[dict, dict]]:
 
 
 def replayed(base: dict, deltas: list[tuple[dict, dict]]) -> dict:
-    """`base` with each delta's rows written over it, in order."""
+    """`base` with each delta's rows written over it, in order (stamps, which a base has not: -1 where no delta
+    wrote one)."""
     tables = {table: {field: array.copy() for field, array in fields.items()} for table, fields in base.items()}
+    for fields in tables.values():
+        fields[names.CHANGED_AT] = np.full(len(fields[names.ROWS]), -1, np.int64)
     for _, arrays in deltas:
         for table, fields in tables.items():
             rows = arrays[names.SEPARATOR.join([table, names.ROWS])]
@@ -101,13 +112,16 @@ def replayed(base: dict, deltas: list[tuple[dict, dict]]) -> dict:
 
 
 def differences(expected: dict, got: dict) -> list[str]:
-    """Where two tables differ (stamps of rows no delta held are left out: a checkpoint has none)."""
+    """Where two sets of tables differ (stamps only where both have them: a checkpoint has none, a replay only
+    for the rows a delta held)."""
     found = []
     for table, fields in expected.items():
-        stamped = got[table][names.CHANGED_AT] >= 0
         for field, array in fields.items():
-            mine = got[table][field]
+            mine = got[table].get(field)
+            if mine is None:
+                continue
             if field == names.CHANGED_AT:
+                stamped = mine >= 0
                 array, mine = array[stamped], mine[stamped]
             if array.shape != mine.shape or not np.array_equal(array, mine):
                 found.append(f"{table}.{field}")

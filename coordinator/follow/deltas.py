@@ -122,8 +122,10 @@ class FollowDeltas:
         written = job.result
         if self.chain.version != written.version:  # the chain moved on while it was written
             self.files.drop(written.version, [written.sequence])
-        else:
-            self.chain = Chain(written.version, written.sequence + 1, written.read_step)
+            self.log.info("serving | delta %d.%d dropped: version %d is out", written.version, written.sequence,
+                          self.chain.version)
+            return
+        self.chain = Chain(written.version, written.sequence + 1, written.read_step)
         served = ledger.serve(written.version, time.time(), {entry["name"] for entry in job.serves})
         rows = sum(written.rows.values())
         self.log.info("serving | delta %d.%d | steps %d to %d | %d row%s changed | %d file%s newly served | %.2f MB "
