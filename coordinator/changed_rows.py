@@ -66,11 +66,13 @@ def track_changes(model, strategy=None) -> list[TrackedTable]:
                     offset += partition.rows
                 tracked.append(TrackedTable(layer, tuple(parts), True))
             elif isinstance(layer, (FusedTables, SeparateTables)) and hasattr(optimizer, "stamp"):
-                tracked += [_stamped(variable, optimizer, strategy) for variable in layer.weights]
+                variables = [layer.table] if isinstance(layer, FusedTables) else list(layer.tables)
+                tracked += [_stamped(variable, optimizer, strategy) for variable in variables]
     return tracked
 
 
 def _stamped(variable, optimizer, strategy) -> TrackedTable:
+    """A hashed table (a variable, or a ShardedVariable: one part per shard) with stamps beside each shard."""
     parts, offset = [], 0
     for shard in getattr(variable, "variables", [variable]):
         rows = int(shard.shape[0])

@@ -1,7 +1,8 @@
-"""Serving deltas on real servers (2 ps, 2 workers), follow mode: files landing, a worker slowed while deltas are read,
-the chief killed and resumed, a follower with no toolkit on its path started late and paused (it misses deltas);
-at the end the newest version's checkpoint plus its deltas equals the last checkpoint bit for bit, and the
-follower predicts as a version written at the end."""
+"""Serving deltas on real servers (2 ps, 2 workers). Follow mode with dynamic tables: files landing, a worker slowed
+while deltas are read, the chief killed in the middle of one and resumed, a follower with no toolkit on its path
+started late and paused (it misses deltas); at the end the newest version's checkpoint plus its deltas equals the
+last checkpoint bit for bit, and the follower predicts as a version written at the end. Hashed tables: deltas
+read while steps run on both workers, base plus every delta against the live tables, stamps included."""
 
 from __future__ import annotations
 
@@ -168,3 +169,19 @@ def _predictions_at_end(summary: dict, output, now):
     mine = next(iter(followed.predict(**inputs).values())).numpy()
     theirs = next(iter(tf.saved_model.load(str(now / "1")).signatures["serving_default"](**inputs).values())).numpy()
     return followed, {"largest": float(np.abs(mine - theirs).max())}
+
+
+def test_deltas_read_while_steps_run_lose_no_update_of_a_hashed_table(shared_servers, tmp_path):
+    spec = json.loads(shared_servers.read_text())["cluster"]
+    tf_config = {"cluster": {job: spec[job] for job in ("chief", "worker", "ps")},
+                 "task": {"type": "chief", "index": 0}}
+    env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": str(ROOT),
+           "GRPC_FAIL_FAST": "use_caller", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    run = subprocess.run([PYTHON, str(ROOT / "tests" / "delta_chief.py"), "check", str(tmp_path)], capture_output=True,
+                         text=True, env=env, cwd=ROOT, timeout=600, stdin=subprocess.DEVNULL)
+    line = next((line for line in run.stdout.splitlines() if line.startswith("RESULT ")), None)
+    assert line, run.stderr[-4000:]
+    found = json.loads(line.removeprefix("RESULT "))
+    assert found["differences"] == []  # rows, Adagrad slots and stamps: bit for bit
+    assert all(steps > 0 for steps in found["steps_during_reads"][:4])  # the workers trained while deltas were read
+    assert 0 < max(found["rows"]) < found["table_rows"]  # the rows changed, not the table
