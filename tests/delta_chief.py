@@ -3,7 +3,7 @@ tests/test_follow_deltas.py and bench/deltas.py; prints `RESULT {json}` last.
 
 `python tests/delta_chief.py check OUT` (TF_CONFIG of a chief): a base checkpoint, then deltas each read while
 steps scheduled just before it run on the workers, a last one once they are done; base plus every delta against
-the live tables, stamps included. `... time OUT STEPS` times STEPS steps with and without row stamps.
+the live tables, stamps included. `... time OUT STEPS [TABLE_ROWS]` times STEPS steps with and without row stamps.
 """
 
 from __future__ import annotations
@@ -60,12 +60,15 @@ def schedule(coordinator, step, batches, count: int, first: int) -> None:
 def check(out: str) -> dict:
     strategy, coordinator, model, step, batches = cluster(table_rows=2000)
     tracked = track_changes(model, strategy)
+    source, files = DeltaSource(model, tracked), DeltaFiles(Path(out) / "serving")
     schedule(coordinator, step, batches, 10, 0)
+    coordinator.join()
+    source.advance()  # as the chief does each beat
+    schedule(coordinator, step, batches, 1, 10)
     coordinator.join()
     root = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
     base = checkpoint_io.save(root, str(Path(out) / "ckpt-base"), device=CHIEF_CPU, chunk_bytes=CHUNK)
-    from_step = int(step_clock(model).numpy())
-    source, files = DeltaSource(model, tracked), DeltaFiles(Path(out) / "serving")
+    from_step = source.watermark_before(int(step_clock(model).numpy()))
     during = []
     for sequence in range(1, 6):
         if sequence < 5:
@@ -84,9 +87,9 @@ def check(out: str) -> dict:
                 len(fields["rows"]) for fields in live.values())}
 
 
-def timed(out: str, steps: int) -> dict:
+def timed(out: str, steps: int, table_rows: int = 100_000) -> dict:
     """Steps per second of one model without row stamps and with them (its step traced again), alternated."""
-    strategy, coordinator, model, plain, batches = cluster(table_rows=100_000, dim=16, batch=512)
+    strategy, coordinator, model, plain, batches = cluster(table_rows=table_rows, dim=16, batch=512)
     schedule(coordinator, plain, batches, 20, 0)  # traced before any stamp: it never stamps
     coordinator.join()
     track_changes(model, strategy)
@@ -104,5 +107,5 @@ def timed(out: str, steps: int) -> dict:
 
 if __name__ == "__main__":
     action, out, *rest = sys.argv[1:]
-    result = check(out) if action == "check" else timed(out, int(rest[0]))
+    result = check(out) if action == "check" else timed(out, *(int(value) for value in rest))
     print("RESULT " + json.dumps(result), flush=True)

@@ -31,7 +31,7 @@ from coordinator.dynamic.allocator import RowAllocator
 from coordinator.dynamic.expiry import make_expiry
 from coordinator.dynamic.guard import is_held, next_generation
 from coordinator.dynamic.sketch import AdmissionSketch
-from coordinator.row_stamps import STAMP_NAME, now_after, stamp_rows
+from coordinator.row_stamps import make_stamps, now_after, stamp_rows
 from coordinator.table_init import INIT_SCALE, filled
 
 COLOCATED_SCOPE = "colocated_with_rows"  # names the bookkeeping variables, which take no round-robin turn
@@ -81,10 +81,10 @@ class Partition:
         self.slots, self.initial_slots = dict(slots), dict(initial_slots)
 
     def track_changes(self, clock) -> None:
-        """Gives each row a stamp (coordinator/row_stamps.py): `clock` (the table optimizer's step counter) read
-        under the lock after a row changes (kept updates, rows given or freed), or after a lookup marked it."""
+        """Gives each row a stamp (coordinator/row_stamps.py): the stamp clock `clock` of this ps, read under the
+        lock after a row changes (kept updates, rows given or freed), or after a lookup marked it."""
         with colocated(self.shard), tf.name_scope(COLOCATED_SCOPE):
-            self.changed_at = tf.Variable(lambda: filled([self.rows], tf.int64, 0), trainable=False, name=STAMP_NAME)
+            self.changed_at = make_stamps(self.rows)
         self.clock = clock
 
     def _stamp(self, rows, changes: list) -> list:

@@ -75,9 +75,10 @@ class FollowDeltas:
                    chunk_bytes=chunk_bytes_of(options), log=run.log)
 
     def from_step(self, checkpoint: str) -> int:
-        """The step the chain of a version written from `checkpoint` starts at: the step counter as the checkpoint
-        holds it (read before any of its rows, so every later change carries a step at or after it)."""
-        return int(tf.train.load_variable(checkpoint, self.clock_key))
+        """The step the chain of a version written from `checkpoint` starts at: every change landing after the
+        checkpoint read its first row carries a stamp at or after it (the counter as the checkpoint holds it was
+        read before its rows; the stamp clocks were last advanced before that to this step)."""
+        return self.source.watermark_before(int(tf.train.load_variable(checkpoint, self.clock_key)))
 
     def based_on(self, version: int, from_step: int) -> None:
         """Version `version` (its checkpoint read at `from_step`) is published: the chain moves to it (a delta of
@@ -96,9 +97,12 @@ class FollowDeltas:
         return self.chain is not None and self.source.step() > self.chain.from_step
 
     def poll(self, ledger: Ledger) -> None:
-        """Records the delta being written once done; starts the next when due."""
+        """Records the delta being written once done; starts the next when due; else advances the stamp clocks (so
+        the next version's chain starts from a step at most a beat before its checkpoint)."""
         if self.job is not None and not self.job.thread.is_alive():
             self._done(ledger)
+        if self.job is None:
+            self.source.advance()
         if self.job is None and self.chain is not None and time.monotonic() - self.last >= self.every_s \
                 and self._trained_since():
             self._start(ledger)

@@ -1,13 +1,13 @@
 """Serving deltas: the rows of the live tables changed since a step, with every dense weight whole, written beside the
 serving versions while training goes on (the format: delta_format.py).
 
-A delta reads the step counter first (its `read_step`), waits SETTLE_S (an update whose stamp was being written
-as the step was read lands meanwhile), then reads, table by table and shard by shard on each ps, the rows stamped
-at or after its `from_step` a chunk at a time (delta_rows.py). The next delta starts from this one's `read_step`:
-a change landing after a row was read carries a stamp at or after it (coordinator/changed_rows.py), so deltas
-overlap rather than leave a gap. The chunks go to a scratch bundle as they come (their count is not known before
-the end), then into the delta's bundle as slices of one key per field: no process holds more than a chunk.
-Nothing waits for the workers and nothing stops them.
+A delta reads the step counter first (its `read_step`) and advances every ps's stamp clock to it, waits SETTLE_S
+(an update whose stamp was being written meanwhile lands), then reads, table by table and shard by shard on each
+ps, the rows stamped at or after its `from_step` a chunk at a time (delta_rows.py). The next delta starts from
+this one's `read_step`: a change landing after a row was read carries a stamp at or after it
+(coordinator/changed_rows.py), so deltas overlap rather than leave a gap. The chunks go to a scratch bundle as they
+come (their count is not known before the end), then into the delta's bundle as slices of one key per field: no
+process holds more than a chunk. Nothing waits for the workers and nothing stops them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from coordinator.changed_rows import TrackedTable, step_clock
 from coordinator.dynamic.checkpoint import state_prefix
 from coordinator.publish import delta_format as names
 from coordinator.publish.delta_rows import fields, reader, row_bytes
+from coordinator.row_stamps import advance
 from coordinator.streaming.bundle import BundleReader, BundleWriter
 from coordinator.streaming.entries import variable_keys
 from coordinator.streaming.rows import CHUNK_BYTES, chunk_rows, row_ranges, slice_spec
@@ -66,8 +68,28 @@ class DeltaSource:
         names.unique_names([*self.dense, *(table.name for table in self.tables)])
         self.dense = {names.short_name(key): variables for key, variables in self.dense.items()}
 
+        self.clocks = list({part.clock.ref(): part.clock for table in tracked for part in table.parts}.values())
+        self._advanced: list[tuple[int, int]] = []  # (step the clocks were advanced to, step read once they were)
+        self._lock = threading.Lock()
+
     def step(self) -> int:
         return int(self.clock.numpy())
+
+    def advance(self) -> int:
+        """Advances every stamp clock to the step counter as read now; returns that step."""
+        step = self.step()
+        for clock in self.clocks:
+            advance(clock, step)
+        after = self.step()
+        with self._lock:
+            self._advanced.append((step, after))
+        return step
+
+    def watermark_before(self, step: int) -> int:
+        """A step every change landing after the counter read `step` is stamped at or after: the newest step the
+        clocks were advanced to before it (known by the counter read once they were: below `step`); 0 if none."""
+        with self._lock:
+            return max((clocks for clocks, after in self._advanced if after < step), default=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +115,7 @@ def write_delta(source: DeltaSource, files: "DeltaFiles", *, version: int, seque
     shutil.rmtree(writing, ignore_errors=True)
     writing.mkdir(parents=True)
     try:
-        read_step = source.step()
+        read_step = source.advance()
         time.sleep(settle_s)
         rows = _write_bundle(source, writing, from_step, chunk_bytes)
         size = sum(path.stat().st_size for path in writing.iterdir())
