@@ -32,7 +32,7 @@ from bench.cluster import PYTHON, ROOT, LoopbackCluster
 from bench.follow import DROPPER, run_chief
 
 HERE = Path(__file__).resolve().parent
-SIZES = {"quick": {"table_rows": [500, 5000], "files": 3, "rows": 600, "drop_every_s": 4.0, "delta_every_s": 2.0,
+SIZES = {"quick": {"table_rows": [500, 5000], "files": 6, "rows": 600, "drop_every_s": 5.0, "delta_every_s": 2.0,
                    "version_every_s": 8.0, "piece_mb": 0.05, "timed_steps": 20},
          "full": {"table_rows": [100_000, 1_000_000], "files": 12, "rows": 50_000, "drop_every_s": 20.0,
                   "delta_every_s": 10.0, "version_every_s": 120.0, "piece_mb": 2.0, "timed_steps": 300}}

@@ -204,3 +204,78 @@ def test_delta_names_are_short_structural_and_refuse_a_clash():
     assert names.parse_delta_name("7.12") == (7, 12) and names.parse_delta_name(".writing-7.12") is None
     with pytest.raises(ValueError, match="two weights"):
         names.unique_names(["model/a-b/.ATTRIBUTES/VARIABLE_VALUE", "model/a_b/.ATTRIBUTES/VARIABLE_VALUE"])
+
+
+class FakeServing:
+    """TensorFlow Serving's REST Predict API for one model, on loopback: `GET /v1/models/m` (the versions loaded)
+    and `POST /v1/models/m/versions/<v>:predict` with columnar `inputs`, run by the loaded SavedModel's signature."""
+
+    def __init__(self, serving, version: int):
+        import http.server
+        import json
+        import threading
+
+        model = tf.saved_model.load(str(serving / str(version)))
+        self.model = model
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):  # noqa: N802 - the handler's name
+                self._answer({"model_version_status": [{"version": str(version), "state": "AVAILABLE"}]})
+
+            def do_POST(self):  # noqa: N802
+                request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                signature = model.signatures[request["signature_name"]]
+                specs = signature.structured_input_signature[1]
+                inputs = {name: tf.constant(np.array(value, specs[name].dtype.as_numpy_dtype))
+                          for name, value in request["inputs"].items()}
+                self._answer({"outputs": {name: value.numpy().tolist() for name, value in
+                                          signature(**inputs).items()}})
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.base = f"http://127.0.0.1:{self.server.server_port}/v1/models/m"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_tensorflow_serving_replica_is_fed_the_same_deltas_through_its_predict_api(run, tmp_path):
+    from coordinator.publish.follower import Replica
+
+    if not (run.serving / "1").exists():
+        _version(run, run.base, run.serving, 1, run.from_step, run.base_predictions)
+    replica = FakeServing(run.serving, 1)
+    try:
+        Replica(replica.base, run.serving, log=LOG.info).catch_up()
+        Replica(replica.base, run.serving, log=LOG.info).catch_up()  # again: nothing more to send
+        through = replica.model.signatures["applied_through"]()
+        assert (int(through["version"]), int(through["sequence"])) == (1, 3)
+        follower = Follower(run.serving, log=LOG.info)
+        follower.catch_up()
+        raw, _ = run.base_predictions
+        inputs = {key.removeprefix("inputs_"): tf.constant(value) for key, value in export.saved_inputs(raw).items()}
+        fed = next(iter(replica.model.signatures["serving_default"](**inputs).values())).numpy()
+        np.testing.assert_array_equal(fed, next(iter(follower.predict(**inputs).values())).numpy())
+    finally:
+        replica.close()
+
+
+def test_a_version_written_without_deltas_is_served_as_it_is(run, tmp_path):
+    serving = tmp_path / "serving"
+    _version(run, run.base, serving, 1, None, run.base_predictions)  # as earlier code (or deltas off) wrote it
+    follower = Follower(serving, log=LOG.info)
+    assert follower.catch_up() and follower.version == 1 and follower.sequence == 0
+    assert "apply_delta" not in follower.model.signatures
