@@ -73,7 +73,8 @@ def fixed(cluster: LoopbackCluster, work: Path, data: Path) -> dict:
 
 def follow(cluster: LoopbackCluster, work: Path, data: Path, piece_mb: float) -> dict:
     summary = run_chief(cluster, work, data_dir=str(data), follow_data=True, follow_pattern="train-*",
-                        piece_mb=piece_mb, data_poll_s=1, stop_when_idle_s=5, serving_export_every_s=600)
+                        piece_mb=piece_mb, data_poll_s=1, settle_s=0, stop_when_idle_s=5,
+                        serving_export_every_s=600)
     files = summary["follow"]["per_file"]
     seconds = max(f["done"] for f in files) - min(f["started"] for f in files)
     examples = summary["follow"]["examples"]
@@ -99,7 +100,8 @@ def freshness(cluster: LoopbackCluster, work: Path, files: int, rows: int, drop_
                                cwd=ROOT, stdin=subprocess.DEVNULL)
     try:
         summary = run_chief(cluster, work / "output", data_dir=str(data), follow_data=True, piece_mb=piece_mb,
-                            data_poll_s=1, stop_when_idle_s=drop_every_s + 10, serving_export_every_s=5)
+                            data_poll_s=1, settle_s=0, stop_when_idle_s=drop_every_s + 10,
+                            serving_export_every_s=5)
     finally:
         dropper.kill()
         dropper.wait()

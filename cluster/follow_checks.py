@@ -13,11 +13,16 @@ if TYPE_CHECKING:
 
 FOLLOWED_DATASETS = ("criteo", "tfrecord")  # file sources whose files can be trained one by one as they land
 SMALLEST_PIECE_MB = 0.01
+BACKLOG_ORDERS = ("oldest", "newest")
 
 
 def _pattern(value: Any) -> bool:
     """A glob relative to data_dir: not absolute, never climbing out of it."""
     return isinstance(value, str) and bool(value) and not value.startswith("/") and ".." not in value.split("/")
+
+
+def _seconds_or_zero(value: Any) -> bool:
+    return (is_number(value) and value == 0) or seconds(value)
 
 
 CHECKS = {
@@ -31,6 +36,14 @@ CHECKS = {
                               "use e.g. 3600, or 0 to follow until stopped"),
     "piece_mb": Check(lambda v: is_number(v) and SMALLEST_PIECE_MB <= v <= 1 << 20,
                       f"must be a number of MB from {SMALLEST_PIECE_MB} to {1 << 20}", "use e.g. 16"),
+    "settle_s": Check(_seconds_or_zero, f"must be 0 or a positive number of seconds, at most {MAX_SECONDS}",
+                      "use e.g. 30 (longer than the pauses of the producer writing into data_dir)"),
+    "unfinished_after_s": Check(_seconds_or_zero, f"must be 0 or a positive number of seconds, at most "
+                                f"{MAX_SECONDS}", "use e.g. 600"),
+    "backlog_order": Check(lambda v: v in BACKLOG_ORDERS, f"must be one of {', '.join(BACKLOG_ORDERS)}",
+                           "use oldest (landing order) or newest (freshest first)"),
+    "max_bad_fraction": Check(lambda v: is_number(v) and 0 <= v <= 1, "must be a fraction from 0 to 1",
+                              "use e.g. 0.5, or 1 to never stop for bad data"),
     "serving_export_every_s": seconds_check("600"),
     "serving_delta_every_s": Check(lambda v: (is_number(v) and v == 0) or seconds(v),
                                    f"must be 0 or a positive number of seconds, at most {MAX_SECONDS}",

@@ -10,8 +10,16 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+RUN_VARIABLE = "PSCLUSTER_RUN"  # names one launcher run: every task it starts carries it; the lead stamps summaries
+
+
+def this_run() -> str | None:
+    """The launcher run this process belongs to (None when it was started by hand)."""
+    return os.environ.get(RUN_VARIABLE) or None
 
 
 class RunStatus(str, enum.Enum):
@@ -75,6 +83,11 @@ class RunFiles:
         return self.output / "serving"
 
     @property
+    def quarantine(self) -> Path:
+        """Follow mode's report of data not trained (coordinator/follow/quarantine.py)."""
+        return self.output / "quarantine.jsonl"
+
+    @property
     def backup(self) -> Path:
         return self.output / "backup"
 
@@ -130,6 +143,8 @@ class RunSummary:
     ps_report: dict = dataclasses.field(default_factory=dict)  # recommenders: per ps, bytes held and moved per step
     capacity: dict = dataclasses.field(default_factory=dict)  # predicted and measured steps/s, the bound (PSS)
     follow: dict = dataclasses.field(default_factory=dict)  # follow mode: files done, examples, freshness per file
+    skipped_records: int | None = None  # skip_corrupt: malformed records the workers skipped (None: not counted)
+    run: str | None = None  # the launcher run (PSCLUSTER_RUN) whose lead wrote it; None when started by hand
 
     @property
     def complete(self) -> bool:
@@ -142,13 +157,16 @@ def read_summary(files: RunFiles) -> RunSummary | None:
 
 
 def write_summary(files: RunFiles, summary: RunSummary) -> None:
-    write_json_atomically(files.summary, dataclasses.asdict(summary))
+    """Writes `summary`, stamped with the launcher run of the process that writes it."""
+    write_json_atomically(files.summary, dataclasses.asdict(dataclasses.replace(summary, run=this_run())))
 
 
-def training_finished(files: RunFiles, planned_epochs: int) -> bool:
-    """True once the lead has marked this plan complete (a stale summary of a shorter plan does not count)."""
+def training_finished(files: RunFiles, planned_epochs: int, *, run: str | None = None) -> bool:
+    """True once the lead has marked this plan complete (a stale summary of a shorter plan does not count); with
+    `run`, only once the lead of that launcher run has (a followed run is complete only until it is started again)."""
     summary = read_summary(files)
-    return bool(summary and summary.complete and summary.epochs == planned_epochs)
+    return bool(summary and summary.complete and summary.epochs == planned_epochs
+                and (run is None or summary.run == run))
 
 
 class Phase(str, enum.Enum):

@@ -51,6 +51,8 @@ class LauncherSettings:
     worker_lost_after_s: float = 300.0  # a worker lost this long leaves the chief's cluster (parameter_server)
     min_workers: int = 1  # fewer running workers hold the chief
     stop_grace_s: float = 60.0  # a stopped chief's time to write its checkpoint before SIGKILL
+    log_max_mb: float = 64.0  # a task log larger than this moves to <log>.1 and starts afresh
+    log_files_kept: int = 3  # a task's log files kept, the current one included
     backend: str = "hosts"
 
 
@@ -133,6 +135,10 @@ LAUNCHER_CHECKS = {
     "min_workers": Check(int_in(1, INT32_MAX), f"must be an integer from 1 to {INT32_MAX}",
                          "use e.g. 1 (the chief trains while at least this many workers run)"),
     "stop_grace_s": seconds_check("60"),
+    "log_max_mb": Check(lambda v: is_number(v) and 0 < v <= 1_000_000, "must be a number of MiB above 0, at most "
+                        "1000000", "use e.g. 64"),
+    "log_files_kept": Check(int_in(1, 1000), "must be an integer from 1 to 1000", "use e.g. 3 (the current log "
+                            "and two older ones)"),
     "backend": Check(lambda v: v in BACKENDS, f"must be one of {', '.join(BACKENDS)}",
                      'use "hosts" (this machine and ssh hosts), "slurm" (job steps in a Slurm allocation) or '
                      '"kubernetes" (a JobSet, one pod per task)'),

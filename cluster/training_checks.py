@@ -101,6 +101,9 @@ CHECKS = {
                              f"must be a number of MB from 0.001 to {1 << 20}", "use e.g. 64"),
     "keep_checkpoints": Check(int_in(2, INT32_MAX), f"must be an integer from 2 to {INT32_MAX}",
                               "keep at least 2 so the evaluator can read one while the next is written"),
+    "keep_unevaluated_checkpoints": Check(int_in(2, INT32_MAX), f"must be an integer from 2 to {INT32_MAX}",
+                                          "use e.g. 10 (a followed run's newest checkpoint waits for newer data, so "
+                                          "the evaluator needs at least 2)"),
     "probe_timeout_s": seconds_check("60"),
     "seed": Check(int_in(0, SEED_LIMIT - 1), f"must be an integer from 0 to {SEED_LIMIT - 1}",
                   "use e.g. 0 (numpy takes seeds in [0, 2**32))"),

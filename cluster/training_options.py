@@ -33,8 +33,10 @@ class TrainingOptions:
     image_size: tuple[int, ...] = _option(IMAGE_SIZE, "[height, width] image_folder and tfrecord images are resized to")
     augment: bool = _option(False, "augment training images: rotation 40 degrees, shifts 0.2, shear 0.2, zoom 0.2, "
                                    "horizontal flips")
-    skip_corrupt: bool = _option(False, "skip images that cannot be decoded, counted in the reading task's log, "
-                                        "instead of stopping with the file's name")
+    skip_corrupt: bool = _option(False, "fixed data sets: skip malformed records (images that cannot be decoded, "
+                                        "Criteo lines) instead of stopping with the file's name: each said in the "
+                                        "reading task's log, their number in summary.json (skipped_records); "
+                                        "follow mode always skips and counts them (max_bad_fraction)")
     criteo_validation: float | tuple[int, ...] | None = _option(
         None, "criteo: the held-out part, split in half for validation and test: null for the published convention "
               "(Kaggle train.txt: its last 1/7, the DLRM reference's day 7; 1 TB: day_23 or the last day found), a "
@@ -100,6 +102,10 @@ class TrainingOptions:
                                            "are checkpointed, restored, exported and evaluated in chunks of about "
                                            "this many MB")
     keep_checkpoints: int = _option(3, "newest checkpoints kept (older ones go once the evaluator has read them)")
+    keep_unevaluated_checkpoints: int = _option(10, "older checkpoints kept for an evaluator that has not read them "
+                                                    "yet, at most this many (the newest); older ones are deleted "
+                                                    "unread, and a lagging evaluator skips to the newest this many, "
+                                                    "saying which it skipped: a slow evaluator never fills the disk")
     probe_timeout_s: float = _option(60.0, "seconds to wait for every ps and worker port before giving up")
     seed: int = _option(0, "random seed for model initialisation and shuffling")
     progress_every_s: float = _option(30.0, "seconds between progress lines (and TensorBoard points) within an "
@@ -111,9 +117,22 @@ class TrainingOptions:
     follow_pattern: str = _option("*", "follow_data: the files under data_dir that are data, a glob relative to it "
                                        "(e.g. part-*.gz or */part-*); names beginning with . or _ never are, so "
                                        "write to .name.tmp and rename")
-    data_poll_s: float = _option(10.0, "follow_data: seconds between looks at data_dir; a file is taken once it is "
-                                       "complete (a newline at its end, a whole gzip stream, whole TFRecord "
-                                       "records) and its size and time stood still over one look")
+    data_poll_s: float = _option(10.0, "follow_data: seconds between looks at data_dir (a look reads the folder; "
+                                       "it opens only files it does not hold yet)")
+    settle_s: float = _option(30.0, "follow_data: a file is taken once its size and modification time stood still "
+                                    "this long (longer than the producer's pauses) and it is complete: a newline "
+                                    "at its end, a whole gzip stream, whole TFRecord records; 0: over one look")
+    unfinished_after_s: float = _option(600.0, "follow_data: a file that stood still this long but is not "
+                                               "complete (no newline at its end, a cut gzip stream) is taken as it "
+                                               "is, and counted as unfinished")
+    backlog_order: str = _option("oldest", "follow_data: which landed files are trained first when several wait: "
+                                           "oldest (landing order) or newest (the newest first, for freshness "
+                                           "after an outage)")
+    max_bad_fraction: float = _option(0.5, "follow_data: malformed records are skipped and counted, unreadable "
+                                           "files quarantined; a file with more than this fraction of malformed "
+                                           "records is bad, and the run stops when more than this fraction of "
+                                           "the last 20 files were bad or unreadable (1: never; 0: at the first "
+                                           "malformed record)")
     stop_when_idle_s: float = _option(0.0, "follow_data: stop (checkpoint, last serving version, summary, exit 0) "
                                            "after this many seconds with no new data; 0 follows until sh kill.sh "
                                            "or SIGTERM")

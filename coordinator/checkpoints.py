@@ -3,13 +3,16 @@ evaluator reads them.
 
 One series (model and optimizer) serves both needs: `ckpt-<E>` after epoch E, `ckpt-<E>-<S>` after S steps of
 epoch E + 1 (written every `checkpoint_every_s` and when the chief is asked to stop). The retention rule agreed with the
-evaluator: the newest `keep` checkpoints stay; an older one is deleted only once the evaluator has listed it
-in `evaluated.json` beside them (or when the cluster has no evaluator).
+evaluator: the newest `keep` checkpoints stay; an older one is deleted once the evaluator has listed it in
+`evaluated.json` beside them (or when the cluster has no evaluator), or when more than `keep_unevaluated` older
+ones wait for it (the oldest go: the evaluator, which scores only the newest `keep_unevaluated` it has not done,
+never reads them). What a save that died midway left is removed when the chief next opens the directory.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import NamedTuple
 
@@ -73,24 +76,49 @@ def listed_checkpoints(directory: Path) -> list[str]:
     return list(state.all_model_checkpoint_paths) if state else []
 
 
+def leftovers(directory: Path) -> list[Path]:
+    """What saves that died midway left in `directory` (a full disk, a kill): `<name>_temp/` folders of shards never
+    merged, and the files of checkpoints newer than the newest the state file lists (never recorded). Removed when
+    the chief opens the directory, before it writes: they would fill the disk the next save needs."""
+    found = list(directory.glob(f"{PREFIX}*_temp"))
+    listed = listed_checkpoints(directory)
+    if not listed:
+        return found  # no state file to tell a recorded checkpoint from another: the rest stays
+    newest = checkpoint_position(listed[-1])
+    for path in directory.glob(f"{PREFIX}*.*"):
+        try:
+            position = checkpoint_position(path.name.split(".", 1)[0])
+        except ValueError:
+            continue
+        if position > newest and path.is_file():
+            found.append(path)
+    return found
+
+
 class EpochCheckpoints:
     """Writes, lists, restores and prunes checkpoints; with `io_device` (ParameterServerStrategy: the chief's CPU)
     through that device a chunk of rows at a time (coordinator/streaming/), so ps never write files and no
     process holds a whole table; without it (the synchronous strategies) with TensorFlow's own save."""
 
     def __init__(self, files: RunFiles, *, model, optimizer, keep: int, has_evaluator: bool, io_device: str | None,
-                 scratch: Path | None = None, extra: dict | None = None, chunk_bytes: int = CHUNK_BYTES):
+                 scratch: Path | None = None, extra: dict | None = None, chunk_bytes: int = CHUNK_BYTES,
+                 keep_unevaluated: int = 10):
         """`scratch`: a worker that is not the lead (multi_worker_mirrored) writes there, as every worker must
         take part in a save, and removes what it wrote; it reads the lead's checkpoints. `extra`: more objects
         saved beside the model (follow mode: where the data stands). `chunk_bytes`: the most of a table held at a
         time by a streamed save or restore."""
         self.files, self.directory, self.scratch = files, files.checkpoints, scratch
         directory = self.directory
-        self.keep = keep
+        self.keep, self.keep_unevaluated = keep, keep_unevaluated
         self.has_evaluator, self.io_device, self.chunk_bytes = has_evaluator, io_device, chunk_bytes
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, **(extra or {}))
         if scratch is None:
             directory.mkdir(parents=True, exist_ok=True)
+            for leftover in leftovers(directory):
+                if leftover.is_dir():
+                    shutil.rmtree(leftover)
+                else:
+                    leftover.unlink()
 
     def latest_path(self) -> str | None:
         paths = listed_checkpoints(self.directory)
@@ -129,10 +157,12 @@ class EpochCheckpoints:
 
     def _prune(self, paths: list[str]) -> list[str]:
         evaluated = set(EvaluationState.load(self.files).evaluated)
+        old = paths[:max(0, len(paths) - self.keep)]
+        waiting = [path for path in old if self.has_evaluator and Path(path).name not in evaluated]
+        spared = set(waiting[-self.keep_unevaluated:])  # the newest the evaluator has not done
         kept = []
-        for index, path in enumerate(paths):
-            old = index < len(paths) - self.keep
-            if old and (not self.has_evaluator or Path(path).name in evaluated):
+        for path in paths:
+            if path in old and path not in spared:
                 for file in tf.io.gfile.glob(path + ".*"):
                     tf.io.gfile.remove(file)
             else:

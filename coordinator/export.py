@@ -7,6 +7,8 @@ against the trained model's predictions at the checkpoint it was written from; b
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import tensorflow as tf
 
@@ -31,6 +33,18 @@ def reference_inputs(split: tf.data.Dataset, count: int = 16):
     predicts as the trained one."""
     inputs, _ = next(iter(contract.batch(split, count).take(1)))
     return inputs
+
+
+_PREDICT = weakref.WeakKeyDictionary()  # a model -> its prediction function, traced once
+
+
+def predictions(model, inputs) -> np.ndarray:
+    """`model`'s predictions on `inputs`, computed in one graph: an eager call of a model whose tables live on ps
+    reads each table shard whole on its ps, which copies it there once sparse updates have touched it (the ps
+    then holds its share twice, DESIGN.md fact 36); in a graph only the rows looked up are read."""
+    if model not in _PREDICT:
+        _PREDICT[model] = tf.function(lambda features: model(features, training=False))
+    return _PREDICT[model](inputs).numpy()
 
 
 def model_inputs(source, raw):

@@ -22,7 +22,7 @@ from coordinator import export
 from coordinator.compiled import build_compiled, with_table_stats
 from coordinator.dynamic.checkpoint import held_difference_streamed, state_prefix
 from coordinator.dynamic.report import dynamic_layers
-from coordinator.publish.model_export import export_model
+from coordinator.publish.model_export import export_model, remove_leftovers
 from coordinator.publish.template import Template
 from coordinator.strategy import CHIEF_CPU
 from coordinator.streaming.bundle import BundleReader
@@ -33,7 +33,7 @@ from coordinator.checkpoints import EpochCheckpoints, Position
 from coordinator.preemption import Preempted, StopRequest, exit_preempted
 from coordinator.streaming.rows import chunk_bytes_of
 from coordinator.progress import ProgressReport
-from data import source_for
+from data import skipped, source_for
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -102,7 +102,7 @@ def epoch_checkpoints(run: TrainingRun, model, *, io_device: str | None) -> Epoc
     return EpochCheckpoints(run.files, model=model, optimizer=model.optimizer, keep=run.options.keep_checkpoints,
                             has_evaluator=bool(run.config.jobs.get("evaluator")), io_device=io_device,
                             chunk_bytes=chunk_bytes_of(run.options),
-                            scratch=scratch)
+                            scratch=scratch, keep_unevaluated=run.options.keep_unevaluated_checkpoints)
 
 
 def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> Position | None:
@@ -115,7 +115,11 @@ def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> Position |
         raise UserError(Problem("training.output_dir", options.output_dir,
                                 f"holds a different run ({'; '.join(found)})", "use a new output_dir, or `sh run.sh "
                                 "--fresh` to move the old run aside and start over"))
+    if run.lead:
+        remove_leftovers(run)  # of an export that died midway: never opened by a reader, gone now
+    started = time.monotonic()
     position = checkpoints.restore_latest()
+    restored_s = time.monotonic() - started
     ps = len(run.config.jobs.get("ps", ())) if "ps" in run.config.strategy.server_jobs else 0
     if summary and summary.ps and ps and summary.ps != ps and position != Position(0):
         _check_resharded(run, model, checkpoints.latest_path(), summary.ps, ps)
@@ -124,8 +128,8 @@ def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> Position |
                      options.epochs, run.files.output)
         return None
     if position != Position(0):
-        run.log.info("resuming %s from %s (optimizer step %d)", position, position.name,
-                     int(model.optimizer.iterations.numpy()))
+        run.log.info("resuming %s from %s (optimizer step %d), restored in %.1f s", position, position.name,
+                     int(model.optimizer.iterations.numpy()), restored_s)
     if run.lead:
         write_summary(run.files, RunSummary(status=RunStatus.RUNNING, epochs=options.epochs,
                                             options=dataclasses.asdict(options), workers=run.workers, ps=ps or None))
@@ -144,7 +148,7 @@ def _check_resharded(run: TrainingRun, model, checkpoint: str, before: int, afte
     with tf.device(CHIEF_CPU):
         checkpointed = Template(run.options, run.source, chunk_bytes=chunk, log=run.log).at(checkpoint)
     inputs = export.reference_inputs(run.source.split("test"))
-    largest = float(np.abs(model(inputs, training=False).numpy() - checkpointed(inputs)).max())
+    largest = float(np.abs(export.predictions(model, inputs) - checkpointed(inputs)).max())
     run.log.info("ps %d -> %d: %s restored over %d ps, model and optimizer slots; predictions before and after "
                  "differ by at most %.1e (allowed %.0e)", before, after, Path(checkpoint).name, after, largest,
                  RESHARD_TOLERANCE)
@@ -219,12 +223,13 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
     against `model`'s predictions, and writes the run summary (the per-ps report with dynamic tables' rows)."""
     options, files = run.options, run.files
     steps = int(model.optimizer.iterations.numpy())
+    skipped_records = _skipped_records(run, model)  # before this process reads reference inputs
     recorded = read_progress(files)  # every lead's training time; the last epoch's metrics if this one trained none
     if recorded is not None:
         train_seconds, final_metrics = max(train_seconds, recorded.train_s), final_metrics or recorded.epoch_metrics
     _exporting(run, steps, train_seconds, final_metrics)  # a beat while exporting: it is not a stall
     raw = export.reference_inputs(run.source.split("test", raw=True))  # as an exported model takes them
-    trained = model(export.model_inputs(run.source, raw), training=False).numpy()
+    trained = export.predictions(model, export.model_inputs(run.source, raw))
     exported = export_model(run, checkpoint, raw, trained,
                             beat=lambda: _exporting(run, steps, train_seconds, final_metrics))
     run.log.info("export check: largest difference between trained and exported predictions %.2e (at most %.0e), "
@@ -239,10 +244,24 @@ def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float
         train_seconds=round(train_seconds, 2), final_metrics=final_metrics, checkpoint=checkpoint,
         model=exported.paths,
         tensorboard=str(files.tensorboard), variable_placement=variable_placement(model),
-        ps_report=with_table_stats(dict(shards or {}), model), capacity=capacity.summary() if capacity else {})
+        ps_report=with_table_stats(dict(shards or {}), model), capacity=capacity.summary() if capacity else {},
+        skipped_records=skipped_records)
     write_summary(files, summary)
     run.log.info("model exported to %s (.h5, SavedModel, .keras); summary %s", files.model_dir, files.summary)
     return summary
+
+
+def _skipped_records(run: TrainingRun, model) -> int | None:
+    """Malformed records skipped while training (skip_corrupt; data/skipped.py): every worker's count under
+    parameter_server, this process's own under the other strategies (a worker's count is lost if it restarted)."""
+    if not run.options.skip_corrupt:
+        return None
+    on_workers = skipped.taken_on_workers(model)
+    count = skipped.taken_here() if on_workers is None else on_workers
+    if count:
+        run.log.info("skip_corrupt: %d malformed record(s) skipped while training (each said in the log of the "
+                     "task that read it)", count)
+    return count
 
 
 def _exporting(run: TrainingRun, steps: int, train_seconds: float, final_metrics: dict) -> None:

@@ -15,6 +15,7 @@ from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.strategies import StrategyName
 from cluster.training_options import FIELD_NAMES, TrainingOptions, with_overrides
 from common.errors import Problem, UserError, exit_on_user_error
+from common.disk_full import exit_on_full_disk
 from common.exit_file import run_recording_exit
 from common.fields import field_help
 from common.logs import quiet_tensorflow, task_logger
@@ -85,7 +86,7 @@ def train(cluster: str = "cluster.json", worker: int | None = None, workers=None
         from coordinator.parameter_server import run_training
     else:
         from coordinator.synchronous import run_training
-    with bad_records_named():  # a corrupt image met on a worker: one line naming it, exit 2
+    with bad_records_named(), exit_on_full_disk(log, config.path(options.output_dir)):  # exit 2, exit 5
         run_training(config, options, log)
 
 

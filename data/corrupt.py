@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from common.errors import Problem
 from data import failures
+from data.skipped import counted
 
 MARKER = "pscluster: cannot decode"  # found again in the error text that reaches the chief from a worker
 CHUNK = 64  # records decoded together
@@ -59,9 +60,9 @@ def _skip_and_count(flagged: tf.data.Dataset) -> tf.data.Dataset:
     def count(skipped, element):
         image, label, ok, name = element
         skipped += tf.cast(tf.logical_not(ok), tf.int64)
-        report = tf.cond(ok, tf.no_op, lambda: tf.print(
+        report = tf.cond(ok, tf.no_op, lambda: tf.group(counted(1), tf.print(
             "warning: skipped", name, "(cannot be decoded as an image);", skipped,
-            "skipped so far in this pass over the data", output_stream=sys.stderr))
+            "skipped so far in this pass over the data", output_stream=sys.stderr)))
         with tf.control_dependencies([report]):
             return skipped, (tf.identity(image), label, ok)
 
@@ -77,6 +78,14 @@ def decode_checked(records: tf.data.Dataset, decode, record_name, input_shape, *
     flagged = records.batch(CHUNK).interleave(_decode_chunk(decode, record_name, input_shape),
                                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return _skip_and_count(flagged) if skip else _fail_on_first(flagged)
+
+
+def decode_flagged(records: tf.data.Dataset, decode, record_name, input_shape) -> tf.data.Dataset:
+    """Every record decoded as (image, label, decoded?, -1): one that does not decode comes blank, flagged False
+    (follow mode counts and drops it)."""
+    flagged = records.batch(CHUNK).interleave(_decode_chunk(decode, record_name, input_shape),
+                                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return flagged.map(lambda image, label, ok, name: (image, label, ok, tf.constant(-1, tf.int64)))
 
 
 UNDECODABLE = failures.Failure(MARKER, lambda where: Problem(

@@ -5,7 +5,8 @@ log(1 + max(x, 0)) (empty: 0); each categorical value (empty included, as its ow
 together with its feature number and `salt` into a 62-bit id (a hashed table takes it modulo its rows, so
 frequent values land anywhere in the table, hence on any ps). Lines are
 checked in chunks: a malformed one stops the run with one line naming the file and line number (read again in
-Python to say what is wrong), or with `skip_corrupt` is dropped and counted in the reading task's log.
+Python to say what is wrong), or with `skip_corrupt` is dropped, said in the reading task's log and counted for
+the run summary (data/skipped.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.errors import Problem
-from data import failures, line_ranges
+from data import failures, line_ranges, skipped
 from data.criteo_layout import FIELDS, INTEGER, NUMERIC_FEATURES, line_problem, lines_before, open_text
 from data.criteo_splits import CriteoFiles, LineRange, criteo_counts
 from data.preprocessing import CriteoPreprocessing
@@ -67,18 +68,23 @@ def _raw_features(fields: tf.Tensor) -> tuple[dict, tf.Tensor]:
         tf.strings.to_number(fields[:, 0], tf.float32)
 
 
-def _checked_chunk(skip: bool, preprocess):
-    """Parses a chunk of lines into examples: raw features, then `preprocess` (None: left raw) on the chunk."""
+def _checked_chunk(skip: bool, preprocess, flagged: bool = False):
+    """Parses a chunk of lines into examples: raw features, then `preprocess` (None: left raw) on the chunk; with
+    `flagged`, every line as (features, label, well formed?, its number: byte offset or line number), a malformed
+    one with blank features, for the reader to count (follow mode)."""
     def parse(paths, numbers, lines):
         split = tf.strings.split(tf.strings.regex_replace(lines, "\r$", ""), "\t")
         fields = split.to_tensor(default_value="", shape=[None, FIELDS])
         ok = _well_formed(fields, split.row_lengths())
         first_bad = tf.argmin(tf.cast(ok, tf.int32))
         named = tf.strings.join([paths[first_bad], tf.strings.as_string(numbers[first_bad])])
-        if skip:
+        if flagged:
+            report = tf.no_op()
+        elif skip:
             bad = tf.reduce_sum(tf.cast(~ok, tf.int64))
-            report = tf.cond(bad > 0, lambda: tf.print("warning: skipped", bad, "malformed Criteo line(s), the first",
-                                                         named, output_stream=sys.stderr), tf.no_op)
+            report = tf.cond(bad > 0, lambda: tf.group(skipped.counted(bad), tf.print(
+                "warning: skipped", bad, "malformed Criteo line(s), the first", named, output_stream=sys.stderr)),
+                tf.no_op)
         else:
             report = tf.debugging.Assert(tf.reduce_all(ok), [MARKER, named])
         with tf.control_dependencies([report]):
@@ -86,6 +92,8 @@ def _checked_chunk(skip: bool, preprocess):
         features, labels = _raw_features(fields)
         if preprocess is not None:
             features = preprocess(features)
+        if flagged:
+            return tf.data.Dataset.from_tensor_slices((features, labels, ok, numbers))
         kept = tf.data.Dataset.from_tensor_slices((features, labels, ok))
         return kept.filter(lambda features, label, ok: ok).map(lambda features, label, ok: (features, label))
 
@@ -99,11 +107,11 @@ def load(files: CriteoFiles, *, salt: int = 0, skip_corrupt: bool = False,
     train = files.parts["train"]
     preprocessing = CriteoPreprocessing(salt)
 
-    def reader(preprocess):
+    def reader(preprocess, flagged: bool = False):
         def read(units: tf.data.Dataset) -> tf.data.Dataset:
             lines = units.interleave(_lines, cycle_length=CYCLE_LENGTH, num_parallel_calls=tf.data.AUTOTUNE,
                                      deterministic=True)
-            return lines.batch(CHUNK).interleave(_checked_chunk(skip_corrupt, preprocess), cycle_length=2,
+            return lines.batch(CHUNK).interleave(_checked_chunk(skip_corrupt, preprocess, flagged), cycle_length=2,
                                                  num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
         return read
@@ -118,7 +126,8 @@ def load(files: CriteoFiles, *, salt: int = 0, skip_corrupt: bool = False,
     cuttable = byte_ranges and not any(isinstance(part, LineRange) for part in train)
     return DataSource(name="criteo", num_classes=2, sizes=sizes,
                       units={split: _columns(parts) for split, parts in files.parts.items()}, units_are_files=True,
-                      read=reader(preprocessing), read_raw=reader(None), features=preprocessing.feature_spec,
+                      read=reader(preprocessing), read_raw=reader(None), read_flagged=reader(preprocessing, True),
+                      features=preprocessing.feature_spec,
                       preprocessing=preprocessing, skip_corrupt=skip_corrupt, cut=cut if cuttable else None,
                       note=f"{files.note}; examples {counting}")
 

@@ -2,11 +2,16 @@
 name order (day_2 before day_10). Pure Python: no TensorFlow.
 
 The `.`/`_` rule is the convention of Hadoop and Spark writers (`_SUCCESS`, `_temporary/`, `.part-0.crc`) and of
-any producer that writes `.day_5.gz.tmp` and renames it.
+any producer that writes `.day_5.gz.tmp` and renames it. A listing reads directories only (`os.scandir`: each
+entry's name, type and inode come with the directory, no `stat` per file), so a look at a folder of many known
+files costs one read of each directory; the pattern is the one `Path.glob` takes (`*` within a name, `**` any
+depth).
 """
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
 from pathlib import Path
 from typing import Callable
@@ -23,17 +28,55 @@ def is_data_name(name: str, excluded: Callable[[str], bool] = lambda name: False
     return not any(part.startswith(NOT_DATA_PREFIXES) for part in name.split("/")) and not excluded(name)
 
 
+def _matches(parts: list[str], pattern: list[str]) -> bool:
+    """Path.glob's rule for a relative name: `**` stands for any number of folders, other parts match one part."""
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return _matches(parts, pattern[1:]) or (bool(parts) and _matches(parts[1:], pattern))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0]) and _matches(parts[1:], pattern[1:])
+
+
+def listing(root: Path, pattern: str, excluded: Callable[[str], bool]) -> dict[str, int]:
+    """Each data file under `root` now, by name ('/'-separated), with its inode as its directory gives it. An
+    OSError (the folder unreadable, a network filesystem's ESTALE) is raised: a partial listing would make
+    files look gone."""
+    parts = pattern.split("/")
+    depth = None if "**" in parts else len(parts)
+    found: dict[str, int] = {}
+    if parts[-1] == "**":  # as in Path.glob: folders only, so no file
+        return found
+    _list_into(found, Path(root), "", parts, depth, excluded)
+    return found
+
+
+def _list_into(found: dict, folder: Path, prefix: str, pattern: list[str], depth: int | None, excluded) -> None:
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.startswith(NOT_DATA_PREFIXES):
+                continue  # never data, nor anything under it
+            name = prefix + entry.name
+            if entry.is_dir(follow_symlinks=depth is not None):  # `**` does not follow links (no loops)
+                if depth is None or name.count("/") + 1 < depth:
+                    _list_into(found, folder / entry.name, name + "/", pattern, depth, excluded)
+            elif _matches(name.split("/"), pattern) and not excluded(name) and _is_file(entry):
+                found[name] = entry.inode()
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:  # a link to nowhere, or gone meanwhile
+        return False
+
+
 def data_files(root: Path, pattern: str, excluded: Callable[[str], bool]) -> dict[str, tuple[int, float]]:
     """Size and modification time of each data file under `root` now (complete or not)."""
     found = {}
-    for path in root.glob(pattern):
-        name = path.relative_to(root).as_posix()
-        if not is_data_name(name, excluded):
-            continue
+    for name in listing(root, pattern, excluded):
         try:
-            if path.is_file():
-                stat = path.stat()
-                found[name] = (stat.st_size, stat.st_mtime)
+            stat = os.stat(Path(root) / name)
         except OSError:  # renamed or removed between the listing and the stat: seen at the next look
             continue
+        found[name] = (stat.st_size, stat.st_mtime)
     return found

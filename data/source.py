@@ -69,6 +69,7 @@ class DataSource:
     features: object = None  # a dict of per-example tf.TypeSpecs, when examples are not one image tensor
     preprocessing: object = None  # raw features -> the model's, on batches (data/preprocessing.py)
     read_raw: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
+    read_flagged: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None  # see flagged_examples
     parse_examples: Callable[[tf.Tensor], dict] | None = None  # serialized tf.train.Example [n] -> raw features
 
     @property
@@ -133,6 +134,23 @@ class DataSource:
         with `raw`, its features as they are in the data (before `preprocessing`)."""
         read = self.read_raw if raw and self.read_raw is not None else self.read
         return self._labelled(self._decoded(read(units)))
+
+    def flagged_examples(self, units: tf.data.Dataset) -> tf.data.Dataset:
+        """Every record of these read units as (features, label, well formed?, position): a malformed one (a
+        Criteo line, an image that does not decode) with blank features, for the reader to count and drop;
+        `position` is the line's byte offset (plain) or number (gzip), else -1. A source that cannot tell a
+        malformed record from the others flags every one well formed (its errors fail the reading)."""
+        if self.read_flagged is not None:
+            flagged = self.read_flagged(units)
+        elif self.record_name is not None:
+            flagged = corrupt.decode_flagged(self.read(units), self.decode, self.record_name, self.input_shape)
+        else:
+            flagged = self._decoded(self.read(units)).map(
+                lambda features, label: (features, label, tf.constant(True), tf.constant(-1, tf.int64)))
+        if not self.one_hot:
+            return flagged
+        return flagged.map(lambda features, label, ok, position: (features, tf.one_hot(label, self.num_classes), ok,
+                                                                  position))
 
     def eval_dataset(self, split: str, batch: int, *, raw: bool = False) -> tf.data.Dataset:
         """Every example of `split` once, in order, batched for evaluation (`raw`: as an exported model takes them)."""

@@ -1,19 +1,39 @@
-"""Whether a data file is whole, read from its bytes (pure Python): a file still being written is never trained.
+"""Whether a data file is whole, read from its bytes (pure Python): a file still being written is not trained.
 
 Each check returns None for a whole file, or what is missing. A plain text file must end with a newline (a
 writer stopped mid-line is not done); a gzip file must hold complete gzip streams to its last byte (a cut
-stream has no end marker); a TFRecord file must be whole records to its last byte (each record's length field
-leads exactly to the next). These are checked after the file's size and time stood still over one look at the
-folder (see coordinator/follow/landing.py), so a writer that pauses at a line or record boundary is not taken for done.
+stream has no end marker; bytes that do not inflate make it unreadable); a TFRecord file must be whole records
+to its last byte (each record's length field leads exactly to the next). These are checked once the file's size
+and time stood still for `settle_s` (see coordinator/follow/landing.py), so a writer that pauses at a line or
+record boundary is not taken for done; a Verdict says what the follow loop does with the file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import zlib
 from pathlib import Path
 
 READ_BYTES = 1 << 20
+WHOLE, UNFINISHED, UNREADABLE = "whole", "unfinished", "unreadable"
+NOT_GZIP = "is not a whole gzip stream"
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What a file's bytes say once it stood still: WHOLE (train it), UNFINISHED (not whole yet: waits, then
+    taken as it is) or UNREADABLE (quarantined whole, never read by a worker), and why."""
+
+    kind: str
+    why: str = ""
+
+
+def verdict_of(missing: str | None) -> Verdict:
+    """A check's answer as a Verdict: None is whole; a gzip stream that does not inflate is unreadable."""
+    if missing is None:
+        return Verdict(WHOLE)
+    return Verdict(UNREADABLE if missing.startswith(NOT_GZIP) else UNFINISHED, missing)
 
 
 def text_missing(path: Path) -> str | None:
@@ -36,7 +56,7 @@ def gzip_missing(path: Path) -> str | None:
                 try:
                     inflate.decompress(chunk)
                 except zlib.error as error:
-                    return f"is not a whole gzip stream ({error})"
+                    return f"{NOT_GZIP} ({error})"
                 chunk = inflate.unused_data
                 if inflate.eof and chunk:
                     inflate = zlib.decompressobj(wbits=31)  # the next stream of a multi-stream file

@@ -10,14 +10,14 @@ import numpy as np
 import tensorflow as tf
 
 from cluster.evaluation_options import EvaluationOptions
-from cluster.run_files import (BestRecord, EvaluationState, RunFiles, read_progress, training_finished,
+from cluster.run_files import (BestRecord, EvaluationState, RunFiles, read_progress, this_run, training_finished,
                                write_best)
 from cluster.training_options import TrainingOptions
 from common.errors import Problem, UserError
 from common.proc import has_live_thread
 from coordinator import export
 from coordinator.checkpoints import checkpoint_epoch, checkpoint_position, checkpoint_step, listed_checkpoints
-from coordinator.publish.exporter import export_checkpoint
+from coordinator.publish.exporter import export_checkpoint, remove_leftovers
 from coordinator.publish.request import BEST, ExportRequest
 from coordinator.publish.template import Template
 from coordinator.streaming.rows import chunk_bytes_of
@@ -25,6 +25,10 @@ from evaluator.progressive import FixedValidation, ProgressiveValidation
 from evaluator.scoring import scores
 
 UNREADABLE = (tf.errors.NotFoundError, tf.errors.DataLossError, tf.errors.FailedPreconditionError, OSError)
+
+
+class DataVanished(Exception):
+    """A data file the validation read went away while a checkpoint was scored: score it again, without it."""
 
 
 def metrics_line(label: str, metrics: dict) -> str:
@@ -38,7 +42,9 @@ class SidecarEvaluator:
     `ckpt-<epoch>` (and, within epochs, `ckpt-<epoch>-<steps>`) prefixes named in the `checkpoint` state file of
     OUTPUT/checkpoints, each holding `model` and `optimizer` (whose step places the TensorBoard point), and
     OUTPUT/summary.json whose status becomes
-    "complete" with the planned epochs once training has finished.
+    "complete" with the planned epochs once training has finished. In follow mode the summary must also be
+    stamped with this evaluator's launcher run (PSCLUSTER_RUN): a followed run that stopped when idle is
+    complete only until `sh run.sh` starts it again, and the new run's evaluator scores its new checkpoints.
     """
 
     def __init__(self, *, training: TrainingOptions, evaluation: EvaluationOptions, source, files: RunFiles, log):
@@ -47,10 +53,13 @@ class SidecarEvaluator:
         self.training, self.evaluation, self.files, self.log, self.source = training, evaluation, files, log, source
         self.checkpoint_dir = files.checkpoints
         self.template = Template(training, source, chunk_bytes=chunk_bytes_of(training), log=log)
+        remove_leftovers(files.best_dir)  # of a best model whose writing died midway
+        self._reference_path().unlink(missing_ok=True)
         self.validation = (ProgressiveValidation(source, examples=evaluation.progressive_examples,
-                                                 batch=evaluation.batch) if training.follow_data
+                                                 batch=evaluation.batch, log=log) if training.follow_data
                            else FixedValidation(source.eval_dataset("validation", evaluation.batch)))
         self.state = EvaluationState.load(files)
+        self.waiting: set[str] = set()  # checkpoints listed at the last look and not done yet
         self.writer = tf.summary.create_file_writer(str(files.validation_events))
 
     def run(self) -> int:
@@ -61,8 +70,9 @@ class SidecarEvaluator:
             self.log.info("resuming: %d checkpoints already done (%s)", len(self.state.evaluated),
                           ", ".join(self.state.evaluated))
         last_news, last_beat = time.monotonic(), read_progress(self.files)
+        run = this_run() if self.training.follow_data else None  # a followed run may be started again
         while True:
-            finished = training_finished(self.files, self.training.epochs)  # read before listing: no race
+            finished = training_finished(self.files, self.training.epochs, run=run)  # read before listing: no race
             pending, newest = self._pending()
             done = [path for path in pending if self._evaluate(path, newest, finished)]
             beat = read_progress(self.files)  # the lead's heartbeat: it moves while training (or exporting) goes on
@@ -80,19 +90,39 @@ class SidecarEvaluator:
             time.sleep(self.evaluation.poll_s)
 
     def _pending(self) -> tuple[list[str], str | None]:
-        """Listed checkpoints not yet done, oldest first, and the newest listed; epochs that vanished unread are
-        reported as skipped."""
+        """Listed checkpoints not yet done, oldest first (at most the newest keep_unevaluated_checkpoints: a lagging
+        evaluator skips to them), and the newest listed; checkpoints deleted unread are reported as skipped."""
         paths = listed_checkpoints(self.checkpoint_dir)
+        still_listed = {Path(p).name for p in paths}
+        self._skip_all([name for name in sorted(self.waiting - still_listed, key=checkpoint_position)
+                        if name not in self.state.evaluated], "deleted by the chief before they were read")
         listed, done = ({p.epochs for p in map(checkpoint_position, names) if not p.steps}  # epoch ends: ckpt-<E>
                         for names in (paths, self.state.evaluated))
         for epoch in range(1, max(listed, default=0)):
             if epoch not in listed and epoch not in done:
                 self._skip(f"ckpt-{epoch}", "deleted before it could be read")
-        return [p for p in paths if Path(p).name not in self.state.evaluated], (paths[-1] if paths else None)
+        pending = [p for p in paths if Path(p).name not in self.state.evaluated]
+        window = self.training.keep_unevaluated_checkpoints
+        if len(pending) > window:  # the chief keeps only so many for us: score the newest, never a deleted one
+            self._skip_all([Path(p).name for p in pending[:-window]], f"the evaluator lags {len(pending)} "
+                           f"checkpoints behind; it scores the newest {window} (training.keep_unevaluated_checkpoints)")
+            pending = pending[-window:]
+        self.waiting = {Path(p).name for p in pending}
+        return pending, (paths[-1] if paths else None)
 
     def _skip(self, name: str, reason: str) -> None:
         self.log.warning("skipped %s: %s", name, reason)
         self.state.skip(name, reason)
+        self.state.save()
+
+    def _skip_all(self, names: list[str], reason: str) -> None:
+        """Skips `names` (oldest first) with one line."""
+        if not names:
+            return
+        shown = names[0] if len(names) == 1 else f"{len(names)} checkpoints, {names[0]} to {names[-1]}"
+        self.log.warning("skipped %s: %s", shown, reason)
+        for name in names:
+            self.state.skip(name, reason)
         self.state.save()
 
     def _read(self, path: str, dataset) -> tuple[int, dict] | None:
@@ -102,7 +132,11 @@ class SidecarEvaluator:
                 step = checkpoint_step(path)
                 results = scores(self.template.at(path), self.template.inner, dataset)
                 return step, {f"val_{name}": value for name, value in results.items()}
-            except UNREADABLE as error:
+            except (*UNREADABLE, tf.errors.OpError) as error:
+                if self.validation.vanished():
+                    raise DataVanished() from None
+                if not isinstance(error, UNREADABLE):
+                    raise
                 # the race: the chief may prune or rewrite a prefix between our listing and our read
                 self.log.warning("%s unreadable (attempt %d of %d): %s", Path(path).name, attempt,
                                  self.evaluation.read_retries, str(error).splitlines()[0])
@@ -110,8 +144,11 @@ class SidecarEvaluator:
         return None
 
     def _evaluate(self, path: str, newest: str, finished: bool) -> bool:
-        """Evaluates (or skips) one checkpoint; False when it waits for data it has not trained on (follow mode)."""
+        """Evaluates (or skips) one checkpoint; False when it waits for data it has not trained on (follow mode), or
+        when the chief deleted it since the listing (the next look says so)."""
         name = Path(path).name
+        if path not in listed_checkpoints(self.checkpoint_dir):
+            return False
         try:
             scored = self.validation.for_checkpoint(path, newest)
         except UNREADABLE:
@@ -120,7 +157,10 @@ class SidecarEvaluator:
             if finished:
                 self._skip(name, "no data landed after it to score it on")
             return finished
-        outcome = self._read(path, scored[0])
+        try:
+            outcome = self._read(path, scored[0])
+        except DataVanished:
+            return False  # the next look scores it on the data still there
         if outcome is None:
             self._skip(name, f"unreadable after {self.evaluation.read_retries} attempts")
             return True
@@ -153,6 +193,10 @@ class SidecarEvaluator:
         best = self.state.results[self.state.best]["metrics"][self.evaluation.best_metric]
         return value > best if self.evaluation.best_mode == "max" else value < best
 
+    def _reference_path(self) -> Path:
+        """Where the best model's reference predictions wait while it is written."""
+        return self.files.best_dir.with_name(".best_model-reference.npz")
+
     def _export_best(self, path: str, step: int, metrics: dict) -> None:
         """Writes checkpoint `path` to best_model/ (a chunk of each table at a time, whole or not at all), checked
         against the checkpoint's own predictions on a few inputs of the data."""
@@ -163,7 +207,7 @@ class SidecarEvaluator:
                              "as it is", name)
             return
         raw = export.reference_inputs(self.source.split("validation", raw=True))
-        reference = self.files.best_dir.with_name(".best_model-reference.npz")
+        reference = self._reference_path()
         np.savez(reference, predictions=self.template.at(path)(raw, raw=True), **export.saved_inputs(raw))
         try:
             written = export_checkpoint(ExportRequest(kind=BEST, checkpoint=path, destination=str(self.files.best_dir),

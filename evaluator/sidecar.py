@@ -17,6 +17,7 @@ from cluster import taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.run_files import RunFiles
 from common.errors import Problem, UserError, exit_on_user_error
+from common.disk_full import exit_on_full_disk
 from common.exit_file import run_recording_exit
 from common.logs import quiet_tensorflow, task_logger
 
@@ -101,7 +102,7 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
     from data import bad_records_named
     from evaluator.loop import SidecarEvaluator
 
-    with bad_records_named():
+    with bad_records_named(), exit_on_full_disk(log, config.path(config.training.output_dir)):
         if checkpoint or model:
             _evaluate_once(config, log, checkpoint=checkpoint, model=model, split=split, output_json=output_json)
             return

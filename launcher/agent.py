@@ -2,7 +2,8 @@
 
 Each task runs in its own session (its pid is its process group), with three files in the logs directory:
 `<job>-<index>.log`, `.pid` (pid, start time and group, to never signal a reused pid) and `.exit` (the exit
-code the task writes itself as it ends; none when it was killed).
+code the task writes itself as it ends; none when it was killed). A task whose pid file is gone (the logs
+folder deleted) is found by the exit file its environment names (launcher/process_search.py).
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ import fire
 from cluster import config as cluster_config
 from cluster import taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
-from cluster.run_files import Phase, RunFiles, read_progress
+from cluster.run_files import RUN_VARIABLE, Phase, RunFiles, read_progress
 from common.exit_file import EXIT_FILE_VARIABLE
 from common.net import port_in_use
-from launcher import firewall, previous_run, process, run_outputs, user_code_checks
+from launcher import firewall, previous_run, process, process_search, run_outputs, user_code_checks
+from launcher.log_rotation import rotate_if_large
 from launcher.backends.base import FirewallReport, PreflightReport, StopOutcome, StopResult, TaskStatus, as_json
+from launcher.process import PidRecord
 
 
 TF_NOISE = re.compile(r"oneDNN custom operations|TF_ENABLE_ONEDNN_OPTS|cpu_feature_guard|This TensorFlow binary "
@@ -60,7 +63,7 @@ def read_exit_code(config: ClusterConfig, task: Task) -> int | None:
 
 def start(config: ClusterConfig, task: Task) -> TaskStatus:
     """Starts `task` detached unless it already runs; returns its status."""
-    record = process.PidRecord.read(task_file(config, task, "pid"))
+    record = live_record(config, task)
     if record and process.group_alive(record):
         return status(config, task)
     exit_file = task_file(config, task, "exit")
@@ -72,10 +75,13 @@ def start(config: ClusterConfig, task: Task) -> TaskStatus:
 
 
 def status(config: ClusterConfig, task: Task) -> TaskStatus:
-    """Its pid, whether it runs, its exit code once it ended, uptime and last log line."""
-    record = process.PidRecord.read(task_file(config, task, "pid"))
+    """Its pid, whether it runs, its exit code once it ended, uptime and last log line; a log grown past
+    launcher.log_max_mb is rotated here, on the task's own host."""
+    settings = config.launcher
+    rotate_if_large(task_file(config, task, "log"), max_mb=settings.log_max_mb, files_kept=settings.log_files_kept)
+    record = live_record(config, task)
     running = bool(record and process.is_running(record))
-    uptime = time.time() - task_file(config, task, "pid").stat().st_mtime if running else 0.0
+    uptime = _uptime_s(config, task) if running else 0.0
     return TaskStatus(task=task.name, pid=record.pid if record else None, running=running,
                       exit_code=None if running else read_exit_code(config, task), uptime_s=round(uptime, 1),
                       last_line=last_line(task_file(config, task, "log")),
@@ -93,11 +99,37 @@ def training_step(config: ClusterConfig, task: Task, pid: int) -> int | None:
 def stop(config: ClusterConfig, task: Task, quick: bool = False) -> StopResult:
     """Stops every process of the task's group (SIGTERM, then SIGKILL) and removes its pid file; the lead gets
     launcher.stop_grace_s to write its checkpoint first, unless `quick`."""
-    record = process.PidRecord.read(task_file(config, task, "pid"))
+    records = task_records(config, task)
     grace_s = config.launcher.stop_grace_s if task == config.lead and not quick else 10.0
-    outcome = process.stop(record, grace_s=grace_s) if record else StopOutcome.NOT_STARTED
+    outcomes = [process.stop(record, grace_s=grace_s) for record in records]
     task_file(config, task, "pid").unlink(missing_ok=True)
-    return StopResult(task=task.name, pid=record.pid if record else None, outcome=outcome)
+    stopped = next((i for i, outcome in enumerate(outcomes) if outcome.was_running), 0)
+    return StopResult(task=task.name, pid=records[stopped].pid if records else None,
+                      outcome=outcomes[stopped] if records else StopOutcome.NOT_STARTED)
+
+
+def task_records(config: ClusterConfig, task: Task) -> list[PidRecord]:
+    """The task's pid file record (if any), then every other live process group started for it, found by the exit
+    file in its environment: after the logs folder was deleted, or beside a pid file of an older start."""
+    record = process.PidRecord.read(task_file(config, task, "pid"))
+    found = process_search.task_groups(task_file(config, task, "exit"))
+    return [*([record] if record else []), *(r for r in found if not record or r.group != record.group)]
+
+
+def live_record(config: ClusterConfig, task: Task) -> PidRecord | None:
+    """The task's pid file record while its group lives; else a live group found by its exit file (the logs folder
+    was deleted under it); else the pid file's record of a task that ended, or None."""
+    record = process.PidRecord.read(task_file(config, task, "pid"))
+    if record and process.group_alive(record):
+        return record
+    return next(iter(process_search.task_groups(task_file(config, task, "exit"))), record)
+
+
+def _uptime_s(config: ClusterConfig, task: Task) -> float:
+    try:
+        return time.time() - task_file(config, task, "pid").stat().st_mtime
+    except OSError:  # found without its pid file
+        return 0.0
 
 
 def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 512 << 20) -> list[str]:
@@ -207,8 +239,11 @@ class HostControl:
         names = tasks.split(",") if isinstance(tasks, str) else list(tasks)
         return config, [config.task(*_split(name)) for name in names]
 
-    def start(self, cluster: str, tasks: str, workers: str = ""):
-        """`workers`: the indices the chief trains with (`0,2`), when the launcher left lost workers out."""
+    def start(self, cluster: str, tasks: str, workers: str = "", run: str = ""):
+        """`workers`: the indices the chief trains with (`0,2`), when the launcher left lost workers out; `run`:
+        the launcher run the tasks belong to (PSCLUSTER_RUN, which the lead stamps on summaries)."""
+        if run:
+            os.environ[RUN_VARIABLE] = str(run)
         config, selected = self._tasks(cluster, tasks)
         if workers != "":
             listed = workers if isinstance(workers, (tuple, list)) else str(workers).split(",")

@@ -9,8 +9,10 @@ from __future__ import annotations
 import re
 import sys
 import time
+from pathlib import Path
 
 from cluster.config import ClusterConfig
+from launcher.log_rotation import rotated
 
 
 def say(message: str) -> None:
@@ -38,12 +40,22 @@ class LogFollower:
         for path in self.paths:
             if not path.exists():
                 continue
-            if path.stat().st_size < self.offsets[path]:
-                self.offsets[path] = 0  # a fresh copy fetched from a remote host
-            with open(path, "rb") as handle:
-                handle.seek(self.offsets[path])
-                chunk = handle.read()
-            cut = chunk.rfind(b"\n") + 1  # whole lines only
-            self.offsets[path] += cut
-            sys.stderr.write(own_lines(chunk[:cut].decode(errors="replace")))
+            if path.stat().st_size < self.offsets[path]:  # rotated (its text moved to .1), or a fresh remote copy
+                self._echo(rotated(path, 1), self.offsets[path], whole=True)  # what came since the last look
+                self.offsets[path] = 0
+            self.offsets[path] += self._echo(path, self.offsets[path])
         sys.stderr.flush()
+
+    @staticmethod
+    def _echo(path: Path, offset: int, whole: bool = False) -> int:
+        """Echoes the toolkit's lines of `path` from byte `offset` (whole lines only, unless `whole`); returns the
+        bytes taken."""
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+        except OSError:
+            return 0
+        cut = len(chunk) if whole else chunk.rfind(b"\n") + 1
+        sys.stderr.write(own_lines(chunk[:cut].decode(errors="replace")))
+        return cut

@@ -11,7 +11,7 @@ import time
 
 from cluster.config import LauncherSettings
 from cluster.strategies import Strategy
-from common.errors import PREEMPTED_EXIT_CODE, USER_ERROR_EXIT_CODE
+from common.errors import DISK_FULL_EXIT_CODE, PREEMPTED_EXIT_CODE, USER_ERROR_EXIT_CODE
 from launcher.records import TaskRecord
 from launcher.repeated_failures import RepeatedFailures
 
@@ -36,11 +36,12 @@ class Decision:
     hold_chief: bool = False  # a ps died: its variables are gone, the chief waits until every ps is back
     restart_group: bool = False  # collectives cannot lose a member: the other trainers restart too
     counts: bool = True  # counted against max_restarts (a stop asked from outside, with a checkpoint, is not)
+    run_exit_code: int = 1  # FAIL_RUN: what `sh run.sh` exits with (2 for a user error, 5 for a full disk)
 
 
 class HealingPolicy:
-    """Restarts with doubling backoff up to `max_restarts` in a row; user errors (exit 2) never, nor a lead that
-    failed twice in a row with the same error before training; a ps holds the chief.
+    """Restarts with doubling backoff up to `max_restarts` in a row; user errors (exit 2) and a full disk (exit 5)
+    never, nor a lead that failed twice in a row with the same error before training; a ps holds the chief.
 
     Backoff and `max_restarts` judge the restarts in a row: a task that ran HEALTHY_RUN_S since its last start
     begins a new row, so a long run whose tasks are lost now and then (preemption, a kill) restarts each at once
@@ -70,7 +71,11 @@ class HealingPolicy:
             return Decision(Action.FINISHED, f"{name} finished")
         what = f"{name} exited with code {code}" if code is not None else f"{name} died"
         if code == USER_ERROR_EXIT_CODE:
-            return Decision(Action.FAIL_RUN, f"{what} (a user error; not restarted): {record.last_line}")
+            return Decision(Action.FAIL_RUN, f"{what} (a user error; not restarted): {record.last_line}",
+                            run_exit_code=USER_ERROR_EXIT_CODE)
+        if code == DISK_FULL_EXIT_CODE:
+            return Decision(Action.FAIL_RUN, f"{what} (its disk is full; not restarted, it would meet the same wall): "
+                                             f"{record.last_line}", run_exit_code=DISK_FULL_EXIT_CODE)
         if job == self.strategy.trainer_job and record.task.index == 0 and self.repeats.repeated(record, code):
             return Decision(Action.FAIL_RUN, f"{what} again before training a step, with the same error as at its "
                                              f"last start (a restart cannot help): {record.last_line}")

@@ -59,7 +59,11 @@ class TaskRecord:
 
 
 class RunFailed(Exception):
-    """The run cannot go on; the message names the first root cause."""
+    """The run cannot go on; the message names the first root cause, `code` is the launcher's exit code for it."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
 
 
 class BackgroundCalls:

@@ -55,9 +55,16 @@ def summary_lines(outputs: RunOutputs, where: str, wall_s: float, lead_failed: s
         return [f"training ended early: {summary.optimizer_steps} of {planned} planned steps ran, though "
                 f"{output}/summary.json says complete; last epoch: {metrics}",
                 f"model (of the shortened run): {where}{summary.model['h5']}"], False
+    skipped = f"; {summary.skipped_records} malformed records skipped" if summary.skipped_records else ""
     return [f"trained {summary.epochs} epochs, {summary.optimizer_steps} steps in {summary.train_seconds:.0f} s; "
-            f"last epoch: {metrics}",
+            f"last epoch: {metrics}{skipped}",
             f"model: {where}{summary.model['h5']} (also saved_model/ and model.keras)"], True
+
+
+NOT_TRAINED_WORDS = (("skipped_records", "records skipped"), ("quarantined_files", "files quarantined"),
+                     ("bad_files", "files bad"), ("lost_files", "files lost"), ("untrained_bytes", "bytes of them"),
+                     ("unfinished_files", "taken unfinished"), ("changed_files", "changed after taken"),
+                     ("io_errors", "I/O errors"))  # summary.json follow.problems, as coordinator/follow/report says
 
 
 def _follow_lines(summary, output: str) -> list[str]:
@@ -65,8 +72,12 @@ def _follow_lines(summary, output: str) -> list[str]:
     follow, fresh = summary.follow, summary.follow.get("freshness_s") or {}
     freshness = (f"; freshness (landed to first served): last {fresh['last']:.0f} s, median {fresh['median']:.0f} s, "
                  f"max {fresh['max']:.0f} s" if fresh else "")
-    return [f"followed the data: {follow['files_done']} of {follow['files']} files, {follow['examples']} examples, "
-            f"{summary.optimizer_steps} steps{freshness}", f"serving versions: {output}/serving"]
+    lines = [f"followed the data: {follow['files_done']} of {follow['files']} files, {follow['examples']} examples, "
+             f"{summary.optimizer_steps} steps{freshness}", f"serving versions: {output}/serving"]
+    said = [f"{count} {words}" for key, words in NOT_TRAINED_WORDS if (count := follow.get("problems", {}).get(key))]
+    if said:
+        lines.append(f"not trained: {', '.join(said)} (see {output}/quarantine.jsonl)")
+    return lines
 
 
 def best_line(outputs: RunOutputs, where: str, wall_s: float) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from cluster.config import ClusterConfig, Task
 from cluster.run_files import RunFiles, read_best, read_summary
 from launcher import process
+from launcher.log_rotation import older_files
 from launcher.backends.base import RunOutputs
 
 PREVIOUS_RUN = "previous"  # the logs folder that keeps the previous run's task logs
@@ -36,16 +37,20 @@ def read(config: ClusterConfig) -> RunOutputs:
 
 
 def archive_logs(config: ClusterConfig, tasks: list[Task]) -> list[str]:
-    """Moves the last run's log and exit files of `tasks` into `logs/previous/`, so this run's logs (and what
-    `status` reads from them) start empty; a task still running keeps its file. Returns the files moved."""
+    """Moves the last run's log (with its older files) and exit files of `tasks` into `logs/previous/`, so this
+    run's logs (and what `status` reads from them) start empty; a task still running keeps its files. Returns the
+    files moved."""
     logs = config.path(config.launcher.logs_dir)
     moved = []
     for task in tasks:
         record = process.PidRecord.read(logs / f"{task.job}-{task.index}.pid")
         if record and process.group_alive(record):
             continue
-        for suffix in ("log", "exit"):
-            path = logs / f"{task.job}-{task.index}.{suffix}"
+        log = logs / f"{task.job}-{task.index}.log"
+        if log.exists():
+            for stale in older_files(logs / PREVIOUS_RUN / log.name):  # an earlier run's, not the last one's
+                stale.unlink()
+        for path in (log, *older_files(log), logs / f"{task.job}-{task.index}.exit"):
             if path.exists():
                 (logs / PREVIOUS_RUN).mkdir(exist_ok=True)
                 path.replace(logs / PREVIOUS_RUN / path.name)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cluster.config import ClusterConfig
 from launcher import process
+from launcher.log_tail import LogTail
 
 STATUS_NAME = "status.json"
 EPOCH = re.compile(r"train \| epoch (\d+/\d+) \| step (\d+/\d+) \| ([\d.]+) steps/s")
@@ -16,62 +17,56 @@ PER_PS = "per ps: "
 VALIDATION = re.compile(r"eval \| (ckpt-[\d-]+) \| step \d+ \| (.*?) \| best")
 FOLLOW = re.compile(r"follow \| files (\d+/\d+) done \| step (\d+) \| ([\d.]+) steps/s \| (\d+) ex/s \| ([^|]*)")
 SERVING = re.compile(r"serving \| version (\d+) \|")
+NOT_TRAINED = re.compile(r"follow \| files .*?\| not trained: ([^|]*)")
 FRESHNESS = re.compile(r"serving \| version (\d+) \| .*? \| freshness (\d+:\d\d:\d\d) \|")
+LEAD_LINES = {"epoch": EPOCH, "follow": FOLLOW, "serving": SERVING, "freshness": FRESHNESS}
 
 
-def _last_match(path: Path, pattern: re.Pattern) -> re.Match | None:
-    try:
-        lines = path.read_text(errors="replace").splitlines()[-200:]
-    except OSError:
-        return None
-    return next((m for m in map(pattern.search, reversed(lines)) if m), None)
+_TAILS: dict[Path, LogTail] = {}  # per log, kept by the launcher from tick to tick
+
+
+def _tail(path: Path, patterns: dict[str, re.Pattern], marker: str = "") -> LogTail:
+    """The log's newest matching lines, updated with what it gained since the last look."""
+    if path not in _TAILS:
+        _TAILS[path] = LogTail(path, patterns, marker)
+    return _TAILS[path].update()
 
 
 def run_progress(config: ClusterConfig) -> dict:
-    """Epoch, step and steps/s from the lead trainer's last progress line; the last validation from the evaluator's."""
+    """Epoch, step and steps/s from the lead trainer's last progress line (follow mode: files, lag, serving and
+    freshness), its last per-ps report; the last validation from the evaluator's."""
     logs = config.path(config.launcher.logs_dir)
-    progress = {}
     lead = config.lead
-    epoch = _last_match(logs / f"{lead.job}-{lead.index}.log", EPOCH)
+    chief = _tail(logs / f"{lead.job}-{lead.index}.log", LEAD_LINES, PER_PS)
+    progress = {}
+    epoch = chief.found.get("epoch")
     if epoch:
         progress.update(epoch=epoch[1], step=epoch[2], steps_per_s=float(epoch[3]))
-    progress.update(_follow_progress(logs / f"{lead.job}-{lead.index}.log"))
-    shards = _per_ps_lines(logs / f"{lead.job}-{lead.index}.log")
-    if shards:
-        progress["per_ps"] = shards
-    validation = _last_match(logs / "evaluator-0.log", VALIDATION)
+    progress.update(_follow_progress(chief.found))
+    if chief.block:
+        progress["per_ps"] = list(chief.block)
+    validation = _tail(logs / "evaluator-0.log", {"validation": VALIDATION}).found.get("validation")
     if validation:
         progress["last_validation"] = f"{validation[1]}: {validation[2]}"
     return progress
 
 
-def _follow_progress(path: Path) -> dict:
+def _follow_progress(found: dict[str, re.Match]) -> dict:
     """Follow mode: files done, rates and lag from the last progress line; the newest serving version and the time
     from the newest file it was the first to hold landing to it being written (its freshness)."""
-    found = {}
-    follow, serving, fresh = (_last_match(path, pattern) for pattern in (FOLLOW, SERVING, FRESHNESS))
+    follow, serving, fresh = (found.get(key) for key in ("follow", "serving", "freshness"))
+    result = {}
     if follow:
-        found.update(files_done=follow[1], step=follow[2], steps_per_s=float(follow[3]),
-                     examples_per_s=int(follow[4]), data=follow[5].strip())
+        result.update(files_done=follow[1], step=follow[2], steps_per_s=float(follow[3]),
+                      examples_per_s=int(follow[4]), data=follow[5].strip())
+        untrained = NOT_TRAINED.search(follow.string)  # records skipped, files quarantined or lost, if any
+        if untrained:
+            result["not_trained"] = untrained[1].strip()
     if serving:
-        found["serving_version"] = int(serving[1])
+        result["serving_version"] = int(serving[1])
     if fresh:
-        found["freshness"] = f"{fresh[2]} (landed to served in version {fresh[1]})"
-    return found
-
-
-def _per_ps_lines(path: Path) -> list[str]:
-    """The lead's last per-ps report (bytes held, lookups and bytes moved per step), one line per ps."""
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    block: list[str] = []  # the newest report: the last lines, back to the first ps named twice
-    for line in reversed([line.split(PER_PS, 1)[1] for line in lines if PER_PS in line]):
-        if line.split()[:1] in [other.split()[:1] for other in block]:
-            break
-        block.insert(0, line)
-    return block
+        result["freshness"] = f"{fresh[2]} (landed to served in version {fresh[1]})"
+    return result
 
 
 def shown_state(record, finished: bool) -> str:

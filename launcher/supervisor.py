@@ -149,7 +149,7 @@ class Supervisor:
             record.state, record.restart_at, record.exit_code = TaskState.RESTARTING, float("inf"), None
         elif decision.action == Action.FAIL_RUN:
             record.state = TaskState.FAILED
-            raise RunFailed(decision.message)
+            raise RunFailed(decision.message, code=decision.run_exit_code)
         else:
             record.state, record.restart_at = TaskState.RESTARTING, time.monotonic() + decision.delay_s
             record.counts_as_restart = decision.counts

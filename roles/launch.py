@@ -24,7 +24,7 @@ from launcher.backends import backends_for
 from launcher.backends.ssh.host import command_as_run
 from launcher.console import say
 from launcher.preflight import PreflightFailed, check_cluster
-from launcher.run import launcher_pid_path, run_job, start_in_background, stop_all
+from launcher.run import launcher_pid_path, run_job, running_launcher, start_in_background, stop_all
 from launcher.status import render_status
 from launcher.supervisor import RunFailed, Supervisor
 
@@ -48,8 +48,8 @@ class Launcher:
             it a run of the same options resumes, and a run of different ones is refused.
         """
         config = cluster_config.load(cluster)
-        running = process.PidRecord.read(launcher_pid_path(config))
-        if running and process.is_running(running) and running.pid != os.getpid():
+        running = running_launcher(config)
+        if running and running.pid != os.getpid():
             raise UserError(Problem("launcher", running.pid, "already runs this cluster",
                                     "see `sh run.sh status`, or stop it with `sh kill.sh`"))
         if detach:
@@ -106,8 +106,8 @@ class Launcher:
         unsupported = reload.refusals(config, config)  # what no reload can change: the backend
         if unsupported:
             raise UserError(unsupported, source=str(config.source))
-        running = process.PidRecord.read(launcher_pid_path(config))
-        if not (running and process.is_running(running)):
+        running = running_launcher(config)
+        if not running:
             raise UserError(Problem("launcher", str(launcher_pid_path(config)), "no launcher runs this cluster",
                                     "start it with `sh run.sh`; reload changes a running job"))
         for line in reload.request(config, running_pid=running.pid):

@@ -69,8 +69,10 @@ def serve(*, role: str, index: int, cluster: str = "cluster.json") -> None:
     import tensorflow as tf  # only now: TF_CONFIG, CUDA_VISIBLE_DEVICES and GRPC_FAIL_FAST are set
 
     _configure_devices(tf, role, log)
+    from data import skipped
     from data.line_ranges import register_reader
     register_reader()  # pipelines the chief traces read byte ranges through it here (see data/line_ranges.py)
+    skipped.register()  # and count the records they skip (see data/skipped.py)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     try:
         tf.distribute.Server(resolver.cluster_spec(), job_name=role, task_index=index,

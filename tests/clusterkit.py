@@ -133,11 +133,12 @@ def derive_cluster(base: Path, directory: Path, *, evaluator: bool = True, **sec
     return write_cluster(directory, document)
 
 
-def start_module(module: str, *args: str, log_path: Path) -> subprocess.Popen:
-    """Starts `python -m module args` from the project root, its output going to `log_path`."""
+def start_module(module: str, *args: str, log_path: Path, preexec_fn=None) -> subprocess.Popen:
+    """Starts `python -m module args` from the project root, its output going to `log_path` (`preexec_fn` runs in
+    the child before it starts, e.g. to enter a memory cgroup)."""
     with open(log_path, "wb") as log:
         return subprocess.Popen([PYTHON, "-m", module, *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
 
 
 def finish(*processes: subprocess.Popen, timeout_s: float = 300) -> list[int]:

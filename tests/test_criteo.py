@@ -102,9 +102,13 @@ def test_a_bad_line_stops_the_run_naming_file_and_line(tmp_path, bad, said):
 def test_skip_corrupt_drops_and_counts_bad_lines(tmp_path, capfd):
     criteokit.write(tmp_path / "train-0", criteokit.rows(6), extra_lines={2: "garbage", 5: "1\tx"})
     criteokit.write(tmp_path / "validation-0", criteokit.rows(3))
+    from data import skipped
+
+    skipped.taken_here()
     examples = _examples(_source(tmp_path, skip_corrupt=True).split("train"))
     assert sorted(e[0] for e in examples) == list(range(6))
     assert "skipped 2 malformed Criteo line(s)" in capfd.readouterr().err
+    assert skipped.taken_here() == 2 and skipped.taken_here() == 0  # counted for the summary, taken once
 
 
 def test_layout_names_what_is_missing_or_not_criteo(tmp_path):

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.cluster
 
 FOLLOW = {"model": "dlrm", "table_rows": 64, "embedding_dim": 4, "bottom_mlp": [8], "top_mlp": [8],
           "per_worker_batch": 16, "min_shard_bytes": 256, "dataset": "criteo", "follow_data": True,
-          "data_poll_s": 0.5, "piece_mb": 0.03, "checkpoint_every_s": 4, "serving_export_every_s": 4,
+          "data_poll_s": 0.5, "settle_s": 1, "piece_mb": 0.03, "checkpoint_every_s": 4, "serving_export_every_s": 4,
           "progress_every_s": 2, "keep_serving_versions": 1}
 
 LOAD_VERSION = """
@@ -212,3 +212,65 @@ def wait_for_pattern(path, pattern: str, timeout_s: float = 120) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def wait_after(path, first: str, then: str, timeout_s: float = 240, process=None) -> str:
+    """Waits until `then` appears in the log after the first `first`; returns the text after `first`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        if first in text and then in text.split(first, 1)[1]:
+            return text.split(first, 1)[1]
+        assert process is None or process.poll() is None, f"the run ended: {text[-3000:]}"
+        time.sleep(0.1)
+    raise AssertionError(f"no {then!r} after {first!r} in {path} within {timeout_s} s")
+
+
+def test_a_run_started_again_after_an_idle_stop_is_evaluated_and_files_removed_after_training_are_skipped(tmp_path):
+    """The evaluator of a second `sh run.sh` scores the new checkpoints (the first run's summary said complete);
+    a file removed from data_dir after it was trained is left out of scoring, said once, and nothing crashes."""
+    data, logs, output = tmp_path / "data", tmp_path / "logs", tmp_path / "output"
+    write_day(data, "day_0", 300, 0)
+    training = {**FOLLOW, "data_dir": str(data), "output_dir": str(output), "checkpoint_every_s": 2,
+                "serving_export_every_s": 2, "stop_when_idle_s": 15}
+    document = cluster_document(workers=1, ps=1, logs_dir=str(logs), training=training)
+    document["evaluation"] = {"poll_s": 0.5, "idle_timeout_s": 120, "best_metric": "val_auc", "best_mode": "max",
+                              "progressive_examples": 200}
+    path = write_cluster(tmp_path, document)
+    first = subprocess.run(["sh", str(ROOT / "run.sh"), str(path)], capture_output=True, text=True, timeout=600,
+                           stdin=subprocess.DEVNULL)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert json.loads((output / "summary.json").read_text())["status"] == "complete"
+    done_before = set(json.loads((output / "checkpoints" / "evaluated.json").read_text())["evaluated"])
+
+    write_day(data, "day_1", 300, 300)
+    with open(tmp_path / "second.log", "w") as console:
+        second = subprocess.Popen(["sh", str(ROOT / "run.sh"), str(path)], stdin=subprocess.DEVNULL,
+                                  stdout=console, stderr=subprocess.STDOUT)
+    try:
+        chief, evaluator = logs / "chief-0.log", logs / "evaluator-0.log"
+        wait_after(chief, "day_1: done", "checkpoint ckpt-0-", process=second)
+        write_day(data, "day_2", 300, 600)  # lands after that checkpoint: the data it is scored on
+        wait_after(evaluator, "resuming", "eval | ckpt-0-", process=second)
+        frozen = process.PidRecord.read(logs / "evaluator-0.pid").pid
+        os.killpg(frozen, signal.SIGSTOP)  # it lags: day_3 is trained and removed before it looks again
+        try:
+            write_day(data, "day_3", 300, 900)
+            wait_after(chief, "day_3: done", "serving | version", process=second)
+            (data / "day_3").unlink()  # a retention job, once a serving version holds it
+        finally:
+            os.killpg(frozen, signal.SIGCONT)
+        second.wait(timeout=600)
+    finally:
+        if second.poll() is None:
+            subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=180)
+            second.wait(timeout=60)
+    console = (tmp_path / "second.log").read_text()
+    assert second.returncode == 0, console[-3000:]
+    evaluated = json.loads((output / "checkpoints" / "evaluated.json").read_text())
+    new = {name: result for name, result in evaluated["results"].items() if name not in done_before}
+    assert new and all("val_auc" in result["metrics"] for result in new.values()), evaluated  # scored, not skipped
+    said = (logs / "evaluator-0.log").read_text()
+    assert said.count("day_3: gone from") == 1, said[-3000:]
+    assert "Traceback" not in said and "evaluator:0 finished" in console, console[-3000:]
+    assert "evaluator:0 exited with" not in console and "evaluator:0 died" not in console  # never restarted

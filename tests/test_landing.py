@@ -6,19 +6,18 @@ import gzip
 import os
 import time
 
-import pytest
-
 import criteokit
 from cluster.training_options import parse_training_options
-from common.errors import UserError
+from coordinator.follow.identity import Identity
 from coordinator.follow.landing import Landing, landing_for
-from data.folder import natural_key
+from data.folder import data_files, listing, natural_key
 from data.pieces import cut_into_pieces
-from data.whole_files import gzip_missing, text_missing, tfrecord_missing
+from data.whole_files import (UNFINISHED, UNREADABLE, WHOLE, Verdict, gzip_missing, text_missing, tfrecord_missing,
+                              verdict_of)
 
 
 def whole(path):
-    return None
+    return Verdict(WHOLE)
 
 
 def names(look):
@@ -47,33 +46,43 @@ def test_a_file_lands_once_its_size_stood_still_over_one_look_and_hidden_names_n
     assert fresh.look(now=written + 6).landed[0].landed == written  # when its last byte was written
 
 
-def test_a_growing_file_waits_and_a_taken_file_that_changes_is_reported_once(tmp_path):
+def test_a_growing_file_waits_and_one_without_its_last_newline_waits_longer(tmp_path):
     path = tmp_path / "part-0"
     path.write_text("a\n")
-    landing = Landing(tmp_path, "*", text_missing, taken={})
+    landing = Landing(tmp_path, "*", lambda p: verdict_of(text_missing(p)), unfinished_after_s=100)
     landing.look(now=1.0)
     with open(path, "a") as handle:
         handle.write("b\nc")  # a writer in the middle of a line
     look = landing.look(now=2.0)
-    assert look.landed == [] and "still growing" in look.incomplete["part-0"]
+    assert look.landed == [] and "taken once it stood still" in look.waiting["part-0"] and look.grew == {"part-0"}
     look = landing.look(now=3.0)
-    assert look.landed == [] and "no newline" in look.incomplete["part-0"]
+    assert look.landed == [] and "no newline" in look.waiting["part-0"] and not look.grew
     with open(path, "a") as handle:
         handle.write("\n")
     landing.look(now=4.0)
     assert names(landing.look(now=5.0)) == ["part-0"]
-    os.utime(path, (10.0, 10.0))
-    assert landing.look(now=6.0).changed == ["part-0"]
-    assert landing.look(now=7.0).changed == []
 
 
 def test_resumed_runs_skip_the_files_they_took(tmp_path):
     (tmp_path / "a").write_text("1\n")
     (tmp_path / "b").write_text("2\n")
     stat = (tmp_path / "a").stat()
-    landing = Landing(tmp_path, "*", whole, taken={"a": (stat.st_size, stat.st_mtime)})
+    known = {"a": Identity(stat.st_size, stat.st_mtime, stat.st_dev, stat.st_ino)}
+    landing = Landing(tmp_path, "*", whole, known=lambda: known)
     landing.look(now=1.0)
     assert names(landing.look(now=2.0)) == ["b"]
+
+
+def test_a_listing_reads_directories_as_path_glob_would(tmp_path):
+    for name in ("a/part-1", "a/b/part-2", "part-3", "a/_tmp/part-4", "a/.part-5", "x.txt", "a/b/c/d.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x\n")
+    for pattern in ("*", "*/part-*", "**/part-*", "**/*", "a/**/*.txt", "**"):
+        expected = {p.relative_to(tmp_path).as_posix() for p in tmp_path.glob(pattern) if p.is_file()}
+        expected = {n for n in expected if not any(part.startswith((".", "_")) for part in n.split("/"))}
+        assert set(listing(tmp_path, pattern, lambda name: False)) == expected, pattern
+    assert data_files(tmp_path, "*", lambda name: name == "x.txt") == {"part-3": (2, (tmp_path / "part-3").stat()
+                                                                                  .st_mtime)}
 
 
 def test_whole_file_checks_see_cut_gzip_streams_and_tfrecords(tmp_path):
@@ -131,14 +140,65 @@ def test_each_piece_reads_its_own_examples_and_together_every_line_once(tmp_path
     assert sorted(seen) == list(range(700))
 
 
-def test_a_file_that_is_not_criteo_stops_the_run_naming_it(tmp_path):
-    (tmp_path / "README.md").write_text("# my click logs\n")
-    landing = landing_for(followed(tmp_path))
-    landing.look(now=1.0)
-    with pytest.raises(UserError) as raised:
-        landing.look(now=2.0)
-    assert "README.md" in str(raised.value) and "follow_pattern" in str(raised.value)
-    assert len(str(raised.value).splitlines()) == 1
+def test_what_the_follow_loop_makes_of_each_kind_of_file(tmp_path):
+    """Empty: whole (done at once); not Criteo, binary garbage, a corrupt gzip: unreadable (quarantined whole); a
+    cut gzip or a missing last newline: unfinished (taken as it is once it stood still long enough)."""
+    data = followed(tmp_path)
+    good = criteokit.write(tmp_path / "good", criteokit.rows(20))
+    zipped = gzip.compress(good.read_bytes())
+    kinds = {"empty": b"", "README.md": b"# my click logs\n", "garbage": bytes(range(256)) * 40,
+             "corrupt.gz": b"\x1f\x8b\x08\x00" + bytes(range(200)), "cut.gz": zipped[:len(zipped) // 2],
+             "no_newline": good.read_bytes()[:-1], "good.gz": zipped, "malformed": good.read_bytes() + b"1\tx\n"}
+    for name, content in kinds.items():
+        (tmp_path / name).write_bytes(content)
+    verdicts = {name: data.verdict(tmp_path / name) for name in kinds}
+    assert {name: v.kind for name, v in verdicts.items()} == {
+        "empty": WHOLE, "README.md": UNREADABLE, "garbage": UNREADABLE, "corrupt.gz": UNREADABLE,
+        "cut.gz": UNFINISHED, "no_newline": UNFINISHED, "good.gz": WHOLE, "malformed": WHOLE}
+    assert "is not Criteo data: its first line has 1 tab-separated fields" in verdicts["README.md"].why
+    assert data.pieces("empty", 0) == [] and data.pieces("empty.gz", 0) == []
+    flagged = list(data.flagged_examples(str(tmp_path / "malformed"), 0, (tmp_path / "malformed").stat().st_size))
+    oks = [bool(ok) for _, _, ok, _ in flagged]
+    assert oks == [True] * 20 + [False] and int(flagged[-1][3]) == good.stat().st_size  # its byte offset
+    cut = [bool(ok) for _, _, ok, _ in data.flagged_examples(str(tmp_path / "cut.gz"), 0, -1)]
+    assert 0 < len(cut) < 20 and all(cut[:-1])  # read as far as it goes, no error; a cut last line is malformed
+
+
+def test_a_tfrecord_with_a_corrupted_record_cannot_be_read(tmp_path):
+    import datakit
+    from data import followed_for
+
+    datakit.write_tfrecords(tmp_path, {"part": [4]}, size=(8, 8))
+    [path] = tmp_path.glob("part-*")
+    options = parse_training_options({"model": "mlp", "dataset": "tfrecord", "data_dir": str(tmp_path),
+                                      "follow_data": True, "tfrecord_num_classes": 3, "image_size": [8, 8]})
+    data = followed_for(options, tmp_path)
+    assert data.verdict(path).kind == WHOLE
+    content = bytearray(path.read_bytes())
+    content[40] ^= 0xFF  # inside the first record's bytes: its CRC no longer matches
+    path.write_bytes(bytes(content))
+    verdict = data.verdict(path)
+    assert verdict.kind == UNREADABLE and "corrupted record" in verdict.why
+
+
+def test_a_piece_failure_is_told_apart_data_from_lost_task():
+    import tensorflow as tf
+
+    from coordinator.follow.errors import piece_failure
+
+    root = "/data/clicks"
+    corrupt = piece_failure((3, 0), tf.errors.DataLossError(None, None, "corrupted record at 78"), root)
+    assert corrupt.corrupt and corrupt.key == (3, 0) and "corrupted record at 78" in corrupt.why
+    gone = piece_failure((3, 1), tf.errors.NotFoundError(None, None, f"{root}/day_3; No such file or directory"), root)
+    assert gone is not None and not gone.corrupt
+    cancelled = piece_failure((4, 0), tf.errors.CancelledError(
+        None, None, "The corresponding function is cancelled. Please reschedule the function."), root)
+    assert cancelled.cancelled
+    ps_lost = tf.errors.NotFoundError(None, None, "Resource localhost/_AnonymousVar3/N10tensorflow3VarE does not "
+                                      "exist.")
+    assert piece_failure((5, 0), ps_lost, root) is None
+    assert piece_failure((5, 0), tf.errors.UnavailableError(None, None, "/job:ps/replica:0/task:0 unreachable"),
+                         root) is None
 
 
 def test_tfrecord_files_are_followed_whole_and_decoded_like_the_fixed_source(tmp_path):
@@ -157,3 +217,47 @@ def test_tfrecord_files_are_followed_whole_and_decoded_like_the_fixed_source(tmp
     images = [image.numpy() for piece in pieces for image, _ in data.piece_examples(piece)]
     assert [datakit.fingerprint(i) for i in images] == [datakit.fingerprint(i / 255) for i in written["part"]]
     assert data.input_shape == (8, 8, 3) and data.num_classes == 3
+
+
+def test_a_piece_that_fails_for_its_data_comes_back_for_itself_and_a_lost_task_is_raised():
+    import concurrent.futures
+
+    import pytest
+    import tensorflow as tf
+
+    from coordinator.follow.errors import DataFailure
+    from coordinator.follow.handout import PieceTrainer, Trained
+
+    def done(result=None, error=None):
+        future = concurrent.futures.Future()
+        future.set_exception(error) if error is not None else future.set_result(result)
+        return future
+
+    trainer = PieceTrainer.__new__(PieceTrainer)  # its ClusterCoordinator is not needed to sort results
+    trainer.data_root = "/data"
+    cancelled = tf.errors.CancelledError(None, None, "The corresponding function is cancelled. Please reschedule.")
+    trainer.running = {(0, 0): done((8, 1, 1, {"loss": 0.5}, 2, [7, 3])),
+                       (1, 0): done(error=tf.errors.DataLossError(None, None, "corrupted record at 78")),
+                       (2, 0): done(error=cancelled)}
+    results = trainer.finished(0.0)
+    assert results[0] == Trained((0, 0), 8, 1, 1, {"loss": 0.5}, 2, (3, 7))
+    assert results[1:] == [DataFailure((1, 0), "cannot be read (corrupted record at 78)", corrupt=True),
+                           DataFailure((2, 0), "cancelled", cancelled=True)] and trainer.running == {}
+    lost = tf.errors.UnavailableError(None, None, "/job:ps/replica:0/task:1: connection refused")
+    trainer.running = {(3, 0): done(error=cancelled), (4, 0): done(error=lost)}
+    with pytest.raises(tf.errors.UnavailableError):  # the root cause, not the closure it cancelled
+        trainer.finished(0.0)
+
+    class Scheduling:
+        def __init__(self, error):
+            self.error = error
+
+        def schedule(self, function, args):
+            raise self.error
+
+    trainer.running, trainer._train = {}, None
+    trainer.coordinator = Scheduling(tf.errors.DataLossError(None, None, "corrupted record at 78"))
+    assert trainer.hand_out((5, 0), "/data/day_5", 0, -1) is False and trainer.running == {}
+    trainer.coordinator = Scheduling(lost)
+    with pytest.raises(tf.errors.UnavailableError):
+        trainer.hand_out((5, 0), "/data/day_5", 0, -1)

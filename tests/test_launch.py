@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -31,6 +35,7 @@ def test_up_then_kill_leaves_nothing(tmp_path):
         assert net.wait_until_listening(servers, timeout_s=5) == []
         assert sorted(p.name for p in (tmp_path / "logs").glob("*.pid")) == [
             "ps-0.pid", "ps-1.pid", "worker-0.pid", "worker-1.pid"]
+        shutil.rmtree(tmp_path / "logs")  # pid files gone: each task is found by the exit file its environment names
     finally:
         down = sh("kill.sh", str(path))  # whatever failed above, the servers are stopped
     assert down.returncode == 0, down.stderr
@@ -40,6 +45,55 @@ def test_up_then_kill_leaves_nothing(tmp_path):
 
     again = sh("kill.sh", str(path))
     assert again.returncode == 0 and "nothing to stop" in again.stderr
+
+
+def test_kill_sh_finds_a_detached_run_whose_logs_folder_was_deleted(tmp_path):
+    training = {"epochs": 20, "steps_per_epoch": 100, "steps_per_execution": 1, "output_dir": str(tmp_path / "out")}
+    path = write_cluster(tmp_path, cluster_document(logs_dir=str(tmp_path / "logs"), training=training))
+    servers = cluster_config.load(path).tasks(("ps", "worker"))
+    started = sh("run.sh", "--detach", str(path))
+    try:
+        assert started.returncode == 0, started.stderr
+        assert wait_for_line(tmp_path / "logs" / "launcher.log", "evaluator:0 started", 240)
+        shutil.rmtree(tmp_path / "logs")  # launcher.pid and every task's pid file with it
+    finally:
+        down = sh("kill.sh", str(path))
+    assert down.returncode == 0, down.stderr
+    assert re.search(r"launcher \(pid \d+\): stopped", down.stderr), down.stderr  # found by its command line
+    assert "nothing to stop" not in down.stderr
+    assert processes_mentioning(str(tmp_path)) == []  # the six tasks too (the launcher stopped them as it ended)
+    assert [t for t in servers if net.answers(t.address.host, t.address.port)] == []
+
+
+def test_the_search_finds_only_this_clusters_processes(tmp_path):
+    """By the exact exit file in the environment, by the cluster file a launcher's command line names (read from
+    its working directory), never by a process's name."""
+    from launcher import process_search
+
+    ours, theirs = tmp_path / "logs" / "chief-0.exit", tmp_path / "other" / "chief-0.exit"
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)", str(tmp_path)]
+
+    def started(exit_file, arguments=sleep, cwd=None):
+        return subprocess.Popen(arguments, env={**os.environ, "PSCLUSTER_EXIT_FILE": str(exit_file)}, cwd=cwd,
+                                start_new_session=True)
+
+    mine, other, twin = started(ours), started(theirs), started(str(ours) + ".old")
+    (tmp_path / "project").mkdir()
+    write_cluster(tmp_path / "project", cluster_document())
+    launcher = started(theirs, [*sleep[:3], "-m", "roles.launch", "run", "cluster.json"], cwd=tmp_path / "project")
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not process_search.launchers(tmp_path / "project" / "cluster.json"):
+            time.sleep(0.05)
+        assert [r.pid for r in process_search.task_groups(ours)] == [mine.pid]
+        assert [r.group for r in process_search.task_groups(ours)] == [mine.pid]  # its session: stopped whole
+        assert [r.pid for r in process_search.launchers(tmp_path / "project" / "cluster.json")] == [launcher.pid]
+        assert process_search.launchers(tmp_path / "cluster.json") == []  # another file of the same name
+    finally:
+        for child in (mine, other, twin, launcher):
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    assert process_search.task_groups(ours) == []
 
 
 def test_run_sh_trains_evaluates_and_exports(tmp_path):

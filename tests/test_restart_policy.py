@@ -135,3 +135,21 @@ def test_a_chief_that_lost_a_ps_exits_3_in_one_line_so_its_failures_never_count_
                                                          "recvmsg:Connection reset by peer")
     assert exited.value.code == 3 and said == ["a ps this chief needs was lost (UnavailableError: Failed copying "
                                                "input tensor to /job:ps/replica:0/task:1); exiting so the run resumes"]
+
+
+def test_a_summary_is_stamped_with_its_launcher_run_and_a_followed_run_is_complete_only_for_it(tmp_path,
+                                                                                               monkeypatch):
+    import json
+
+    from cluster.run_files import RUN_VARIABLE, training_finished, write_summary
+
+    files = RunFiles(tmp_path)
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "complete", "epochs": 10}))  # today's: no run
+    assert training_finished(files, 10) and not training_finished(files, 10, run="run-b")
+    monkeypatch.setenv(RUN_VARIABLE, "run-a")
+    write_summary(files, RunSummary(status="complete", epochs=10))
+    assert json.loads((tmp_path / "summary.json").read_text())["run"] == "run-a"
+    assert training_finished(files, 10, run="run-a") and not training_finished(files, 10, run="run-b")
+    monkeypatch.delenv(RUN_VARIABLE)
+    write_summary(files, RunSummary(status="complete", epochs=10, run="run-a"))  # a chief started by hand
+    assert json.loads((tmp_path / "summary.json").read_text())["run"] is None

@@ -49,7 +49,8 @@ def test_the_last_log_line_skips_tensorflows_start_up_notices(tmp_path):
 FOLLOW_LOG = "\n".join([
     "[chief:0] 10:00:05 serving | version 3 | ckpt-0-44 | 1 file newly served | freshness 0:00:16 | export check "
     "0.0e+00 | out/serving/3",
-    "[chief:0] 10:00:09 follow | files 3/4 done | step 58 | 4.2 steps/s | 118 ex/s | behind 1 file, 0:00:11 | loss 1",
+    "[chief:0] 10:00:09 follow | files 3/4 done | step 58 | 4.2 steps/s | 118 ex/s | behind 1 file, 0:00:11 | not "
+    "trained: 30 records skipped, 1 files quarantined | pieces w0:3 | loss 1",
     "[chief:0] 10:00:12 serving | version 4 | ckpt-0-61 | 0 files newly served | freshness - | export check 0.0e+00 | "
     "out/serving/4"]) + "\n"
 
@@ -62,4 +63,5 @@ def test_status_of_a_followed_run_shows_files_lag_and_freshness(tmp_path):
     progress = run_progress(config)
     assert (progress["files_done"], progress["step"], progress["examples_per_s"]) == ("3/4", "58", 118)
     assert progress["data"] == "behind 1 file, 0:00:11" and progress["serving_version"] == 4
+    assert progress["not_trained"] == "30 records skipped, 1 files quarantined"
     assert progress["freshness"] == "0:00:16 (landed to served in version 3)"  # version 4 served no new file

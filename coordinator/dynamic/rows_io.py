@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 from coordinator.dynamic.guard import is_held, next_generation
 from coordinator.dynamic.mixing import partition_of
@@ -87,6 +88,7 @@ class Loader:
                                                                for name in partition.slots],
                                    tf.constant(first, tf.int64))
                 self.next_row[number] += len(picked)
+        context.async_wait()  # remote loads are queued: without a wait, many chunks wait on the ps at once
 
     def _kept(self, number: int, last_seen: np.ndarray, picked: np.ndarray) -> np.ndarray:
         low, high, budget = self.keep[number]

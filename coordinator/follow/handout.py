@@ -5,8 +5,10 @@ dataset on its worker and trains on all of it.
 takes fewer pieces; a closure whose worker fails is queued again and run by another (at-least-once: the steps
 the lost worker had taken stay in the model). One traced function serves every piece (the piece is its
 argument), and a piece holds many steps, as building a dataset per closure has a cost. The closure returns the
-examples and steps it trained, its worker's index and the training metrics; each is waited for on a thread, so
-the chief's loop never blocks on one piece.
+examples and steps it trained, its worker's index, the training metrics, and how many malformed records it
+skipped and where the first of them are; each is waited for on a thread, so the chief's loop never blocks on
+one piece. A piece that fails for its data (coordinator/follow/errors.py) comes back as a DataFailure of that
+piece alone; any other failure (a lost task) is raised.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from __future__ import annotations
 import concurrent.futures
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
+from coordinator.follow.errors import is_data_error, piece_failure
+from coordinator.follow.quarantine import POSITIONS_PER_PIECE
 from data import contract
 from data.source import SHUFFLE_BUFFER
 
@@ -23,20 +28,25 @@ PIECES_AHEAD_PER_WORKER = 2  # queued or running per worker: a worker that finis
 
 
 class Trained(NamedTuple):
-    """One piece's result: `key` as handed out, examples and steps trained, the worker that ran it last, and the
-    model's training metrics as that worker saw them after its last step (as Keras fit reports them)."""
+    """One piece's result: `key` as handed out, examples and steps trained, the worker that ran it last, the
+    model's training metrics as that worker saw them after its last step (as Keras fit reports them), the
+    malformed records it skipped and the positions of the first of them (data/followed.py says what a position
+    is)."""
 
     key: tuple[int, int]
     examples: int
     steps: int
     worker: int
     metrics: dict
+    skipped: int = 0
+    where: tuple = ()
 
 
 class PieceTrainer:
     """Schedules one closure per piece under ParameterServerStrategy and reports pieces as they finish."""
 
     def __init__(self, distribution, model, data, *, global_batch: int, seed: int, workers: int):
+        self.data_root = str(data.root)
         self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(distribution)
         self.ahead = PIECES_AHEAD_PER_WORKER * workers
         self.running: dict[tuple[int, int], concurrent.futures.Future] = {}
@@ -49,54 +59,88 @@ class PieceTrainer:
         """Pieces that may be handed out now."""
         return self.ahead - len(self.running)
 
-    def hand_out(self, key: tuple[int, int], path: str, begin: int, end: int) -> None:
-        remote = self.coordinator.schedule(self._train, args=(tf.constant(path), tf.constant(begin, tf.int64),
-                                                              tf.constant(end, tf.int64)))
+    def hand_out(self, key: tuple[int, int], path: str, begin: int, end: int) -> bool:
+        """Schedules the piece; False when it was not (another piece's data failed: TensorFlow then cancels what
+        was queued, and those pieces come back cancelled)."""
+        try:
+            remote = self.coordinator.schedule(self._train, args=(tf.constant(path), tf.constant(begin, tf.int64),
+                                                                  tf.constant(end, tf.int64)))
+        except tf.errors.OpError as error:
+            if is_data_error(error, self.data_root):
+                return False
+            raise
         self.running[key] = self._waiters.submit(remote.fetch)
+        return True
 
-    def finished(self, timeout_s: float) -> list[Trained]:
-        """Pieces that finished, waiting up to `timeout_s` for the first; a piece's error (e.g. a malformed
-        line) is raised here."""
+    def finished(self, timeout_s: float) -> list:
+        """Pieces that finished, waiting up to `timeout_s` for the first: a Trained for each that trained, a
+        DataFailure for each that failed for its data (or was cancelled by such a failure); any other error is
+        raised (the root cause first: a failed piece cancels the others, which then fail as cancelled)."""
         if not self.running:
             return []
         concurrent.futures.wait(self.running.values(), timeout=timeout_s,
                                 return_when=concurrent.futures.FIRST_COMPLETED)
         done = {key: self.running.pop(key) for key, future in list(self.running.items()) if future.done()}
-        errors = [future.exception() for future in done.values() if future.exception() is not None]
-        if errors:  # the root cause first: a failed piece cancels the others, which then fail as cancelled
-            raise min(errors, key=lambda error: isinstance(error, tf.errors.CancelledError))
-        return [Trained(key, *(int(value) for value in future.result()[:3]),
-                        {name: float(value) for name, value in future.result()[3].items()})
-                for key, future in done.items()]
+        results, raised = [], []
+        for key, future in done.items():
+            error = future.exception()
+            if error is None:
+                results.append(_trained(key, future.result()))
+                continue
+            failure = piece_failure(key, error, self.data_root)
+            results.append(failure) if failure is not None else raised.append(error)
+        if raised:
+            raise min(raised, key=lambda error: isinstance(error, tf.errors.CancelledError))
+        return results
 
-    def all_finished(self, timeout_s: float) -> list[Trained]:
+    def all_finished(self, timeout_s: float) -> list:
         """Waits up to `timeout_s` for every running piece; returns those that finished (the rest keep running)."""
         concurrent.futures.wait(self.running.values(), timeout=timeout_s)
         return self.finished(0.0)
 
 
+def _trained(key: tuple[int, int], result) -> Trained:
+    examples, steps, worker, metrics, skipped, where = result
+    return Trained(key, int(examples), int(steps), int(worker), {name: float(v) for name, v in metrics.items()},
+                   int(skipped), tuple(sorted(int(position) for position in np.asarray(where))))
+
+
 def _piece_function(distribution, model, data, global_batch: int, seed: int):
     """The traced closure: a piece's examples, shuffled within the piece, in global batches (the last may be
     smaller: every example trains), each one step of the model's own train_step (both optimizers of a
-    recommender). The steps run in a while loop over an iterator, not in a loop over the dataset: AutoGraph would
-    make that a dataset reduction, and a step run inside tf.data's function runtime cannot reach a dynamic table's
-    index (an anonymous resource on the ps: "Resource Anonymous/... does not exist")."""
+    recommender) on the batch's well-formed examples; malformed records (flagged by the reader) are counted, the
+    first POSITIONS_PER_PIECE positions kept, and a batch of none trains no step. The steps run in a while loop
+    over an iterator, not in a loop over the dataset: AutoGraph would make that a dataset reduction, and a step
+    run inside tf.data's function runtime cannot reach a dynamic table's index (an anonymous resource on the ps:
+    "Resource Anonymous/... does not exist")."""
 
     @tf.function(input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64),
                                   tf.TensorSpec([], tf.int64)])
     def train_piece(path, begin, end):
-        batches = contract.batch(data.examples(path, begin, end).shuffle(SHUFFLE_BUFFER, seed=seed), global_batch)
-        iterator = iter(batches.prefetch(2))
-        examples, steps = tf.constant(0, tf.int64), tf.constant(0, tf.int64)
+        flagged = data.flagged_examples(path, begin, end).shuffle(SHUFFLE_BUFFER, seed=seed)
+        iterator = iter(contract.batch(flagged, global_batch).prefetch(2))
+        examples, steps, skipped = tf.constant(0, tf.int64), tf.constant(0, tf.int64), tf.constant(0, tf.int64)
+        where = tf.zeros([0], tf.int64)
         batch = iterator.get_next_as_optional()
         while batch.has_value():
-            features, labels = batch.get_value()
-            distribution.run(model.train_step, args=((features, labels),))
-            examples += tf.shape(labels, out_type=tf.int64)[0]
-            steps += 1
+            tf.autograph.experimental.set_loop_options(shape_invariants=[(where, tf.TensorShape([None]))])
+            features, labels, ok, positions = batch.get_value()
+            good = tf.reduce_sum(tf.cast(ok, tf.int64))
+            skipped += tf.size(ok, out_type=tf.int64) - good
+            where = tf.concat([where, tf.boolean_mask(positions, tf.logical_not(ok))], 0)[:POSITIONS_PER_PIECE]
+            for _ in tf.range(tf.minimum(good, 1)):  # a loop of one step, or none when every record was malformed
+                distribution.run(model.train_step, args=((_kept(features, ok), _kept(labels, ok)),))
+            examples += good
+            steps += tf.minimum(good, 1)
             batch = iterator.get_next_as_optional()
         worker = tf.distribute.coordinator.experimental_get_current_worker_index()
         metrics = {metric.name: metric.result() for metric in model.metrics}  # read on the worker, as fit does
-        return examples, steps, tf.cast(worker, tf.int64), metrics
+        return examples, steps, tf.cast(worker, tf.int64), metrics, skipped, where
 
     return train_piece
+
+
+def _kept(structure, ok):
+    """The batch's examples where `ok` (dense or ragged features alike)."""
+    return tf.nest.map_structure(lambda one: tf.ragged.boolean_mask(one, ok) if isinstance(one, tf.RaggedTensor)
+                                 else tf.boolean_mask(one, ok), structure)

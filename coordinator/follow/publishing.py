@@ -14,8 +14,10 @@ import dataclasses
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
+import tensorflow as tf
 
 from cluster.run_files import read_summary, write_summary
 from common.errors import Problem, UserError
@@ -39,15 +41,18 @@ class _Exporting:
     snapshot: Ledger
     checkpoint_name: str
     reference: Path
+    pieces_before: int
 
 
 class Publishing:
     """Serving versions of a follow-mode run (into `serving`, a ServingVersions) and the files each first serves."""
 
     def __init__(self, *, run, data, model, serving: ServingVersions, ledger: Ledger, report, task: str,
-                 deltas=None):
+                 pieces_done: Callable[[], int], deltas=None):
+        """`pieces_done()`: the pieces trained so far in this run (how many trained while a version was written
+        is said beside it); `deltas`: the run's FollowDeltas, or None."""
         self.run, self.data, self.model, self.serving, self.ledger = run, data, model, serving, ledger
-        self.report, self.task, self.deltas = report, task, deltas
+        self.report, self.task, self.pieces_done, self.deltas = report, task, pieces_done, deltas
         self.scratch = run.files.output / SCRATCH
         shutil.rmtree(self.scratch, ignore_errors=True)  # a killed run's requests and references
         self.last_version = time.monotonic()
@@ -87,10 +92,13 @@ class Publishing:
         model's predictions on them now (call with no piece running: they are what the newest checkpoint
         predicts); None when there is no data to take them from."""
         examples = self.data.piece_examples(piece, raw=True) if piece else self.data.split("train", raw=True)
-        if next(iter(examples.take(1)), None) is None:
+        try:
+            raw = export.reference_inputs(examples) if next(iter(examples.take(1)), None) is not None else None
+        except tf.errors.OpError:  # its file gone or unreadable: the next version takes another
+            raw = None
+        if raw is None:
             return None
-        raw = export.reference_inputs(examples)
-        return raw, self.model(export.model_inputs(self.data, raw), training=False).numpy()
+        return raw, export.predictions(self.model, export.model_inputs(self.data, raw))
 
     def start(self, checkpoint: str, name: str, number: int, snapshot: Ledger, raw, trained) -> None:
         """Starts writing checkpoint `checkpoint` (named `name`, at step `number`, holding ledger `snapshot`) as the
@@ -106,7 +114,8 @@ class Publishing:
                                 task=self.task, version=version, keep=self.serving.keep, delta_from_step=from_step,
                                 trained_through=through if from_step is None else {**through,
                                                                                    "delta_from_step": from_step})
-        self.exporting = _Exporting(ExportProcess(request, self.scratch), snapshot, name, reference)
+        self.exporting = _Exporting(ExportProcess(request, self.scratch), snapshot, name, reference,
+                                    self.pieces_done())
         self.last_version = time.monotonic()
 
     def poll(self) -> None:
@@ -150,8 +159,10 @@ class Publishing:
                                    names={e.name for e in exporting.snapshot.files if e.complete})
         freshness = duration(served[-1].freshness_s) if served else "-"
         self.run.log.info("serving | version %d | %s | %d file%s newly served | freshness %s | export check %.1e | "
-                          "%.1f MB in %.1f s | %s", result.version, name, len(served), "s" * (len(served) != 1),
-                          freshness, result.largest, result.bytes / 1e6, result.seconds, result.path)
+                          "%.1f MB in %.1f s, %d pieces trained meanwhile, exporter peak %.0f MB | %s", result.version,
+                          name, len(served), "s" * (len(served) != 1), freshness, result.largest, result.bytes / 1e6,
+                          result.seconds, self.pieces_done() - exporting.pieces_before, result.peak_rss_mb,
+                          result.path)
         summary = read_summary(self.run.files)
         if summary is not None:
             write_summary(self.run.files, dataclasses.replace(

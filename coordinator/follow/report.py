@@ -13,6 +13,7 @@ import time
 import tensorflow as tf
 
 from cluster.run_files import Phase, RunFiles, TrainingProgress, write_progress
+from coordinator.follow.intake import size_text
 from coordinator.follow.ledger import FileEntry, Ledger
 
 HEARTBEAT_EVERY_S = 2.0
@@ -23,15 +24,28 @@ def duration(seconds: float) -> str:
     return str(datetime.timedelta(seconds=round(max(seconds, 0.0))))
 
 
+PROBLEM_WORDS = (("skipped_records", "records skipped"), ("quarantined_files", "files quarantined"),
+                 ("bad_files", "files bad"), ("lost_files", "files lost"), ("unfinished_files", "taken unfinished"),
+                 ("changed_files", "changed after taken"), ("io_errors", "I/O errors"))
+
+
+def problems_text(problems: dict) -> str:
+    """`not trained: 30 records skipped, 1 files quarantined` from a ledger's problems, or '' when none."""
+    said = [f"{problems[key]} {words}" for key, words in PROBLEM_WORDS if problems.get(key)]
+    return "not trained: " + ", ".join(said) if said else ""
+
+
 def follow_line(*, done: int, files: int, step: int, steps_per_s: float, examples_per_s: float, waiting: int,
-                behind_s: float, pieces: dict[int, int], metrics: dict) -> str:
+                behind_s: float, pieces: dict[int, int], metrics: dict, problems: dict | None = None) -> str:
     """`follow | files 3/5 done | step 412 | 23.1 steps/s | 1478 ex/s | behind 2 files, 0:00:42 | pieces w0:9 w1:4 |
-    loss 0.6931` (`pieces`: how many each worker has trained in this run; a slow worker takes fewer)."""
+    loss 0.6931` (`pieces`: how many each worker has trained in this run; a slow worker takes fewer), with
+    `| not trained: 12 records skipped, ...` before the pieces when some data was not trained (`problems`)."""
     behind = f"behind {waiting} file{'s' * (waiting != 1)}, {duration(behind_s)}" if waiting else "caught up"
     by_worker = " ".join(f"w{worker}:{count}" for worker, count in sorted(pieces.items())) or "none yet"
     shown = "".join(f" | {name} {value:.4f}" for name, value in metrics.items())
+    untrained = problems_text(problems or {})
     return (f"follow | files {done}/{files} done | step {step} | {steps_per_s:.1f} steps/s | "
-            f"{examples_per_s:.0f} ex/s | {behind} | pieces {by_worker}{shown}")
+            f"{examples_per_s:.0f} ex/s | {behind}{' | ' + untrained if untrained else ''} | pieces {by_worker}{shown}")
 
 
 class FollowReport:
@@ -51,8 +65,7 @@ class FollowReport:
         return int(self.model.optimizer.iterations.numpy())
 
     def landed(self, entry: FileEntry, now: float) -> None:
-        size = f"{entry.size / 1e6:.1f} MB" if entry.size >= 100_000 else f"{entry.size} bytes"
-        self.log.info("%s: landed (%s, %d piece%s), %s ago", entry.name, size, entry.piece_count,
+        self.log.info("%s: landed (%s, %d piece%s), %s ago", entry.name, size_text(entry.size), entry.piece_count,
                       "s" * (entry.piece_count != 1), duration(now - entry.landed))
 
     def started(self, entry: FileEntry, now: float) -> None:
@@ -91,20 +104,23 @@ class FollowReport:
         elif not training and now - self.last_waiting_line >= WAITING_LINE_EVERY_S:
             self.last_waiting_line = now
             newest = ledger.files and f", the newest landed {duration(time.time() - ledger.files[-1].landed)} ago"
-            self.log.info("waiting for data: %d files done%s; looking at %s every %g s", ledger.done_count(),
-                          newest or "", self.folder, self.poll_s)
+            untrained = problems_text(ledger.problems())
+            self.log.info("waiting for data: %d files done%s; looking at %s every %g s%s", ledger.done_count(),
+                          newest or "", self.folder, self.poll_s, untrained and f"; {untrained}")
 
     def _line(self, ledger: Ledger, examples: int, pieces: dict[int, int], metrics: dict, now: float) -> None:
         step, elapsed = self._step(), max(now - self.last_line, 1e-9)
         steps_per_s, examples_per_s = (step - self.line_step) / elapsed, (examples - self.line_examples) / elapsed
         waiting, behind_s = ledger.behind(time.time())
-        line = follow_line(done=ledger.done_count(), files=len(ledger.files), step=step, steps_per_s=steps_per_s,
+        problems = ledger.problems()
+        line = follow_line(done=ledger.done_count(), files=ledger.file_count(), step=step, steps_per_s=steps_per_s,
                            examples_per_s=examples_per_s, waiting=waiting, behind_s=behind_s, pieces=pieces,
-                           metrics=metrics)
+                           metrics=metrics, problems=problems)
         self.log.info("%s", line + (f" | {self.tables.line()}" if self.tables else ""))
         with tf.device(self.device), self.writer.as_default(step=step):
             scalars = {**metrics, "steps_per_sec": steps_per_s, "examples_per_sec": examples_per_s,
-                       "files_done": ledger.done_count(), "behind_s": behind_s}
+                       "files_done": ledger.done_count(), "behind_s": behind_s,
+                       "records_skipped": problems["skipped_records"]}
             for name, value in scalars.items():
                 tf.summary.scalar(name, value)
         self.writer.flush()

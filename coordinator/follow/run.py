@@ -21,12 +21,13 @@ from coordinator.compiled import ps_report
 from coordinator.dynamic.report import table_report
 from coordinator.follow.checkpointing import FollowCheckpoints
 from coordinator.follow.deltas import FollowDeltas
-from coordinator.follow.errors import data_files_named
 from coordinator.follow.handout import PieceTrainer
+from coordinator.follow.intake import Intake
 from coordinator.follow.landing import landing_for
 from coordinator.follow.ledger import CHECKPOINT_NAME, Ledger
 from coordinator.follow.loop import FollowLoop, FollowParts
 from coordinator.follow.publishing import Publishing
+from coordinator.follow.quarantine import QuarantineReport
 from coordinator.follow.report import FollowReport, duration
 from coordinator.follow.schedule import Schedule
 from coordinator.follow.watch import FolderWatch
@@ -42,7 +43,6 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
     """Follows data_dir until SIGTERM (checkpoint, exit 4) or stop_when_idle_s without new data (summary)."""
     stop = StopRequest(log).install()
     data = followed_for(options, PROJECT_ROOT)
-    watch = FolderWatch(landing_for(data), options.data_poll_s).start()  # the first look now: files land from the next
     run = setup.TrainingRun(config=config, options=options, files=RunFiles(config.path(options.output_dir)),
                             source=data, workers=batch_workers, global_batch=options.per_worker_batch * batch_workers,
                             steps_per_epoch=0, log=log)
@@ -53,7 +53,6 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
     strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     distribution = strategy.build(config, options)
     model = setup.build_model(run, distribution)
-    deltas = FollowDeltas.create(run, model, distribution)
     log.info("serving versions every %g s in %s, taking %s", options.serving_export_every_s, run.files.serving,
              raw_description(data))
     if next(iter(data.split("train").take(1)), None) is not None:
@@ -62,24 +61,33 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
         state = tf.Variable("", trainable=False)  # on the chief, beside the model in every checkpoint
     checkpoints = EpochCheckpoints(run.files, model=model, optimizer=model.optimizer, keep=options.keep_checkpoints,
                                    has_evaluator=bool(config.jobs.get("evaluator")), io_device=strategy.CHIEF_CPU,
-                                   extra={CHECKPOINT_NAME: state}, chunk_bytes=chunk_bytes_of(options))
+                                   extra={CHECKPOINT_NAME: state}, chunk_bytes=chunk_bytes_of(options),
+                                   keep_unevaluated=options.keep_unevaluated_checkpoints)
     position = setup.resume(run, checkpoints, model) or Position(0)
     ledger = _restored_ledger(state, run.files, options, log)
+    newest_first = options.backlog_order == "newest"
+    watch = FolderWatch(landing_for(data, ledger.known, settle_s=options.settle_s,  # the first look knows the ledger
+                                    unfinished_after_s=options.unfinished_after_s),
+                        options.data_poll_s, log).start()
     tables = table_report(model)
     report = FollowReport(log, run.files, model, every_s=options.progress_every_s, device=strategy.CHIEF_CPU,
                           folder=str(data.root), poll_s=options.data_poll_s, tables=tables)
     trainer = PieceTrainer(distribution, model, data, global_batch=run.global_batch, seed=options.seed,
                            workers=config.input_pipelines)
+    intake = Intake(ledger=ledger, data=data, report=report, quarantine=QuarantineReport(run.files.quarantine),
+                    max_bad_fraction=options.max_bad_fraction)
+    schedule = Schedule(ledger=ledger, trainer=trainer, data=data, report=report, watch=watch, intake=intake,
+                        newest_first=newest_first)
     parts = FollowParts(
-        run=run, model=model, report=report, watch=watch, stop=stop, tables=tables,
-        schedule=Schedule(ledger=ledger, trainer=trainer, data=data, report=report, watch=watch),
+        run=run, model=model, report=report, watch=watch, stop=stop, tables=tables, schedule=schedule,
         saving=FollowCheckpoints(checkpoints=checkpoints, state=state, model=model, ledger=ledger,
                                  every_s=options.checkpoint_every_s, resumed_number=position.steps, log=log),
         publishing=Publishing(run=run, data=data, model=model, ledger=ledger, report=report, task=config.lead.name,
                               serving=ServingVersions(run.files.serving, options.keep_serving_versions),
-                              deltas=deltas))
+                              pieces_done=lambda: sum(schedule.pieces_by_worker.values()),
+                              deltas=FollowDeltas.create(run, model, distribution)))
     with exit_when_a_task_is_lost(log, "lost part of the cluster", "the run resumes from the last checkpoint (pieces "
-                                  "done since are trained again)"), data_files_named():
+                                  "done since are trained again)"):
         return FollowLoop(parts).run()
 
 
@@ -90,9 +98,9 @@ def _restored_ledger(state: tf.Variable, files: RunFiles, options: TrainingOptio
     versions = ServingVersions(files.serving, options.keep_serving_versions)
     if versions.versions():
         ledger.served_from(versions.trained_through(versions.versions()[-1]))
-    if ledger.files:
+    if ledger.file_count():
         waiting, behind_s = ledger.behind(time.time())
         behind = f", {waiting} not yet (the oldest landed {duration(behind_s)} ago)" if waiting else ""
-        log.info("data: %d files done%s; pieces that were running when the checkpoint was written are trained "
-                 "again", ledger.done_count(), behind)
+        log.info("data: %d files done%s, %d names held (not opened again); pieces that were running when the "
+                 "checkpoint was written are trained again", ledger.done_count(), behind, len(ledger.known()))
     return ledger

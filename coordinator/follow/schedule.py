@@ -1,27 +1,34 @@
-"""What the follow loop hands out: files that landed enter the ledger, their pieces go to free workers, and each
-finished piece is recorded done, with its examples, steps and metrics."""
+"""What the follow loop hands out: what the watcher found enters the ledger (coordinator/follow/intake.py), pieces
+not done go to free workers, and each finished piece is recorded done, with its examples, steps, skipped records
+and metrics; a piece whose data failed (its file unreadable, or gone) comes back for its file alone."""
 
 from __future__ import annotations
 
 import collections
 import itertools
+import os
 import time
 
-from coordinator.follow.errors import removed_before_trained
-from coordinator.follow.ledger import Ledger
+from coordinator.follow.errors import DataFailure
+from coordinator.follow.intake import Intake
+from coordinator.follow.ledger import QUARANTINED, Ledger
+from coordinator.follow.quarantine import check_bound
+
+RETRIES_PER_PIECE = 2  # a piece whose file reads with an error that is not a corrupt record is tried this often again
 
 
 class Schedule:
-    """The ledger's pieces handed to the PieceTrainer `trainer` and recorded as they finish; `data` is the
-    FollowedData, `report` the FollowReport, `watch` the FolderWatch."""
+    """The ledger's pieces handed to the PieceTrainer `trainer` and recorded as they finish; `intake` takes the
+    FolderWatch `watch`'s looks into the ledger; `data` is the FollowedData, `report` the FollowReport."""
 
-    def __init__(self, *, ledger: Ledger, trainer, data, report, watch):
+    def __init__(self, *, ledger: Ledger, trainer, data, report, watch, intake: Intake, newest_first: bool = False):
         self.ledger, self.trainer, self.data, self.report, self.watch = ledger, trainer, data, report, watch
-        self.known = {entry.name: (entry.size, entry.mtime) for entry in ledger.files}
-        self.examples = sum(entry.examples for entry in ledger.files)
+        self.intake, self.newest_first = intake, newest_first
+        self.examples = sum(entry.examples for entry in ledger.files) + ledger.compacted.examples
         self.last_piece, self.pieces_by_worker, self.metrics = None, collections.Counter(), {}
         self.last_activity = time.monotonic()
         self.trained_since_save = self.trained_since_version = False
+        self.failures: collections.Counter = collections.Counter()
 
     @property
     def running(self) -> bool:
@@ -29,51 +36,74 @@ class Schedule:
 
     def take_looks(self) -> None:
         """The files the watcher found since the last beat enter the ledger (a resumed run's are known)."""
-        now = time.time()
         for look in self.watch.looks():
-            for landed in look.landed:
-                if landed.name in self.known:  # a resumed run's file, already in the ledger
-                    continue
-                entry = self.ledger.add(landed, self.data.pieces(landed.name, landed.size), now)
-                self.known[entry.name] = (entry.size, entry.mtime)
-                self.report.landed(entry, now)
+            if self.intake.take(look, time.time()):
                 self.last_activity = time.monotonic()
-                if entry.complete:
-                    self.report.done(entry)
-            for name, why in look.incomplete.items():
-                self.report.once(f"{name}\0{why}", "%s: not taken yet: %s", name, why)
-                self.last_activity = time.monotonic()
-            for name in look.changed:
-                self.report.once(f"{name}\0changed", "%s: changed after it was taken; it is not trained again "
-                                 "(new data needs a new file name)", name)
 
     def hand_out(self) -> None:
-        """Pieces not done go to the trainer while it has room, oldest file first."""
-        room = self.trainer.room
-        for key in itertools.islice(self.ledger.pending(set(self.trainer.running)), max(room, 0)):
+        """Pieces not done go to the trainer while it has room, oldest file first (or newest, for freshness); a
+        file not there now waits for the next look to say whether it was renamed or removed."""
+        busy = set(self.trainer.running)
+        for key in itertools.islice(self._present(self.ledger.pending(busy, self.newest_first)), max(self.trainer.room,
+                                                                                                        0)):
             piece = self.ledger.piece(key)
-            path = self.data.path(piece.name)
-            removed_before_trained(path)
+            if not self.trainer.hand_out(key, self.data.path(piece.name), piece.begin, piece.end):
+                return  # another piece's data failed meanwhile: it comes back through `wait`
             if self.ledger.start(key, time.time()):
-                self.report.started(self.ledger.files[key[0]], time.time())
-            self.trainer.hand_out(key, path, piece.begin, piece.end)
+                self.report.started(self.ledger.by_seq[key[0]], time.time())
+
+    def _present(self, keys):
+        there: dict[int, bool] = {}
+        for key in keys:
+            if key[0] not in there:
+                there[key[0]] = os.path.exists(self.data.path(self.ledger.by_seq[key[0]].name))
+            if there[key[0]]:
+                yield key
 
     def record(self, results) -> None:
-        """Finished pieces are done in the ledger."""
+        """Finished pieces are done in the ledger; a piece whose data failed ends its file (quarantined) or waits
+        for the next look (its file gone) or is tried again."""
         for result in results:
-            piece = self.ledger.piece(result.key)
-            if self.ledger.finish(result.key, result.examples, time.time(), steps=result.steps):
-                self.report.done(self.ledger.files[result.key[0]])
+            if isinstance(result, DataFailure):
+                self._failed(result)
+                continue
+            piece = self.ledger.piece(result.key) if result.key[0] in self.ledger.by_seq else None
+            entry = self.ledger.by_seq.get(result.key[0])
+            if self.ledger.finish(result.key, result.examples, time.time(), steps=result.steps,
+                                  skipped=result.skipped, bad_fraction=self.intake.max_bad_fraction):
+                self.report.done(entry)
+                if entry.note:
+                    self.intake.quarantine.record(entry.name, entry.outcome, entry.note)
+            if result.skipped and piece is not None:
+                self.intake.quarantine.record(piece.name, "skipped", f"{result.skipped} malformed record(s) in "
+                                              f"bytes {piece.begin}..{piece.end}" if not piece.whole else
+                                              f"{result.skipped} malformed record(s)", result.where)
             self.examples += result.examples
             self.pieces_by_worker[result.worker] += 1
             self.metrics = result.metrics
             self.trained_since_save = self.trained_since_version = True
-            self.last_piece, self.last_activity = piece, time.monotonic()
+            self.last_piece, self.last_activity = piece or self.last_piece, time.monotonic()
+        check_bound(self.ledger, self.intake.max_bad_fraction, str(self.data.root))
+
+    def _failed(self, failure: DataFailure) -> None:
+        entry = self.ledger.by_seq.get(failure.key[0])
+        if entry is None or entry.complete:
+            return
+        self.last_activity = time.monotonic()
+        if failure.cancelled or not os.path.exists(self.data.path(entry.name)):
+            return  # cancelled by another piece's failure, or its file gone: pending again (the look says which)
+        self.failures[failure.key] += 1
+        if failure.corrupt or self.failures[failure.key] > RETRIES_PER_PIECE:
+            self.ledger.end(entry, QUARANTINED, failure.why, time.time())
+            self.intake.quarantined(entry, failure.why)
+        else:
+            self.report.log.info("%s: a piece failed to read (%s); it is tried again", entry.name, failure.why)
 
     def wait(self, timeout_s: float) -> None:
         """Records the pieces that finish within `timeout_s` (at least one, if any runs)."""
         self.record(self.trainer.finished(timeout_s))
 
     def idle_for(self) -> float:
-        """Seconds since a file last landed, waited to be whole, or a piece finished."""
-        return time.monotonic() - self.last_activity
+        """Seconds since a file last landed, changed, left or a piece finished; 0 while a file waits to be taken
+        (every file waits at most unfinished_after_s)."""
+        return 0.0 if self.intake.waiting else time.monotonic() - self.last_activity

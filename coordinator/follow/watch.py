@@ -1,5 +1,7 @@
 """The data folder looked at every `data_poll_s` on a thread of its own, so the chief's loop never waits on a look
-(checking that a gzip file is whole reads all of it); each look's findings are queued for the loop."""
+(checking that a gzip file is whole reads all of it); each look's findings are queued for the loop. A look that
+fails (the folder unreadable: ESTALE, EIO, ENOTCONN on a network filesystem) is queued as a look with that error,
+and the next look tries again: the thread ends only when stopped."""
 
 from __future__ import annotations
 
@@ -8,13 +10,16 @@ import threading
 
 from coordinator.follow.landing import Landing, Look
 
+FOLDER = ""  # the name a look's error is given when the folder itself could not be read
+
 
 class FolderWatch:
-    """Looks at once when started, then every `poll_s`; an error in a look (a file that is not data) is
-    handed to the loop, which raises it."""
+    """Looks when started, then every `poll_s`; `log` gets the traceback of a look that failed for a fault of
+    ours (once per kind)."""
 
-    def __init__(self, landing: Landing, poll_s: float):
-        self.landing, self.poll_s = landing, poll_s
+    def __init__(self, landing: Landing, poll_s: float, log=None):
+        self.landing, self.poll_s, self.log = landing, poll_s, log
+        self._faults: set[str] = set()
         self._found: queue.Queue = queue.Queue()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="folder-watch", daemon=True)
@@ -30,9 +35,13 @@ class FolderWatch:
         while not self._stopped.is_set():
             try:
                 self._found.put(self.landing.look())
-            except Exception as error:  # noqa: BLE001 - handed to the chief's loop, which raises it
-                self._found.put(error)
-                return
+            except OSError as error:
+                self._found.put(Look(errors={FOLDER: str(error)}))
+            except Exception as error:  # noqa: BLE001 - a fault of ours in one look: said, and the next look tries
+                if self.log is not None and type(error).__name__ not in self._faults:
+                    self._faults.add(type(error).__name__)
+                    self.log.exception("a look at the data folder failed")
+                self._found.put(Look(errors={FOLDER: f"{type(error).__name__}: {error}"}))
             self._stopped.wait(self.poll_s)
 
     def looks(self) -> list[Look]:
@@ -40,9 +49,6 @@ class FolderWatch:
         found = []
         while True:
             try:
-                item = self._found.get_nowait()
+                found.append(self._found.get_nowait())
             except queue.Empty:
                 return found
-            if isinstance(item, Exception):
-                raise item
-            found.append(item)

@@ -11,7 +11,9 @@ and compares with the trained model's predictions the caller saved. The chief ru
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import resource
 import shutil
 import sys
 import time
@@ -66,7 +68,10 @@ def _resolve_metrics(model, source) -> None:
 
     from data import contract
 
-    batch = next(iter(contract.batch(source.split("train"), 2).take(1)), None)
+    try:
+        batch = next(iter(contract.batch(source.split("train"), 2).take(1)), None)
+    except tf.errors.OpError:  # a data file that cannot be read (quarantined, gone): the names stay as they are
+        batch = None
     if batch is not None and model.compiled_metrics is not None:
         labels = batch[1]
         zeros = tf.zeros([tf.shape(labels)[0], *(d or 1 for d in model.output.shape[1:])], model.output.dtype)
@@ -134,7 +139,7 @@ def _write_model(request, options, source, serve, inner, placed, fillings, refer
     from coordinator.publish.versions import REFERENCE
 
     destination = Path(request.destination)
-    writing = destination.with_name(f".{destination.name}.writing")
+    writing, _ = _side_paths(destination)
     shutil.rmtree(writing, ignore_errors=True)
     writing.mkdir(parents=True)
     try:  # the Keras files first: the check may build a dynamic table's index in the template, which they would save
@@ -154,9 +159,20 @@ def _write_model(request, options, source, serve, inner, placed, fillings, refer
     return {"path": str(destination), "paths": paths, "largest": largest, "bytes": size}
 
 
+def _side_paths(destination: Path) -> tuple[Path, Path]:
+    """Where a model folder is written before it takes `destination`'s place, and where the old one waits."""
+    return destination.with_name(f".{destination.name}.writing"), destination.with_name(f".{destination.name}.old")
+
+
+def remove_leftovers(destination: Path) -> None:
+    """What a writer of model folder `destination` that died midway left (called when its writer starts)."""
+    for leftover in _side_paths(destination):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
 def _swap_in(writing: Path, destination: Path) -> None:
     """`writing` takes `destination`'s place (the old one, if any, goes): a reader sees the old whole or the new."""
-    old = destination.with_name(f".{destination.name}.old")
+    _, old = _side_paths(destination)
     shutil.rmtree(old, ignore_errors=True)
     if destination.exists():
         destination.rename(old)
@@ -193,7 +209,8 @@ def main(request_path: str) -> int:
         ExportResult(error=f"{type(error).__name__}: {error}").save(result_path)
         log.error("writing %s from %s failed: %s", request.kind, Path(request.checkpoint).name, error)
         return 2
-    result.save(result_path)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+    dataclasses.replace(result, peak_rss_mb=round(peak_mb, 1)).save(result_path)
     return 0
 
 

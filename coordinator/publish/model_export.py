@@ -4,6 +4,7 @@ chief keeps its heartbeat (an export is not a stall), and checked against the tr
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -11,11 +12,18 @@ import numpy as np
 
 from common.errors import Problem, UserError
 from coordinator import export
+from coordinator.publish import exporter
 from coordinator.publish.process import ExportProcess
 from coordinator.publish.request import MODEL, ExportRequest, ExportResult
 
 SCRATCH = ".exports"  # under output_dir: the request and reference predictions of an export being written
 BEAT_EVERY_S = 2.0
+
+
+def remove_leftovers(run) -> None:
+    """What an export of TrainingRun `run` that died midway left: its scratch and a half-written model folder."""
+    shutil.rmtree(run.files.output / SCRATCH, ignore_errors=True)
+    exporter.remove_leftovers(run.files.model_dir)
 
 
 def export_model(run, checkpoint: str, raw, trained, *, beat: Callable[[], None]) -> ExportResult:

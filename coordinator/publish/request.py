@@ -39,8 +39,8 @@ class ExportRequest:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ExportResult:
     """What was written: its `path` (and each format's, `paths`), the export check's `largest` difference, the
-    seconds and bytes it took; or `error`, one line saying what went wrong, `fatal` when trying again cannot help
-    (the export check failed, the checkpoint does not hold the model)."""
+    seconds and bytes it took and the exporter's peak resident memory; or `error`, one line saying what went
+    wrong, `fatal` when trying again cannot help (the export check failed, the checkpoint lacks the model)."""
 
     path: str = ""
     paths: dict = dataclasses.field(default_factory=dict)
@@ -49,6 +49,7 @@ class ExportResult:
     bytes: int = 0
     version: int | None = None
     written: float = 0.0
+    peak_rss_mb: float = 0.0
     error: str = ""
     fatal: bool = False
 

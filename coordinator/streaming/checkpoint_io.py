@@ -10,6 +10,7 @@ such checkpoint restores through here. The process running them holds at most ab
 from __future__ import annotations
 
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 from coordinator.streaming.bundle import BundleReader, BundleWriter
 from coordinator.streaming.entries import GRAPH_KEY, saved
@@ -55,6 +56,7 @@ def restore(root, prefix: str, *, device: str | None = None, chunk_bytes: int = 
         for begin, end in group.ranges(chunk_bytes):
             group.write(begin, end, [reader.rows(piece.key, piece.offset + begin, piece.offset + end)
                                      for piece in group.slices])
+            context.async_wait()  # remote writes are queued: without a wait, many chunks wait on the ps at once
     for streamed in entries.streamed:
         streamed.owner.restore_streamed(reader, streamed.prefix, chunk_bytes)
 

@@ -10,7 +10,7 @@ from launcher.backends.slurm import commands as slurm
 from launcher.backends.base import HostError
 from launcher.console import say
 from launcher.records import RunFailed
-from launcher.run import run_job, stop_all
+from launcher.run import interrupted_code, run_job, stop_all
 from launcher.backends.slurm.allocation import Allocation, allocation_path, live_steps
 
 
@@ -27,9 +27,9 @@ def run_in_allocation(config: ClusterConfig, *, fresh: bool = False) -> int:
     except (RunFailed, HostError) as failure:
         say(f"run failed: {failure}")
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         say("interrupted while waiting for the allocation; the job was cancelled")
-        return 130
+        return interrupted_code(interrupt)
     try:
         return run_job(slurm_allocation.placed(config, allocation), fresh=fresh)
     finally:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from cluster import user_model
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
+from cluster.run_files import this_run
 from cluster.taskspec import task_command
 from common import net
 from launcher.backends.ssh import commands as ssh_commands
@@ -118,7 +119,8 @@ class SshHost(Backend):
     def start(self, tasks: list[Task]) -> list[TaskStatus]:
         members = self.config.trainer_workers
         extra = ("--workers", ",".join(map(str, members))) if members is not None else ()
-        return [TaskStatus.from_json(row) for row in self._agent("start", tasks, *extra)]
+        run = ("--run", this_run()) if this_run() else ()
+        return [TaskStatus.from_json(row) for row in self._agent("start", tasks, *extra, *run)]
 
     def stop(self, tasks: list[Task], quick: bool = False) -> list[StopResult]:
         return [StopResult.from_json(row) for row in self._agent("stop", tasks, *(["--quick"] if quick else []))]
