@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from coordinator.changed_rows import step_clock, track_changes
 from coordinator.follow.ledger import Ledger
+from coordinator.follow.report import duration
 from coordinator.publish.deltas import DeltaFiles, DeltaSource, Written, write_delta
 from coordinator.streaming.entries import variable_keys
 from coordinator.streaming.rows import chunk_bytes_of
@@ -132,10 +133,10 @@ class FollowDeltas:
         self.chain = Chain(written.version, written.sequence + 1, written.read_step)
         served = ledger.serve(written.version, time.time(), {entry["name"] for entry in job.serves})
         rows = sum(written.rows.values())
-        self.log.info("serving | delta %d.%d | steps %d to %d | %d row%s changed | %d file%s newly served | %.2f MB "
-                      "in %.1f s", written.version, written.sequence, written.from_step, written.read_step, rows,
-                      "s" * (rows != 1), len(served), "s" * (len(served) != 1), written.bytes / 1e6,
-                      written.seconds)
+        self.log.info("serving | delta %d.%d | steps %d to %d | %d row%s changed | %d file%s newly served | "
+                      "freshness %s | %.2f MB in %.1f s", written.version, written.sequence, written.from_step,
+                      written.read_step, rows, "s" * (rows != 1), len(served), "s" * (len(served) != 1),
+                      duration(served[-1].freshness_s) if served else "-", written.bytes / 1e6, written.seconds)
 
     def finish(self, ledger: Ledger) -> None:
         """Waits for the delta being written, and records it."""
