@@ -48,6 +48,7 @@ CHECKS = {
     "serving_delta_every_s": Check(lambda v: (is_number(v) and v == 0) or seconds(v),
                                    f"must be 0 or a positive number of seconds, at most {MAX_SECONDS}",
                                    "use e.g. 10, or 0 to write no deltas"),
+    "straggler_after_s": seconds_check("20"),
     "keep_serving_versions": Check(int_in(1, INT32_MAX), f"must be an integer from 1 to {INT32_MAX}",
                                    "use e.g. 5"),
 }

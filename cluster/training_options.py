@@ -148,6 +148,12 @@ class TrainingOptions:
                                                 "signature (python -m coordinator.publish.follower); a run ends "
                                                 "with one; 0 writes none")
     keep_serving_versions: int = _option(5, "follow_data: newest serving versions kept")
+    straggler_after_s: float = _option(20.0, "follow_data: a checkpoint (and so a serving version) waits at most "
+                                             "this many seconds for the running pieces, handing out none, then is "
+                                             "written without those still running (not done in it: a run resumed "
+                                             "from it trains them again); a piece running this long, and 4 times "
+                                             "what its bytes took in earlier pieces, is given to another worker as "
+                                             "well (the first to finish counts)")
     embedding_dim: int = _option(16, "dlrm, wide_deep: width of each categorical feature's embedding")
     table_rows: int | tuple[int, ...] = _option(clicks.DEFAULT_TABLE_ROWS, "dlrm, wide_deep: rows (hash buckets) "
                                                 "of every table, or a list, one per categorical feature (26 for "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Callable
 
 EXIT_FILE_VARIABLE = "PSCLUSTER_EXIT_FILE"
@@ -16,7 +17,8 @@ def record_exit(code: int) -> None:
             handle.write(f"{code}\n")
 
 
-def _code_of(exit_request: SystemExit) -> int:
+def code_of(exit_request: SystemExit) -> int:
+    """The exit code a SystemExit asks for, as the interpreter reads it."""
     if exit_request.code is None:
         return 0
     return exit_request.code if isinstance(exit_request.code, int) else 1
@@ -32,7 +34,16 @@ def run_recording_exit(main: Callable[[], object]) -> None:
         main()
         code = 0
     except SystemExit as exit_request:
-        code = _code_of(exit_request)
+        code = code_of(exit_request)
         raise
     finally:
         record_exit(code)
+
+
+def end_process(code: int) -> None:
+    """Records `code` and ends the process at once, its output flushed: an interpreter's shutdown waits for every
+    non-daemon thread, and can wait tens of seconds on TensorFlow's cluster coordinator threads and channels."""
+    record_exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

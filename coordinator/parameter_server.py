@@ -24,9 +24,11 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     `checkpoint_every_s` within epochs, so a failure costs at most that much work.
     """
     summary = read_summary(RunFiles(config.path(options.output_dir)))
-    if options.follow_data:
+    if options.follow_data:  # ends the process, whatever its pieces are doing (coordinator/follow/errors.py)
+        from coordinator.follow.errors import ends_at_once
         from coordinator.follow.run import run_following
-        return run_following(config, options, log, batch_workers=batch_workers(config, summary and summary.workers))
+        with ends_at_once(log, data_root=str(config.path(options.data_dir))):
+            run_following(config, options, log, batch_workers=batch_workers(config, summary and summary.workers))
     stop = StopRequest(log).install()
     workers = config.input_pipelines  # the workers training now: the launcher may have left lost ones out
     run = setup.plan(config, options, log, workers=batch_workers(config, summary and summary.workers),

@@ -3,13 +3,11 @@ a checkpoint is written at once and the chief exits with PREEMPTED_EXIT_CODE; th
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
 import time
 
 from common.errors import PREEMPTED_EXIT_CODE
-from common.exit_file import record_exit
+from common.exit_file import end_process
 
 
 class Preempted(Exception):
@@ -45,7 +43,4 @@ class StopRequest:
 def exit_preempted() -> None:
     """Exits at once with PREEMPTED_EXIT_CODE, recorded for the launcher: the checkpoint is on disk, and a normal
     interpreter exit can wait tens of seconds on the cluster coordinator's threads and channels."""
-    record_exit(PREEMPTED_EXIT_CODE)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(PREEMPTED_EXIT_CODE)
+    end_process(PREEMPTED_EXIT_CODE)

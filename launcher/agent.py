@@ -25,7 +25,7 @@ import fire
 from cluster import config as cluster_config
 from cluster import taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
-from cluster.run_files import RUN_VARIABLE, Phase, RunFiles, read_progress
+from cluster.run_files import RUN_VARIABLE, Phase, RunFiles, TrainingProgress, read_progress
 from common.exit_file import EXIT_FILE_VARIABLE
 from common.net import port_in_use
 from launcher import firewall, previous_run, process, process_search, run_outputs, user_code_checks
@@ -75,25 +75,28 @@ def start(config: ClusterConfig, task: Task) -> TaskStatus:
 
 
 def status(config: ClusterConfig, task: Task) -> TaskStatus:
-    """Its pid, whether it runs, its exit code once it ended, uptime and last log line; a log grown past
+    """Its pid, whether it runs, its exit code once it ended, uptime and last log line; for the lead, its optimizer
+    step while it trains and whether its last heartbeat said it waits for data; a log grown past
     launcher.log_max_mb is rotated here, on the task's own host."""
     settings = config.launcher
     rotate_if_large(task_file(config, task, "log"), max_mb=settings.log_max_mb, files_kept=settings.log_files_kept)
     record = live_record(config, task)
     running = bool(record and process.is_running(record))
     uptime = _uptime_s(config, task) if running else 0.0
+    beat = heartbeat(config, task, record.pid) if record else None
     return TaskStatus(task=task.name, pid=record.pid if record else None, running=running,
                       exit_code=None if running else read_exit_code(config, task), uptime_s=round(uptime, 1),
                       last_line=last_line(task_file(config, task, "log")),
-                      step=training_step(config, task, record.pid) if running else None)
+                      step=beat.step if running and beat and beat.phase == Phase.TRAIN else None,
+                      waiting=bool(beat and beat.phase == Phase.WAIT))
 
 
-def training_step(config: ClusterConfig, task: Task, pid: int) -> int | None:
-    """The lead's optimizer step from its heartbeat, while this very process trains (not a predecessor's file)."""
+def heartbeat(config: ClusterConfig, task: Task, pid: int) -> TrainingProgress | None:
+    """The lead's last heartbeat, when this very process wrote it (not a predecessor's file)."""
     if task != config.lead:
         return None
     progress = read_progress(RunFiles(config.path(config.training.output_dir)))
-    return progress.step if progress and progress.pid == pid and progress.phase == Phase.TRAIN else None
+    return progress if progress and progress.pid == pid else None
 
 
 def stop(config: ClusterConfig, task: Task, quick: bool = False) -> StopResult:

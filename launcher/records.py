@@ -47,6 +47,7 @@ class TaskRecord:
     counts_as_restart: bool = True
     started_at: float = 0.0
     step: int | None = None  # the optimizer step the lead last reported
+    waiting: bool = False  # the lead's last heartbeat said it waits for data: it got past its start
     step_changed_at: float = dataclasses.field(default_factory=time.monotonic)
 
     @property

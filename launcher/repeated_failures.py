@@ -3,7 +3,9 @@
 A restore that cannot match the checkpoint, or a module that cannot be imported, fails the same way at every
 start; restarting it with back-off until `max_restarts` only hides the cause behind minutes of retries. An error
 that may pass (exit 3: a task it needs did not answer), a stop from outside (exit 4), or a death by a signal
-(no exit code) never counts; nor does a failure after the lead reported an optimizer step, since it trained.
+(no exit code) never counts; nor does a failure after the lead reported an optimizer step, since it trained, or
+said it waits for data (a follow-mode chief caught up: it got past its start, and only a new file would make it
+train), whether seen while it ran or in its last heartbeat.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ class RepeatedFailures:
         self.trained_life: dict[str, float] = {}  # task -> start time of its latest life that reported a step
 
     def observe(self, record: TaskRecord) -> None:
-        """Called while the task runs: a reported optimizer step means this life reached training."""
-        if record.step is not None:
+        """Called while the task runs: a reported optimizer step, or waiting for data, means this life reached
+        training."""
+        if record.step is not None or record.waiting:
             self.trained_life[record.name] = record.started_at
 
     def repeated(self, record: TaskRecord, code: int | None) -> bool:
         """Whether this exit repeats the task's previous one (both before training, same code and error line);
         remembers it for the next exit."""
+        self.observe(record)  # its last heartbeat, read as it ended, may say it was waiting
         trained = self.trained_life.get(record.name) == record.started_at
         if code in MAY_PASS or trained:
             self.previous.pop(record.name, None)

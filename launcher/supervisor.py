@@ -69,6 +69,7 @@ class Supervisor:
             rows = self.hosts[name].start([r.task for r in group])
             for record, row in zip(group, rows, strict=True):
                 record.state, record.pid, record.exit_code, record.step = TaskState.STARTING, row.pid, None, None
+                record.waiting = False
                 record.started_at = record.step_changed_at = time.monotonic()
                 self.say(f"{record.name} started on {name} (pid {row.pid})")
 
@@ -124,6 +125,7 @@ class Supervisor:
 
     def _update(self, record: TaskRecord, row: TaskStatus) -> None:
         record.last_line, record.pid, record.uptime_s = row.last_line, row.pid, row.uptime_s
+        record.waiting = row.waiting
         if row.step != record.step:
             record.step, record.step_changed_at = row.step, time.monotonic()
         if not row.running:

@@ -1,9 +1,11 @@
 """Follow mode on real servers: files trained once each as they land, a half-written file left alone until whole, a
-chief killed and resumed, a worker killed mid-piece, a stop and a new `sh run.sh` after more files landed, and
-serving versions loaded by another process as TensorFlow Serving would."""
+chief killed and resumed, a worker killed mid-piece, a stop and a new `sh run.sh` after more files landed, serving
+versions loaded by another process as TensorFlow Serving would, a stalled worker that holds nothing up, and a chief
+that ends at once on an error while a long piece runs."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -17,7 +19,9 @@ import pytest
 import criteokit
 from clusterkit import (PYTHON, ROOT, cluster_document, derive_cluster, finish, read_scalars, served_predictions,
                         start_module, wait_for_launcher, wait_for_line, write_cluster)
+from cluster import config as cluster_config
 from launcher import process
+from launcher.supervisor import Supervisor
 
 pytestmark = pytest.mark.cluster
 
@@ -161,6 +165,75 @@ def test_a_worker_killed_mid_piece_and_a_new_run_after_two_more_files(tmp_path):
     assert "files done 4/4" in status.stdout and "freshness" in status.stdout, status.stdout
 
 
+def test_a_stalled_worker_holds_up_no_checkpoint_or_version_and_its_piece_goes_to_the_other(shared_servers, tmp_path):
+    """Worker 1 held to a twentieth of the time by SIGSTOP and SIGCONT (a machine thrashing, a mount that stalls):
+    its piece becomes a straggler. A worker stopped for good would also stop the chief's checkpoints and exports,
+    which register new functions with every task (docs/online-training.md, Limits)."""
+    data, output, log = tmp_path / "data", tmp_path / "output", tmp_path / "chief.log"
+    data.mkdir()
+    rows = {f"day_{i}.gz": 3000 for i in range(12)}  # whole pieces of 94 steps
+    for i, name in enumerate(rows):
+        write_day(data, name, 3000, 3000 * i)
+    cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
+        **FOLLOW, "data_dir": str(data), "output_dir": str(output), "straggler_after_s": 0.5, "stop_when_idle_s": 6,
+        "checkpoint_every_s": 2, "serving_export_every_s": 10})
+    worker = process.PidRecord.read(shared_servers.parent / "logs" / "worker-1.pid").pid
+    chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
+    try:
+        wait_for_steps(output, 250)  # past the first pieces: both workers are in the middle of one
+        with Throttle(worker, share=0.05, period_s=0.1):  # each stop short: it still answers the chief
+            before = len(log.read_text())
+            assert wait_for_pattern(log, r"files 12/12 done", 300), log.read_text()[-3000:]
+            assert wait_for_pattern(log, r"serving \| version", 120, after=before)  # one while worker 1 is slow
+            progress = json.loads((output / "progress.json").read_text())
+            eased_at, while_slow = time.time(), log.read_text()[before:]
+        code = finish(chief, timeout_s=120)[0]
+    finally:
+        finish(chief, timeout_s=1)
+    assert code == 0, log.read_text()[-3000:]
+    stuck = re.search(r"(day_\d+\.gz): a piece \(bytes 0-end\) still runs after .* another worker", while_slow)
+    assert stuck, while_slow[-3000:]
+    held = [(int(step), int(done)) for step, done in re.findall(
+        r"checkpoint (?:\S+) \(optimizer step (\d+)\): (\d+) files done.*\n.*written without waiting longer for \d+ "
+        r"pieces? still running", while_slow)]
+    assert held and all(done < len(rows) for _, done in held), while_slow[-3000:]
+    assert any(step > done * 94 for step, done in held)  # running pieces are not done in it, but their steps so far are
+    assert while_slow.count("follow | files") >= 2 and "serving | version" in while_slow
+    assert progress["time"] > eased_at - 10  # the heartbeat went on
+    summary = json.loads((output / "summary.json").read_text())
+    assert {f["name"]: f["examples"] for f in summary["follow"]["per_file"]} == rows  # each file's examples once
+    assert summary["status"] == "complete" and summary["follow"]["pieces_given_twice"] >= 1
+
+
+def test_a_chief_that_stops_on_an_error_is_gone_at_once_while_a_long_piece_runs(tmp_path):
+    data, output, log = tmp_path / "data", tmp_path / "output", tmp_path / "chief.log"
+    data.mkdir()
+    lines = "".join(criteokit.line(row) + "\n" for row in criteokit.rows(2000))
+    (data / "long.gz").write_bytes(gzip.compress(lines.encode() * 40))  # one piece of 20,000 steps of 4
+    training = {**FOLLOW, "data_dir": str(data), "output_dir": str(output), "per_worker_batch": 4}
+    path = write_cluster(tmp_path, cluster_document(workers=1, ps=1, evaluator=False, logs_dir=str(tmp_path / "logs"),
+                                                    training=training))
+    servers = Supervisor(cluster_config.load(path), print)
+    chief = None
+    try:
+        servers.start_servers()
+        chief = start_module("coordinator.train", "--cluster", str(path), log_path=log)
+        assert wait_for_line(log, "long.gz: started", 240, chief), log.read_text()[-3000:]
+        wait_for_steps(output, 50)
+        (data / "notes.txt").write_text("this is not a Criteo line\n")  # stops the run: one line, exit 2
+        wrote_at = time.monotonic()
+        code = chief.wait(timeout=60)
+        gone_s = time.monotonic() - wrote_at
+    finally:
+        if chief is not None:
+            finish(chief, timeout_s=1)
+        servers.stop_everything()
+    text = log.read_text()
+    assert code == 2 and any("notes.txt" in line for line in text.splitlines() if "error: " in line), text[-3000:]
+    steps = json.loads((output / "progress.json").read_text())["step"]
+    assert gone_s < 20 and steps < 10_000 and "long.gz: done" not in text  # gone long before its piece could end
+
+
 class Throttle:
     """Holds a process group to about `share` of the time by SIGSTOP and SIGCONT: a CPU limit any user can set."""
 
@@ -205,10 +278,11 @@ def wait_for_steps(output, steps: int, timeout_s: float = 240) -> None:
     raise AssertionError(f"fewer than {steps} optimizer steps after {timeout_s} s")
 
 
-def wait_for_pattern(path, pattern: str, timeout_s: float = 120) -> bool:
+def wait_for_pattern(path, pattern: str, timeout_s: float = 120, *, after: int = 0) -> bool:
+    """Whether `pattern` appears in the file (from character `after` on) within `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if path.exists() and re.search(pattern, path.read_text(errors="replace")):
+        if path.exists() and re.search(pattern, path.read_text(errors="replace")[after:]):
             return True
         time.sleep(0.1)
     return False

@@ -15,7 +15,8 @@ CLICKS = {"model": "dlrm", "dataset": "criteo", "data_dir": "clicks", "follow_da
 def test_follow_mode_takes_its_defaults_and_a_fixed_run_is_untouched():
     options = parse_training_options(CLICKS)
     assert (options.follow_pattern, options.data_poll_s, options.stop_when_idle_s, options.piece_mb,
-            options.serving_export_every_s, options.keep_serving_versions) == ("*", 10.0, 0.0, 16.0, 600.0, 5)
+            options.serving_export_every_s, options.keep_serving_versions, options.straggler_after_s) == (
+        "*", 10.0, 0.0, 16.0, 600.0, 5, 20.0)
     assert (options.settle_s, options.unfinished_after_s, options.backlog_order, options.max_bad_fraction) == \
         (30.0, 600.0, "oldest", 0.5)
     assert not parse_training_options({}).follow_data
@@ -35,6 +36,7 @@ def test_follow_mode_takes_its_defaults_and_a_fixed_run_is_untouched():
     ({**CLICKS, "stop_when_idle_s": -1}, "must be 0 or a positive number of seconds"),
     ({**CLICKS, "piece_mb": 0.001}, "piece_mb = 0.001: must be a number of MB from 0.01"),
     ({**CLICKS, "keep_serving_versions": 0}, "must be an integer from 1"),
+    ({**CLICKS, "straggler_after_s": 0}, "straggler_after_s = 0: must be a positive number of seconds"),
     ({**CLICKS, "follow_data": "yes"}, "must be true or false"),
     ({**CLICKS, "settle_s": -1}, "settle_s = -1: must be 0 or a positive number of seconds"),
     ({**CLICKS, "unfinished_after_s": "1h"}, "unfinished_after_s = '1h': must be 0 or a positive number"),

@@ -236,15 +236,16 @@ def test_a_piece_that_fails_for_its_data_comes_back_for_itself_and_a_lost_task_i
     trainer = PieceTrainer.__new__(PieceTrainer)  # its ClusterCoordinator is not needed to sort results
     trainer.data_root = "/data"
     cancelled = tf.errors.CancelledError(None, None, "The corresponding function is cancelled. Please reschedule.")
-    trainer.running = {(0, 0): done((8, 1, 1, {"loss": 0.5}, 2, [7, 3])),
-                       (1, 0): done(error=tf.errors.DataLossError(None, None, "corrupted record at 78")),
-                       (2, 0): done(error=cancelled)}
+    trainer.abandoned = []
+    trainer.running = {(0, 0): [done((8, 1, 1, {"loss": 0.5}, 2, [7, 3]))],
+                       (1, 0): [done(error=tf.errors.DataLossError(None, None, "corrupted record at 78"))],
+                       (2, 0): [done(error=cancelled)]}
     results = trainer.finished(0.0)
     assert results[0] == Trained((0, 0), 8, 1, 1, {"loss": 0.5}, 2, (3, 7))
     assert results[1:] == [DataFailure((1, 0), "cannot be read (corrupted record at 78)", corrupt=True),
                            DataFailure((2, 0), "cancelled", cancelled=True)] and trainer.running == {}
     lost = tf.errors.UnavailableError(None, None, "/job:ps/replica:0/task:1: connection refused")
-    trainer.running = {(3, 0): done(error=cancelled), (4, 0): done(error=lost)}
+    trainer.running = {(3, 0): [done(error=cancelled)], (4, 0): [done(error=lost)]}
     with pytest.raises(tf.errors.UnavailableError):  # the root cause, not the closure it cancelled
         trainer.finished(0.0)
 

@@ -26,10 +26,13 @@ def policy(tmp_path):
 
 
 def life(policy: HealingPolicy, record: TaskRecord, code: int | None, line: str, *, step: int | None = None,
-         ran_s: float = 1.0):
-    """One life of a task: started `ran_s` ago, observed running (with `step` reported or not), exited with `code`."""
+         ran_s: float = 1.0, waiting: bool = False, waiting_at_exit: bool = False):
+    """One life of a task: started `ran_s` ago, observed running (with `step` reported or not, `waiting` for data
+    or not), exited with `code` (its last heartbeat saying it waited, with `waiting_at_exit`)."""
     record.started_at, record.step, record.last_line = time.monotonic() - ran_s, step, line
+    record.waiting = waiting
     policy.stall(record, servers_up=True, now=time.monotonic())  # what the supervisor calls each pass
+    record.step, record.waiting = None, waiting_at_exit  # the row of an ended task: no step
     decision = policy.on_exit(record, code)
     record.restarts += int(decision.action == Action.RESTART)
     return decision
@@ -59,6 +62,34 @@ def test_a_failure_that_may_pass_breaks_the_row(policy, between):
     assert life(policy, chief, code, line, step=step).action == Action.RESTART
     assert life(policy, chief, 1, RESTORE_ERROR).action == Action.RESTART  # the row starts again here
     assert life(policy, chief, 1, RESTORE_ERROR).action == Action.FAIL_RUN
+
+
+@pytest.mark.parametrize("seen", ["while-running", "in-last-heartbeat"])
+def test_a_caught_up_follow_chief_is_never_judged_failed_before_training(policy, seen):
+    """Waiting for data is past the start (restored, looking at the folder): the same error twice there, e.g. a
+    transient error of the watcher, is restarted, not judged one that a restart cannot help."""
+    config, policy = policy
+    chief = TaskRecord(config.task("chief", 0))
+    waited = {"waiting": True} if seen == "while-running" else {"waiting_at_exit": True}
+    error = "OSError: [Errno 116] Stale file handle: '/data/clicks'"
+    assert [life(policy, chief, 1, error, **waited).action for _ in range(2)] == [Action.RESTART] * 2
+    assert life(policy, chief, 1, error).action == Action.RESTART  # before training this time: the first such
+
+
+def test_the_agent_reads_waiting_from_the_leads_own_last_heartbeat(tmp_path):
+    from launcher import agent, process
+
+    config = cluster_config.load(write_cluster(tmp_path, cluster_document(
+        evaluator=False, logs_dir=str(tmp_path / "logs"), training={"output_dir": str(tmp_path / "output")})))
+    (tmp_path / "logs").mkdir()
+    files = RunFiles(tmp_path / "output")
+    files.output.mkdir()
+    lead = config.task("chief", 0)
+    process.PidRecord(4_000_000, 1, ("python",)).write(agent.task_file(config, lead, "pid"))  # ended: no such pid
+    for phase, pid, waiting in [("wait", 4_000_000, True), ("train", 4_000_000, False), ("wait", 17, False)]:
+        write_progress(files, TrainingProgress(pid=pid, phase=phase, epoch=0, step=5, time=time.time()))
+        row = agent.status(config, lead)
+        assert (row.running, row.step, row.waiting) == (False, None, waiting)  # another pid's beat is not its own
 
 
 def test_servers_and_exit_3_are_restarted_until_max_restarts(policy):

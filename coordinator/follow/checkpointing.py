@@ -35,7 +35,7 @@ class FollowCheckpoints:
         return Ledger.from_json(self.saved_json)
 
     def save(self) -> str:
-        """A checkpoint of the model and the ledger as they stand now (call with no piece running)."""
+        """A checkpoint of the model and the ledger as they stand now (a piece still running is not done in it)."""
         started, step = time.monotonic(), int(self.model.optimizer.iterations.numpy())
         self.saved_number = max(step, self.saved_number + 1)
         self.saved_json = self.ledger.to_json()

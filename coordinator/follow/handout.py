@@ -3,17 +3,21 @@ dataset on its worker and trains on all of it.
 
 `ClusterCoordinator.schedule` queues closures and each worker takes the next when it is free, so a slow worker
 takes fewer pieces; a closure whose worker fails is queued again and run by another (at-least-once: the steps
-the lost worker had taken stay in the model). One traced function serves every piece (the piece is its
+the lost worker had taken stay in the model). A piece stuck on a frozen or slow worker is scheduled once more
+(a running closure cannot be moved): whichever closure finishes first is the piece's result, and the other runs
+on, its steps in the model and its result ignored. One traced function serves every piece (the piece is its
 argument), and a piece holds many steps, as building a dataset per closure has a cost. The closure returns the
 examples and steps it trained, its worker's index, the training metrics, and how many malformed records it
-skipped and where the first of them are; each is waited for on a thread, so the chief's loop never blocks on
-one piece. A piece that fails for its data (coordinator/follow/errors.py) comes back as a DataFailure of that
-piece alone; any other failure (a lost task) is raised.
+skipped and where the first of them are; each is waited for on a daemon thread, so the chief's loop never blocks
+on one piece and its exit never waits for one. A piece that fails for its data (coordinator/follow/errors.py)
+comes back as a DataFailure of that piece alone; any other failure (a lost task) is raised.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import threading
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -48,20 +52,25 @@ class PieceTrainer:
     def __init__(self, distribution, model, data, *, global_batch: int, seed: int, workers: int):
         self.data_root = str(data.root)
         self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(distribution)
-        self.ahead = PIECES_AHEAD_PER_WORKER * workers
-        self.running: dict[tuple[int, int], concurrent.futures.Future] = {}
-        self._waiters = concurrent.futures.ThreadPoolExecutor(max_workers=self.ahead,
-                                                              thread_name_prefix="piece-waiter")
+        self.workers, self.ahead = workers, PIECES_AHEAD_PER_WORKER * workers
+        self.running: dict[tuple[int, int], list[concurrent.futures.Future]] = {}  # two once given twice
+        self.abandoned: list[concurrent.futures.Future] = []  # a piece's other closure, once one finished
         self._train = _piece_function(distribution, model, data, global_batch, seed)
+
+    def moving(self) -> bool:
+        """Whether a closure may still be changing the model: a piece running, or a finished piece's other one."""
+        self.abandoned = [future for future in self.abandoned if not future.done()]
+        return bool(self.running or self.abandoned)
 
     @property
     def room(self) -> int:
         """Pieces that may be handed out now."""
-        return self.ahead - len(self.running)
+        return self.ahead - sum(len(closures) for closures in self.running.values())
 
     def hand_out(self, key: tuple[int, int], path: str, begin: int, end: int) -> bool:
-        """Schedules the piece; False when it was not (another piece's data failed: TensorFlow then cancels what
-        was queued, and those pieces come back cancelled)."""
+        """Schedules piece `key` (called again while it runs, the piece goes to another worker as well); False when
+        it was not (another piece's data failed: TensorFlow then cancels what was queued, and those pieces come back
+        cancelled)."""
         try:
             remote = self.coordinator.schedule(self._train, args=(tf.constant(path), tf.constant(begin, tf.int64),
                                                                   tf.constant(end, tf.int64)))
@@ -69,7 +78,7 @@ class PieceTrainer:
             if is_data_error(error, self.data_root):
                 return False
             raise
-        self.running[key] = self._waiters.submit(remote.fetch)
+        self.running.setdefault(key, []).append(_waited(remote))
         return True
 
     def finished(self, timeout_s: float) -> list:
@@ -78,9 +87,12 @@ class PieceTrainer:
         raised (the root cause first: a failed piece cancels the others, which then fail as cancelled)."""
         if not self.running:
             return []
-        concurrent.futures.wait(self.running.values(), timeout=timeout_s,
-                                return_when=concurrent.futures.FIRST_COMPLETED)
-        done = {key: self.running.pop(key) for key, future in list(self.running.items()) if future.done()}
+        concurrent.futures.wait([future for closures in self.running.values() for future in closures],
+                                timeout=timeout_s, return_when=concurrent.futures.FIRST_COMPLETED)
+        done = {key: next(future for future in closures if future.done())
+                for key, closures in self.running.items() if any(future.done() for future in closures)}
+        for key, future in done.items():  # a piece's other closure, if any, runs on: the first to finish counts
+            self.abandoned += [other for other in self.running.pop(key) if other is not future]
         results, raised = [], []
         for key, future in done.items():
             error = future.exception()
@@ -95,8 +107,25 @@ class PieceTrainer:
 
     def all_finished(self, timeout_s: float) -> list:
         """Waits up to `timeout_s` for every running piece; returns those that finished (the rest keep running)."""
-        concurrent.futures.wait(self.running.values(), timeout=timeout_s)
-        return self.finished(0.0)
+        deadline, results = time.monotonic() + timeout_s, []
+        while True:
+            results += self.finished(max(0.0, deadline - time.monotonic()))
+            if not self.running or time.monotonic() >= deadline:
+                return results
+
+
+def _waited(remote) -> concurrent.futures.Future:
+    """A future of `remote`'s value, fetched on a daemon thread: nothing at exit waits for a piece."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def fetch() -> None:
+        try:
+            future.set_result(remote.fetch())
+        except BaseException as error:  # noqa: BLE001 - handed to whoever waits on the future
+            future.set_exception(error)
+
+    threading.Thread(target=fetch, name="piece-waiter", daemon=True).start()
+    return future
 
 
 def _trained(key: tuple[int, int], result) -> Trained:

@@ -3,11 +3,14 @@ records each piece done, checkpoints where the data stands, writes serving versi
 after idling. What it hands out is schedule.py's, what it checkpoints checkpointing.py's, what it publishes
 publishing.py's.
 
-A checkpoint (every `checkpoint_every_s`, and before each serving version) first lets the running pieces finish
-and hands out none, so it holds exactly the pieces it lists as done; a serving version is then restored from
-it and checked against the trained model's predictions at that moment while the workers go on. On SIGTERM the
-running pieces get STOP_WAIT_S to finish; those that do not are left out of the checkpoint and trained again
-by the next run.
+A checkpoint (every `checkpoint_every_s`, and before each serving version) first hands out none and lets the
+running pieces finish, for at most `straggler_after_s`: a slow worker's piece never holds up checkpoints, serving
+versions, progress lines or the heartbeat. Pieces still running then (stragglers) are not done in the
+checkpoint's ledger, so a run resumed from it trains them again, though some of their steps may be in its model.
+A serving version is written from the checkpoint by an exporter process while the workers go on, checked against
+the trained model's predictions at that moment or, when a closure may still move the model (a straggler, or the
+other closure of a piece given twice), against the checkpoint's own. On SIGTERM the running pieces get at most
+STOP_WAIT_S (or `straggler_after_s`); those that do not finish are left out of the checkpoint likewise.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from coordinator.follow.schedule import Schedule
 from coordinator.preemption import exit_preempted
 
 BEAT_S = 1.0  # the loop's pace: pieces finished, SIGTERM, heartbeat, looks at the folder
-STOP_WAIT_S = 20.0  # on SIGTERM, running pieces get this long to finish (the launcher waits stop_grace_s, 60 s)
+STOP_WAIT_S = 20.0  # SIGTERM's longest wait for running pieces (the launcher waits stop_grace_s, 60 s)
 
 
 @dataclasses.dataclass
@@ -51,6 +54,7 @@ class FollowLoop:
         self.p, self.schedule, self.saving, self.publishing = parts, parts.schedule, parts.saving, parts.publishing
         self.ledger = parts.schedule.ledger
         self.started = time.monotonic()
+        self.step_at_save = self._step()  # the model's step when the newest checkpoint (or the restored one) was taken
         parts.report.line_examples = self.schedule.examples
 
     def run(self):
@@ -63,17 +67,22 @@ class FollowLoop:
                 self._stop_now()
             self.schedule.hand_out()
             self.schedule.wait(BEAT_S)
-            training = self.schedule.running
-            if not training:
+            if not self.schedule.running:
                 time.sleep(BEAT_S)  # nothing to wait on: a quiet beat
-            self.p.report.beat(Phase.TRAIN if training else Phase.WAIT)
-            self.p.report.progress(self.ledger, self.schedule.examples, self.schedule.pieces_by_worker,
-                                   self.schedule.metrics, training=training)
+            training = self._beat()
             self.publishing.poll()
             if self._save_due():
                 self._save_and_serve(serve=self._serve_due())
             if self._idle_long_enough(training):
                 return self._finish()
+
+    def _beat(self) -> bool:
+        """The heartbeat and the progress line when due; True while pieces run."""
+        training = self.schedule.running
+        self.p.report.beat(Phase.TRAIN if training else Phase.WAIT)
+        self.p.report.progress(self.ledger, self.schedule.examples, self.schedule.pieces_by_worker,
+                               self.schedule.metrics, training=training)
+        return training
 
     def _publish_restored(self) -> None:
         """A resumed run whose checkpoint is newer than the newest version (a chief stopped between the two)
@@ -103,41 +112,61 @@ class FollowLoop:
         limit = self.p.run.options.stop_when_idle_s
         return bool(limit) and not training and self.schedule.idle_for() >= limit
 
-    def _drain(self) -> None:
-        """Lets every running piece finish (none is handed out meanwhile)."""
-        while self.schedule.running:
-            self.schedule.wait(BEAT_S)
-            self.p.report.beat(Phase.TRAIN)
+    def _settle(self) -> int:
+        """Hands out none and lets the running pieces finish, for at most straggler_after_s; returns how many
+        still run (stragglers, left out of the checkpoint that follows)."""
+        deadline = time.monotonic() + self.p.run.options.straggler_after_s
+        while self.schedule.running and time.monotonic() < deadline:
+            self.schedule.wait(min(BEAT_S, max(0.0, deadline - time.monotonic())))
+            self._beat()
             if self.p.stop.requested:
                 self._stop_now()
+        return len(self.schedule.trainer.running)
 
     def _save_and_serve(self, *, serve: bool) -> None:
-        self._drain()
-        checkpoint = self._save() if self.schedule.trained_since_save else self.saving.latest_path()
-        self.p.report.reset_metrics()  # nothing runs now: each line's metrics are those since this checkpoint
-        self.schedule.metrics = {}
+        stragglers = self._settle()
+        moving = self.schedule.trainer.moving  # stragglers, or the other closure of a piece given twice
+        checkpoint = self._save(stragglers) if self._moved_since_save() else self.saving.latest_path()
+        if not moving:  # a reset while a closure runs would race its updates
+            self.p.report.reset_metrics()  # each line's metrics are those since this checkpoint
+            self.schedule.metrics = {}
         if not serve or self.schedule.last_piece is None:
             return
-        reference = self.publishing.reference(self.schedule.last_piece)  # nothing runs now
+        reference = self.publishing.reference(self.schedule.last_piece)  # the checkpoint's, unless `moving`
         if reference is None:
             return  # the piece's file is gone: the next version takes its reference inputs from a later one
         self.publishing.start(checkpoint, self.saving.name, self.saving.saved_number, self.saving.saved_ledger(),
-                              *reference)  # the workers go on while an exporter writes the version
+                              *reference, against_checkpoint=moving)  # the workers go on while it is written
         self.schedule.trained_since_version = False
 
-    def _save(self) -> str:
+    def _step(self) -> int:
+        return int(self.p.model.optimizer.iterations.numpy())
+
+    def _moved_since_save(self) -> bool:
+        """Whether the model moved since the newest checkpoint: a piece finished, or an unwaited closure stepped."""
+        return self.schedule.trained_since_save or self._step() != self.step_at_save
+
+    def _save(self, stragglers: int = 0) -> str:
+        self.step_at_save = self._step()
         path = self.saving.save()
         self.schedule.trained_since_save = False
+        if stragglers:
+            self.p.run.log.info("checkpoint %s written without waiting longer for %d piece%s still running (past "
+                                "training.straggler_after_s, %g s): not done in it; a run resumed from it trains "
+                                "them again", self.saving.name, stragglers, "s" * (stragglers != 1),
+                                self.p.run.options.straggler_after_s)
         return path
 
     def _stop_now(self) -> None:
-        """SIGTERM: the running pieces get what is left of STOP_WAIT_S, then a checkpoint without the others."""
+        """SIGTERM: the running pieces get what is left of STOP_WAIT_S (or straggler_after_s), then a checkpoint
+        without the others."""
         stop = self.p.stop
+        wait_s = min(STOP_WAIT_S, self.p.run.options.straggler_after_s)
         self.schedule.record(self.schedule.trainer.all_finished(
-            max(0.0, STOP_WAIT_S - (time.monotonic() - stop.requested_at))))
+            max(0.0, wait_s - (time.monotonic() - stop.requested_at))))
         left = len(self.schedule.trainer.running)
         said = "not needed (the last one holds every piece done)"
-        if self.schedule.trained_since_save:
+        if self._moved_since_save():
             self._save()
             said = f"{self.saving.name} written"
         self.publishing.write_last_delta()
@@ -159,11 +188,13 @@ class FollowLoop:
         self.p.watch.stop()
         summary = read_summary(run.files)
         finished = dataclasses.replace(summary, status=RunStatus.COMPLETE,
-                                       optimizer_steps=int(self.p.model.optimizer.iterations.numpy()),
+                                       optimizer_steps=self._step(),
                                        global_batch=run.global_batch, strategy=run.options.strategy,
                                        train_seconds=round(time.monotonic() - self.started, 2),
                                        checkpoint=self.saving.latest_path(), model={"serving": str(run.files.serving)},
                                        ps_report=self.p.tables.summary() if self.p.tables else summary.ps_report,
-                                       tensorboard=str(run.files.tensorboard), follow=freshness_summary(self.ledger))
+                                       tensorboard=str(run.files.tensorboard),
+                                       follow={**freshness_summary(self.ledger),
+                                               "pieces_given_twice": self.schedule.given_twice})
         write_summary(run.files, finished)
         return finished

@@ -100,9 +100,12 @@ class Publishing:
             return None
         return raw, export.predictions(self.model, export.model_inputs(self.data, raw))
 
-    def start(self, checkpoint: str, name: str, number: int, snapshot: Ledger, raw, trained) -> None:
+    def start(self, checkpoint: str, name: str, number: int, snapshot: Ledger, raw, trained, *,
+              against_checkpoint: bool = False) -> None:
         """Starts writing checkpoint `checkpoint` (named `name`, at step `number`, holding ledger `snapshot`) as the
-        next serving version, to be checked against `trained`, the predictions on `raw` at that checkpoint."""
+        next serving version, to be checked against `trained`, the predictions on `raw` at that checkpoint; with
+        `against_checkpoint` (pieces ran on while it was written, so `trained` is not the checkpoint's model)
+        against the checkpoint's own predictions on `raw` instead (read where `raw` looks)."""
         self.scratch.mkdir(parents=True, exist_ok=True)
         reference = self.scratch / f"reference-{number}.npz"
         np.savez(reference, predictions=trained, **export.saved_inputs(raw))
@@ -111,7 +114,8 @@ class Publishing:
         through = trained_through(snapshot, version=version, written=0.0, checkpoint=name, step=number)
         request = ExportRequest(kind=VERSION, checkpoint=checkpoint, destination=str(self.serving.directory),
                                 options=dataclasses.asdict(self.run.options), reference=str(reference),
-                                task=self.task, version=version, keep=self.serving.keep, delta_from_step=from_step,
+                                task=self.task, version=version, keep=self.serving.keep,
+                                against_checkpoint=against_checkpoint, delta_from_step=from_step,
                                 trained_through=through if from_step is None else {**through,
                                                                                    "delta_from_step": from_step})
         self.exporting = _Exporting(ExportProcess(request, self.scratch), snapshot, name, reference,

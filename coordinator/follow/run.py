@@ -77,7 +77,7 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
     intake = Intake(ledger=ledger, data=data, report=report, quarantine=QuarantineReport(run.files.quarantine),
                     max_bad_fraction=options.max_bad_fraction)
     schedule = Schedule(ledger=ledger, trainer=trainer, data=data, report=report, watch=watch, intake=intake,
-                        newest_first=newest_first)
+                        straggler_after_s=options.straggler_after_s, newest_first=newest_first)
     parts = FollowParts(
         run=run, model=model, report=report, watch=watch, stop=stop, tables=tables, schedule=schedule,
         saving=FollowCheckpoints(checkpoints=checkpoints, state=state, model=model, ledger=ledger,

@@ -1,6 +1,7 @@
 """What the follow loop hands out: what the watcher found enters the ledger (coordinator/follow/intake.py), pieces
 not done go to free workers, and each finished piece is recorded done, with its examples, steps, skipped records
-and metrics; a piece whose data failed (its file unreadable, or gone) comes back for its file alone."""
+and metrics; a piece whose data failed (its file unreadable, or gone) comes back for its file alone; a piece stuck
+on its worker goes to another as well (stragglers.py)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,22 @@ from coordinator.follow.errors import DataFailure
 from coordinator.follow.intake import Intake
 from coordinator.follow.ledger import QUARANTINED, Ledger
 from coordinator.follow.quarantine import check_bound
+from coordinator.follow.report import duration
+from coordinator.follow.stragglers import STUCK_FACTOR, Stragglers
 
 RETRIES_PER_PIECE = 2  # a piece whose file reads with an error that is not a corrupt record is tried this often again
 
 
 class Schedule:
     """The ledger's pieces handed to the PieceTrainer `trainer` and recorded as they finish; `intake` takes the
-    FolderWatch `watch`'s looks into the ledger; `data` is the FollowedData, `report` the FollowReport."""
+    FolderWatch `watch`'s looks into the ledger; `data` is the FollowedData, `report` the FollowReport; a piece is
+    stuck past `straggler_after_s`."""
 
-    def __init__(self, *, ledger: Ledger, trainer, data, report, watch, intake: Intake, newest_first: bool = False):
+    def __init__(self, *, ledger: Ledger, trainer, data, report, watch, intake: Intake, straggler_after_s: float,
+                 newest_first: bool = False):
         self.ledger, self.trainer, self.data, self.report, self.watch = ledger, trainer, data, report, watch
         self.intake, self.newest_first = intake, newest_first
+        self.stragglers, self.given_twice = Stragglers(straggler_after_s, workers=trainer.workers), 0
         self.examples = sum(entry.examples for entry in ledger.files) + ledger.compacted.examples
         self.last_piece, self.pieces_by_worker, self.metrics = None, collections.Counter(), {}
         self.last_activity = time.monotonic()
@@ -41,8 +47,11 @@ class Schedule:
                 self.last_activity = time.monotonic()
 
     def hand_out(self) -> None:
-        """Pieces not done go to the trainer while it has room, oldest file first (or newest, for freshness); a
-        file not there now waits for the next look to say whether it was renamed or removed."""
+        """Stuck pieces go to another worker as well; then pieces not done go to the trainer while it has room,
+        oldest file first (or newest, for freshness); a file not there now waits for the next look to say whether it
+        was renamed or removed. Pieces that finished meanwhile are recorded first: a finished piece is never stuck."""
+        self.wait(0.0)
+        self._give_stuck_again()
         busy = set(self.trainer.running)
         for key in itertools.islice(self._present(self.ledger.pending(busy, self.newest_first)), max(self.trainer.room,
                                                                                                         0)):
@@ -51,6 +60,22 @@ class Schedule:
                 return  # another piece's data failed meanwhile: it comes back through `wait`
             if self.ledger.start(key, time.time()):
                 self.report.started(self.ledger.by_seq[key[0]], time.time())
+            size = self.ledger.by_seq[key[0]].size if piece.whole else piece.end - piece.begin
+            self.stragglers.handed_out(key, size, whole=piece.whole, now=time.monotonic())
+
+    def _give_stuck_again(self) -> None:
+        now = time.monotonic()
+        for key in self.stragglers.stuck(now):
+            piece = self.ledger.piece(key)
+            if not self.trainer.hand_out(key, self.data.path(piece.name), piece.begin, piece.end):
+                return
+            self.given_twice += 1
+            self.report.log.info("%s: a piece (bytes %d-%s) still runs after %s, past its bound of %s "
+                                 "(training.straggler_after_s, or %g times what its bytes took in earlier pieces): "
+                                 "given to another worker as well; the first to finish counts", piece.name,
+                                 piece.begin, "end" if piece.whole else piece.end,
+                                 duration(now - self.stragglers.out[key].at), duration(self.stragglers.bound_s(key)),
+                                 STUCK_FACTOR)
 
     def _present(self, keys):
         there: dict[int, bool] = {}
@@ -65,8 +90,10 @@ class Schedule:
         for the next look (its file gone) or is tried again."""
         for result in results:
             if isinstance(result, DataFailure):
+                self.stragglers.out.pop(result.key, None)
                 self._failed(result)
                 continue
+            self.stragglers.finished(result.key, result.worker, time.monotonic())
             piece = self.ledger.piece(result.key) if result.key[0] in self.ledger.by_seq else None
             entry = self.ledger.by_seq.get(result.key[0])
             if self.ledger.finish(result.key, result.examples, time.time(), steps=result.steps,

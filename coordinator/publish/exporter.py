@@ -40,6 +40,8 @@ def export_checkpoint(request: ExportRequest, log) -> ExportResult:
     _resolve_metrics(inner, source)
     with np.load(request.reference) as reference:
         inputs, trained = _reference(reference)
+    if request.against_checkpoint:  # the trained model moved on while the checkpoint was written: its own
+        trained = _checkpoint_predictions(serve, inner, placed, request.checkpoint, inputs, _chunk(options), log)
     writer = _write_version if request.kind == VERSION else _write_model
     result = writer(request, options, source, serve, inner, placed, fillings, (inputs, trained), log)
     return ExportResult(**{**result, "seconds": round(time.monotonic() - started, 2)})
@@ -57,6 +59,16 @@ def _options_and_source(request: ExportRequest):
 def _chunk(options) -> int:
     from coordinator.streaming.rows import chunk_bytes_of
     return chunk_bytes_of(options)
+
+
+def _checkpoint_predictions(serve, inner, placed, checkpoint: str, inputs, chunk_bytes: int, log):
+    """The checkpoint's predictions on raw `inputs`, its tables read where they look."""
+    from coordinator.publish.partial import PartialModel
+    from coordinator.publish.saved_model import training_keys
+    from coordinator.streaming.bundle import BundleReader
+
+    return PartialModel(serve, inner, BundleReader(checkpoint), training_keys(inner), placed, log=log,
+                        chunk_bytes=chunk_bytes)(inputs, raw=True)
 
 
 def _resolve_metrics(model, source) -> None:

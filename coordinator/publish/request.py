@@ -13,7 +13,8 @@ VERSION, MODEL, BEST = "version", "model", "best"  # a serving version; output/m
 class ExportRequest:
     """Write checkpoint `checkpoint` as `kind` into `destination` (the serving folder for a version, else the model
     folder), for the run of TrainingOptions `options` (as a dict); `reference` is an .npz of raw inputs and the
-    trained model's predictions on them, which the written model must match; a version gets number `version`,
+    trained model's predictions on them, which the written model must match (with `against_checkpoint`, the
+    checkpoint's own predictions on them instead: the model moved on); a version gets number `version`,
     `trained_through` as assets.extra/trained_through.json and the newest `keep` versions stay; with
     `delta_from_step` a version takes deltas (coordinator/publish/delta_signatures.py) from that step on."""
 
@@ -26,6 +27,7 @@ class ExportRequest:
     version: int | None = None
     trained_through: dict | None = None
     keep: int = 5
+    against_checkpoint: bool = False
     delta_from_step: int | None = None
 
     def save(self, path: Path) -> None:

@@ -59,6 +59,7 @@ class TaskStatus:
     uptime_s: float
     last_line: str
     step: int | None = None  # the lead's optimizer step while it trains (from this process's progress file)
+    waiting: bool = False  # the lead's last heartbeat said it waits for data (follow mode, caught up)
 
     @classmethod
     def from_json(cls, raw: dict) -> "TaskStatus":

@@ -146,8 +146,9 @@ class SlurmNode(Backend):
         return rows
 
     def _with_lead_step(self, task: Task, row: TaskStatus) -> TaskStatus:
-        """The lead's optimizer step from its heartbeat, for stall detection. The heartbeat names the trainer's
-        pid on its node, never the srun's here, so a heartbeat counts when written since this srun started."""
+        """The lead's optimizer step (for stall detection) and whether it waits for data, from its heartbeat. The
+        heartbeat names the trainer's pid on its node, never the srun's here, so a heartbeat counts when written
+        since this srun started."""
         if task != self.config.lead or not row.running:
             return row
         progress = read_progress(RunFiles(self.config.path(self.config.training.output_dir)))
@@ -155,8 +156,9 @@ class SlurmNode(Backend):
             started = agent.task_file(self.config, task, "pid").stat().st_mtime
         except OSError:  # stopped meanwhile
             return row
-        if progress and progress.phase == Phase.TRAIN and progress.time >= started:
-            return dataclasses.replace(row, step=progress.step)
+        if progress and progress.time >= started:
+            return dataclasses.replace(row, step=progress.step if progress.phase == Phase.TRAIN else None,
+                                       waiting=progress.phase == Phase.WAIT)
         return row
 
     def stop(self, tasks: list[Task], quick: bool = False) -> list[StopResult]:
