@@ -105,9 +105,9 @@ def replayed(base: dict, deltas: list[tuple[dict, dict]]) -> dict:
         fields[names.CHANGED_AT] = np.full(len(fields[names.ROWS]), -1, np.int64)
     for _, arrays in deltas:
         for table, fields in tables.items():
-            rows = arrays[names.SEPARATOR.join([table, names.ROWS])]
+            rows = arrays[names.field_key(table, names.ROWS)]
             for field, array in fields.items():
-                array[rows] = arrays[names.SEPARATOR.join([table, field])]
+                array[rows] = arrays[names.field_key(table, field)]
     return tables
 
 

@@ -101,9 +101,9 @@ def test_base_plus_every_delta_equals_the_live_tables_bit_for_bit(run):
         if run.options.embedding_kind == "hashed":
             assert (fields[names.CHANGED_AT] == -1).any()  # rows never changed keep no stamp
         for _, arrays in deltas:  # a delta holds, for every row it names, each field (slots too): key sets agree
-            counts = {len(arrays[names.SEPARATOR.join([table, field])]) for field in fields}
+            counts = {len(arrays[names.field_key(table, field)]) for field in fields}
             assert len(counts) == 1
-        rows = [len(arrays[names.SEPARATOR.join([table, names.ROWS])]) for _, arrays in deltas]
+        rows = [len(arrays[names.field_key(table, names.ROWS)]) for _, arrays in deltas]
         assert 0 < max(rows) < len(fields[names.ROWS])  # the rows changed, not the table
 
 
@@ -117,7 +117,7 @@ def test_expired_ids_leave_and_new_ones_come(run):
     held_now = set(live[table][names.IDS][live[table][names.HELD]].tolist())
     assert held_then - held_now and held_now - held_then  # ids expired, new ones admitted
     _, last = deltakit.deltas_on_disk(run.serving, 1)[-1]
-    held = last[names.SEPARATOR.join([table, names.HELD])]
+    held = last[names.field_key(table, names.HELD)]
     assert not held.all()  # freed rows travel as rows held by no id
 
 
@@ -200,7 +200,7 @@ def test_delta_names_are_short_structural_and_refuse_a_clash():
     table = "model/layer_with_weights-1/table/.ATTRIBUTES/VARIABLE_VALUE"
     assert names.short_name(table) == "layer_with_weights_1_table"
     assert names.short_name("model/layer_with_weights-2/state/.ATTRIBUTES/row_ids") == "layer_with_weights_2_state"
-    assert names.input_name("model/x/.ATTRIBUTES/VARIABLE_VALUE", names.ROWS) == "x__rows"
+    assert names.field_key(names.short_name("model/x/.ATTRIBUTES/VARIABLE_VALUE"), names.ROWS) == "x__rows"
     assert names.parse_delta_name("7.12") == (7, 12) and names.parse_delta_name(".writing-7.12") is None
     with pytest.raises(ValueError, match="two weights"):
         names.unique_names(["model/a-b/.ATTRIBUTES/VARIABLE_VALUE", "model/a_b/.ATTRIBUTES/VARIABLE_VALUE"])

@@ -55,7 +55,7 @@ class FollowDeltas:
     """The deltas of a follow-mode run of `model` (tables tracked) into `serving`; `every_s` between them."""
 
     def __init__(self, *, model, tracked, serving, every_s: float, chunk_bytes: int, log):
-        self.model, self.every_s, self.chunk_bytes, self.log = model, every_s, chunk_bytes, log
+        self.every_s, self.chunk_bytes, self.log = every_s, chunk_bytes, log
         self.source = DeltaSource(model, tracked)
         self.files = DeltaFiles(serving)
         self.dynamic = any(table.dynamic for table in tracked)

@@ -41,9 +41,9 @@ def short_name(checkpoint_key: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", path)
 
 
-def input_name(checkpoint_key: str, field: str | None = None) -> str:
-    """A bundle key (and signature input): a table's field, or a dense weight (`field` None)."""
-    return short_name(checkpoint_key) + (SEPARATOR + field if field else "")
+def field_key(table: str, field: str) -> str:
+    """The bundle key (and signature input) of a field of the table of short name `table`."""
+    return table + SEPARATOR + field
 
 
 def unique_names(keys: list[str]) -> dict[str, str]:

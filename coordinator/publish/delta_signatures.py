@@ -86,7 +86,7 @@ def _writes(inner) -> tuple[list, dict]:
     writes, specs, done = [], {}, set()
     for weight in rows_read_by_lookup(inner):
         name = names.short_name(keys[weight.ref()])
-        rows, vectors = (names.SEPARATOR.join([name, field]) for field in names.SERVED_HASHED)
+        rows, vectors = (names.field_key(name, field) for field in names.SERVED_HASHED)
         specs[rows] = tf.TensorSpec([None], tf.int64, name=rows)
         specs[vectors] = tf.TensorSpec([None, *weight.shape[1:]], weight.dtype, name=vectors)
         writes.append(lambda inputs, weight=weight, rows=rows, vectors=vectors: [
@@ -94,7 +94,7 @@ def _writes(inner) -> tuple[list, dict]:
         done.add(weight.ref())
     for layer in dynamic_tables(inner):
         name = names.short_name(keys[layer.ids.ref()])
-        fields = {field: names.SEPARATOR.join([name, field]) for field in names.SERVED_DYNAMIC}
+        fields = {field: names.field_key(name, field) for field in names.SERVED_DYNAMIC}
         for field, key in fields.items():
             shape = [None, *layer.vectors.shape[1:]] if field == names.VECTORS else [None]
             dtype = {names.HELD: tf.bool, names.VECTORS: layer.vectors.dtype}.get(field, tf.int64)

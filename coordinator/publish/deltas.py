@@ -165,7 +165,7 @@ def _gathered(source, writing: Path, scratch_prefix: str, chunks: list, empty: d
         mine = [(key, count) for owner, key, count in chunks if owner is table]
         total = counts[table.name] = sum(count for _, count in mine)
         for field, nothing in zip(table.fields, empty[table.name], strict=True):
-            key = names.SEPARATOR.join([table.name, field])
+            key = names.field_key(table.name, field)
             if not total:
                 writer.add(key, nothing)
                 continue
