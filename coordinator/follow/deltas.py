@@ -28,11 +28,13 @@ from coordinator.streaming.rows import chunk_bytes_of
 
 @dataclasses.dataclass
 class Chain:
-    """Deltas of `version`: the next is number `sequence`, from step `from_step`."""
+    """Deltas of `version`: the next is number `sequence`, from step `from_step`; what is served holds the training
+    up to step `through` (the version's checkpoint's, or the last delta's)."""
 
     version: int
     sequence: int
     from_step: int
+    through: int
 
 
 class _Job:
@@ -64,6 +66,7 @@ class FollowDeltas:
         self.chain: Chain | None = None
         self.job: _Job | None = None
         self.last = time.monotonic()
+        self._checkpoint_steps: dict[str, int] = {}  # a version's checkpoint -> the step counter it holds
 
     @classmethod
     def create(cls, run, model, distribution):
@@ -79,12 +82,13 @@ class FollowDeltas:
         """The step the chain of a version written from `checkpoint` starts at: every change landing after the
         checkpoint read its first row carries a stamp at or after it (the counter as the checkpoint holds it was
         read before its rows; the stamp clocks were last advanced before that to this step)."""
-        return self.source.watermark_before(int(tf.train.load_variable(checkpoint, self.clock_key)))
+        step = self._checkpoint_steps[checkpoint] = int(tf.train.load_variable(checkpoint, self.clock_key))
+        return self.source.watermark_before(step)
 
-    def based_on(self, version: int, from_step: int) -> None:
-        """Version `version` (its checkpoint read at `from_step`) is published: the chain moves to it (a delta of
-        the older chain being written goes once done)."""
-        self.chain = Chain(version, 1, from_step)
+    def based_on(self, version: int, checkpoint: str, from_step: int) -> None:
+        """Version `version`, written from `checkpoint`, is published: the chain moves to it, from `from_step` (a
+        delta of the older chain being written goes once done)."""
+        self.chain = Chain(version, 1, from_step, self._checkpoint_steps.pop(checkpoint, from_step))
         stale = self.files.of(version)  # none but a killed run's, whose rows are not this chain's
         dropped = self.files.drop_before(version) + self.files.drop(version, stale)
         if dropped:
@@ -95,7 +99,7 @@ class FollowDeltas:
         return self.job is not None
 
     def _trained_since(self) -> bool:
-        return self.chain is not None and self.source.step() > self.chain.from_step
+        return self.chain is not None and self.source.step() > self.chain.through
 
     def poll(self, ledger: Ledger) -> None:
         """Records the delta being written once done; starts the next when due; else advances the stamp clocks (so
@@ -130,7 +134,7 @@ class FollowDeltas:
             self.log.info("serving | delta %d.%d dropped: version %d is out", written.version, written.sequence,
                           self.chain.version)
             return
-        self.chain = Chain(written.version, written.sequence + 1, written.read_step)
+        self.chain = Chain(written.version, written.sequence + 1, written.read_step, written.read_step)
         served = ledger.serve(written.version, time.time(), {entry["name"] for entry in job.serves})
         rows = sum(written.rows.values())
         self.log.info("serving | delta %d.%d | steps %d to %d | %d row%s changed | %d file%s newly served | "

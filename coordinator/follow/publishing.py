@@ -158,7 +158,8 @@ class Publishing:
                                exporting.process.request.version, name, result.error)
             return
         if self.deltas is not None:
-            self.deltas.based_on(result.version, exporting.process.request.delta_from_step)
+            self.deltas.based_on(result.version, exporting.process.request.checkpoint,
+                                 exporting.process.request.delta_from_step)
         served = self.ledger.serve(result.version, result.written,
                                    names={e.name for e in exporting.snapshot.files if e.complete})
         freshness = duration(served[-1].freshness_s) if served else "-"
