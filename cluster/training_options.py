@@ -142,6 +142,11 @@ class TrainingOptions:
     serving_export_every_s: float = _option(600.0, "follow_data: seconds between serving versions: "
                                                    "output/serving/<version>, a SavedModel in TensorFlow Serving's "
                                                    "layout with assets.extra/trained_through.json")
+    serving_delta_every_s: float = _option(0.0, "follow_data: seconds between serving deltas, the rows changed "
+                                                "since the last one and the dense weights, written to "
+                                                "output/serving/deltas for the newest version's apply_delta "
+                                                "signature (python -m coordinator.publish.follower); a run ends "
+                                                "with one; 0 writes none")
     keep_serving_versions: int = _option(5, "follow_data: newest serving versions kept")
     straggler_after_s: float = _option(20.0, "follow_data: a checkpoint (and so a serving version) waits at most "
                                              "this many seconds for the running pieces, handing out none, then is "

@@ -16,6 +16,7 @@ import tf_keras
 
 from coordinator.dynamic.guard import GuardedRows
 from coordinator.dynamic.layer import DynamicTables
+from coordinator.row_stamps import StampedRows
 from coordinator.table_init import filled
 from coordinator.tables import table_layers
 from common.errors import Problem, UserError
@@ -42,7 +43,7 @@ class StableShardedSlots:
         return made[key][1]
 
 
-class LeanAdagrad(GuardedRows, StableShardedSlots, tf_keras.optimizers.legacy.Adagrad):
+class LeanAdagrad(StampedRows, GuardedRows, StableShardedSlots, tf_keras.optimizers.legacy.Adagrad):
     """Legacy Adagrad whose accumulators are filled in one graph on their ps: the eager constant initializer made
     a full-size temporary beside each accumulator, doubling a ps's memory peak while the slots were created."""
 
@@ -51,11 +52,11 @@ class LeanAdagrad(GuardedRows, StableShardedSlots, tf_keras.optimizers.legacy.Ad
             self.add_slot(var, "accumulator", functools.partial(filled, value=self._initial_accumulator_value))
 
 
-class StableSGD(GuardedRows, StableShardedSlots, tf_keras.optimizers.legacy.SGD):
+class StableSGD(StampedRows, GuardedRows, StableShardedSlots, tf_keras.optimizers.legacy.SGD):
     """Legacy SGD (a momentum slot when momentum is set) with one slot object per split table."""
 
 
-class StableFtrl(GuardedRows, StableShardedSlots, tf_keras.optimizers.legacy.Ftrl):
+class StableFtrl(StampedRows, GuardedRows, StableShardedSlots, tf_keras.optimizers.legacy.Ftrl):
     """Legacy FTRL (accumulator and linear slots) with one slot object per split table."""
 
 

@@ -18,7 +18,7 @@ VALIDATION = re.compile(r"eval \| (ckpt-[\d-]+) \| step \d+ \| (.*?) \| best")
 FOLLOW = re.compile(r"follow \| files (\d+/\d+) done \| step (\d+) \| ([\d.]+) steps/s \| (\d+) ex/s \| ([^|]*)")
 SERVING = re.compile(r"serving \| version (\d+) \|")
 NOT_TRAINED = re.compile(r"follow \| files .*?\| not trained: ([^|]*)")
-FRESHNESS = re.compile(r"serving \| version (\d+) \| .*? \| freshness (\d+:\d\d:\d\d) \|")
+FRESHNESS = re.compile(r"serving \| (version|delta) ([\d.]+) \| .*? \| freshness (\d+:\d\d:\d\d) \|")
 LEAD_LINES = {"epoch": EPOCH, "follow": FOLLOW, "serving": SERVING, "freshness": FRESHNESS}
 
 
@@ -65,7 +65,7 @@ def _follow_progress(found: dict[str, re.Match]) -> dict:
     if serving:
         result["serving_version"] = int(serving[1])
     if fresh:
-        result["freshness"] = f"{fresh[2]} (landed to served in version {fresh[1]})"
+        result["freshness"] = f"{fresh[3]} (landed to served in {fresh[1]} {fresh[2]})"
     return result
 
 

@@ -65,3 +65,8 @@ def test_status_of_a_followed_run_shows_files_lag_and_freshness(tmp_path):
     assert progress["data"] == "behind 1 file, 0:00:11" and progress["serving_version"] == 4
     assert progress["not_trained"] == "30 records skipped, 1 files quarantined"
     assert progress["freshness"] == "0:00:16 (landed to served in version 3)"  # version 4 served no new file
+    delta = ("[chief:0] 10:00:14 serving | delta 4.2 | steps 61 to 70 | 812 rows changed | 1 file newly served | "
+             "freshness 0:00:07 | 0.12 MB in 0.6 s\n")
+    (logs / "chief-0.log").write_text(FOLLOW_LOG + delta)
+    progress = run_progress(config)
+    assert progress["freshness"] == "0:00:07 (landed to served in delta 4.2)" and progress["serving_version"] == 4

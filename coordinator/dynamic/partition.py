@@ -31,6 +31,7 @@ from coordinator.dynamic.allocator import RowAllocator
 from coordinator.dynamic.expiry import make_expiry
 from coordinator.dynamic.guard import is_held, next_generation
 from coordinator.dynamic.sketch import AdmissionSketch
+from coordinator.row_stamps import make_stamps, now_after, stamp_rows
 from coordinator.table_init import INIT_SCALE, filled
 
 COLOCATED_SCOPE = "colocated_with_rows"  # names the bookkeeping variables, which take no round-robin turn
@@ -57,6 +58,7 @@ class Partition:
         self.admit_after = int(admit_after)
         self.slots: dict = {}
         self.initial_slots: dict = {}
+        self.changed_at, self.clock = None, None  # each row's stamp, once tracked (track_changes)
         with colocated(shard), tf.name_scope(COLOCATED_SCOPE):
             self.owner = tf.Variable(lambda: filled([self.rows], tf.int64, 0), trainable=False, name="row_owner")
             self.generation = tf.Variable(lambda: filled([self.rows], tf.int32, 0), trainable=False,
@@ -77,6 +79,19 @@ class Partition:
     def bind(self, slots: dict, initial_slots: dict) -> None:
         """The optimizer's slot variables of this shard (name -> variable) and each one's initial row value."""
         self.slots, self.initial_slots = dict(slots), dict(initial_slots)
+
+    def track_changes(self, clock) -> None:
+        """Gives each row a stamp (coordinator/row_stamps.py): the stamp clock `clock` of this ps, read under the
+        lock after a row changes (kept updates, rows given or freed), or after a lookup marked it."""
+        with colocated(self.shard), tf.name_scope(COLOCATED_SCOPE):
+            self.changed_at = make_stamps(self.rows)
+        self.clock = clock
+
+    def _stamp(self, rows, changes: list) -> list:
+        """Stamps `rows` with the step read once `changes` ran; nothing when rows are not tracked."""
+        if self.changed_at is None:
+            return []
+        return [stamp_rows(self.changed_at, rows, now_after(changes, self.clock))]
 
     def lookup(self, ids: tf.Tensor) -> tf.Tensor:
         """Each id's row (int64), or -1: an inference lookup, which changes nothing."""
@@ -101,6 +116,7 @@ class Partition:
             seen = tf.boolean_mask(rows, rows >= 0)
             # a maximum, not a write: a slow worker's step, read long before, never moves a row's stamp back
             touched = self.last_seen.scatter_max(tf.IndexedSlices(tf.fill(tf.shape(seen), step), seen))
+            touched = tf.group(touched, *self._stamp(seen, [touched]))
             with tf.control_dependencies([touched]):
                 swept = [self.sweep_when_due(step)] if self.expiry is not None else []
             with tf.control_dependencies([touched, *swept]):
@@ -137,6 +153,7 @@ class Partition:
         ready = [handed, self.last_seen.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(given), step), given)),
                  *self._reset(given), self.counters.assign_add(_count(ADMITTED, tf.size(given)) +
                                                                 _count(TURNED_AWAY, refused))]
+        ready += self._stamp(given, ready)
         with tf.control_dependencies(ready):  # found by lookups only once the row is its id's and reset
             inserted = self.index.insert(placed_ids, given)
         new_rows = tf.tensor_scatter_nd_update(-tf.ones_like(new_ids), placed[:, tf.newaxis], given)
@@ -164,7 +181,7 @@ class Partition:
             kept = tf.where(tf.equal(tf.gather(self.generation, rows), generations))[:, 0]
             applied = apply(tf.gather(values, kept), tf.gather(rows, kept))
             counted = self.counters.assign_add(_count(MISDIRECTED, tf.size(rows) - tf.size(kept)))
-            with tf.control_dependencies([applied, counted]):
+            with tf.control_dependencies([applied, counted, *self._stamp(tf.gather(rows, kept), [applied])]):
                 return tf.size(kept)
 
         with tf.device(self.device):
@@ -195,7 +212,7 @@ class Partition:
         with tf.control_dependencies([freed]):
             queued = self.allocator.give_back(stale)
         counted = self.counters.assign_add(_count(EXPIRED, tf.size(stale)))
-        with tf.control_dependencies([queued, counted, self.expiry.mark(step)]):
+        with tf.control_dependencies([queued, counted, self.expiry.mark(step), *self._stamp(stale, [freed])]):
             return tf.size(stale, out_type=tf.int64)
 
     def stats(self) -> tf.Tensor:

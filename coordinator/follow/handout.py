@@ -57,6 +57,7 @@ class PieceTrainer:
         self.abandoned: list[concurrent.futures.Future] = []  # a piece's other closure, once one finished
         self._train = _piece_function(distribution, model, data, global_batch, seed)
 
+    @property
     def moving(self) -> bool:
         """Whether a closure may still be changing the model: a piece running, or a finished piece's other one."""
         self.abandoned = [future for future in self.abandoned if not future.done()]

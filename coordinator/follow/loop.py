@@ -98,8 +98,8 @@ class FollowLoop:
             return
         self.p.run.log.info("%s is newer than the newest serving version: publishing it first", self.saving.name)
         checkpoint = self.saving.latest_path()
-        if of_earlier_form(checkpoint):  # an earlier version's dynamic table: written again in today's form
-            checkpoint = self._save()
+        if of_earlier_form(checkpoint) or self.publishing.needs_live_rows:  # an earlier version's dynamic table,
+            checkpoint = self._save()  # or deltas that name the rows a restore laid the ids out in: written again
         self.publishing.start(checkpoint, self.saving.name, self.saving.saved_number, self.saving.saved_ledger(),
                               *reference)
 
@@ -170,6 +170,7 @@ class FollowLoop:
         if self._moved_since_save():
             self._save()
             said = f"{self.saving.name} written"
+        self.publishing.write_last_delta()
         self.p.run.log.info("stopped as asked: checkpoint %s %.1f s after SIGTERM; %d piece%s still running will "
                             "be trained again by the next run; exiting", said,
                             time.monotonic() - stop.requested_at, left, "s" * (left != 1))
@@ -181,8 +182,9 @@ class FollowLoop:
         run.log.info("no new data for %s (stop_when_idle_s): finishing", duration(run.options.stop_when_idle_s))
         self.publishing.finish()
         if self.schedule.trained_since_save or self.schedule.trained_since_version:
-            self._save_and_serve(serve=self.schedule.trained_since_version)
+            self._save_and_serve(serve=self.schedule.trained_since_version and not self.publishing.takes_deltas)
         self.publishing.finish()
+        self.publishing.write_last_delta()
         self.p.stop.training = False
         self.p.watch.stop()
         summary = read_summary(run.files)

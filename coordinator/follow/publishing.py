@@ -4,7 +4,8 @@ trained model's predictions at that checkpoint.
 
 Hand-out never waits for a version: the loop starts the exporter and goes on, and each beat asks whether it is
 done. A version due while the previous one is still being written is not queued behind it: the next starts, from
-the newest checkpoint, at the first beat after it is done.
+the newest checkpoint, at the first beat after it is done. With `serving_delta_every_s`, deltas of the newest
+version come between versions (deltas.py), and a run ends with a delta instead of a version.
 """
 
 from __future__ import annotations
@@ -48,11 +49,11 @@ class Publishing:
     """Serving versions of a follow-mode run (into `serving`, a ServingVersions) and the files each first serves."""
 
     def __init__(self, *, run, data, model, serving: ServingVersions, ledger: Ledger, report, task: str,
-                 pieces_done: Callable[[], int]):
+                 pieces_done: Callable[[], int], deltas=None):
         """`pieces_done()`: the pieces trained so far in this run (how many trained while a version was written
-        is said beside it)."""
+        is said beside it); `deltas`: the run's FollowDeltas, or None."""
         self.run, self.data, self.model, self.serving, self.ledger = run, data, model, serving, ledger
-        self.report, self.task, self.pieces_done = report, task, pieces_done
+        self.report, self.task, self.pieces_done, self.deltas = report, task, pieces_done, deltas
         self.scratch = run.files.output / SCRATCH
         shutil.rmtree(self.scratch, ignore_errors=True)  # a killed run's requests and references
         self.last_version = time.monotonic()
@@ -67,9 +68,26 @@ class Publishing:
         return not self.busy and time.monotonic() - self.last_version >= self.run.options.serving_export_every_s
 
     def behind(self, number: int) -> bool:
-        """Whether the checkpoint at step `number` is newer than what the newest version was written from."""
+        """Whether the checkpoint at step `number` is newer than what the newest version was written from; with
+        deltas always (what is served may be a killed run's deltas beyond the checkpoint)."""
         newest = self.serving.newest_trained_through()
-        return newest is None or newest.get("optimizer_step", 0) < number
+        return newest is None or newest.get("optimizer_step", 0) < number or self.deltas is not None
+
+    @property
+    def needs_live_rows(self) -> bool:
+        """Whether a version deltas build on must come from a checkpoint of the live tables, not a restored one (a
+        restore lays a dynamic table's ids out in other rows than its checkpoint's)."""
+        return self.deltas is not None and self.deltas.dynamic
+
+    @property
+    def takes_deltas(self) -> bool:
+        """Whether a delta serves what is trained now (a published version to build on)."""
+        return self.deltas is not None and self.deltas.chain is not None
+
+    def write_last_delta(self) -> None:
+        """SIGTERM, the end of a run: the last delta, now."""
+        if self.deltas is not None:
+            self.deltas.write_last(self.ledger)
 
     def prepare(self, piece) -> None:
         """Takes the reference inputs from the first piece handed out and traces the prediction once, while every
@@ -103,22 +121,27 @@ class Publishing:
         reference = self.scratch / f"reference-{number}.npz"
         np.savez(reference, predictions=trained, **export.saved_inputs(raw))
         version = self.serving.next_number()
+        from_step = self.deltas.from_step(checkpoint) if self.deltas is not None else None
+        through = trained_through(snapshot, version=version, written=0.0, checkpoint=name, step=number)
         request = ExportRequest(kind=VERSION, checkpoint=checkpoint, destination=str(self.serving.directory),
                                 options=dataclasses.asdict(self.run.options), reference=str(reference),
                                 task=self.task, version=version, keep=self.serving.keep,
-                                against_checkpoint=against_checkpoint,
-                                trained_through=trained_through(snapshot, version=version, written=0.0,
-                                                                checkpoint=name, step=number))
+                                against_checkpoint=against_checkpoint, delta_from_step=from_step,
+                                trained_through=through if from_step is None else {**through,
+                                                                                   "delta_from_step": from_step})
         self.exporting = _Exporting(ExportProcess(request, self.scratch), snapshot, name, reference,
                                     self.pieces_done())
         self.last_version = time.monotonic()
 
     def poll(self) -> None:
-        """Records the version being written once it is done (a failed one is said, and the next one tries again)."""
+        """Records the version being written once it is done (a failed one is said, and the next one tries again);
+        writes deltas when due."""
         if self.exporting is not None:
             result = self.exporting.process.poll()
             if result is not None:
                 self._done(result)
+        if self.deltas is not None:
+            self.deltas.poll(self.ledger)
 
     def finish(self, timeout_s: float | None = None) -> None:
         """Waits up to `timeout_s` for the version being written (one left unfinished is stopped)."""
@@ -145,6 +168,9 @@ class Publishing:
             self.run.log.error("serving version %d from %s not written (the next one tries again): %s",
                                exporting.process.request.version, name, result.error)
             return
+        if self.deltas is not None:
+            self.deltas.based_on(result.version, exporting.process.request.checkpoint,
+                                 exporting.process.request.delta_from_step)
         served = self.ledger.serve(result.version, result.written,
                                    names={e.name for e in exporting.snapshot.files if e.complete})
         freshness = duration(served[-1].freshness_s) if served else "-"

@@ -20,6 +20,7 @@ from coordinator.checkpoints import EpochCheckpoints, Position
 from coordinator.compiled import ps_report
 from coordinator.dynamic.report import table_report
 from coordinator.follow.checkpointing import FollowCheckpoints
+from coordinator.follow.deltas import FollowDeltas
 from coordinator.follow.handout import PieceTrainer
 from coordinator.follow.intake import Intake
 from coordinator.follow.landing import landing_for
@@ -83,7 +84,8 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
                                  every_s=options.checkpoint_every_s, resumed_number=position.steps, log=log),
         publishing=Publishing(run=run, data=data, model=model, ledger=ledger, report=report, task=config.lead.name,
                               serving=ServingVersions(run.files.serving, options.keep_serving_versions),
-                              pieces_done=lambda: sum(schedule.pieces_by_worker.values())))
+                              pieces_done=lambda: sum(schedule.pieces_by_worker.values()),
+                              deltas=FollowDeltas.create(run, model, distribution)))
     with exit_when_a_task_is_lost(log, "lost part of the cluster", "the run resumes from the last checkpoint (pieces "
                                   "done since are trained again)"):
         return FollowLoop(parts).run()

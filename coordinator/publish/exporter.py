@@ -109,7 +109,11 @@ def _write_saved_model(directory: Path, request, options, source, serve, inner, 
     from coordinator.streaming.bundle import BundleReader
 
     chunk = _chunk(options)
-    saved_model.write(directory, serve, fillings, signatures=signatures(serve, source), chunk_bytes=chunk,
+    served = signatures(serve, source)
+    if request.kind == VERSION and request.delta_from_step is not None:  # a version that takes deltas in place
+        from coordinator.publish.delta_signatures import version_signatures
+        served = version_signatures(serve, inner, served, version=request.version, from_step=request.delta_from_step)
+    saved_model.write(directory, serve, fillings, signatures=served, chunk_bytes=chunk,
                       compiled=request.kind != VERSION)  # a version is for serving; model/ evaluates as loaded
     written = BundleReader(str(directory / saved_model.VARIABLES / saved_model.VARIABLES))
     inputs, trained = reference

@@ -15,7 +15,8 @@ class ExportRequest:
     folder), for the run of TrainingOptions `options` (as a dict); `reference` is an .npz of raw inputs and the
     trained model's predictions on them, which the written model must match (with `against_checkpoint`, the
     checkpoint's own predictions on them instead: the model moved on); a version gets number `version`,
-    `trained_through` as assets.extra/trained_through.json and the newest `keep` versions stay."""
+    `trained_through` as assets.extra/trained_through.json and the newest `keep` versions stay; with
+    `delta_from_step` a version takes deltas (coordinator/publish/delta_signatures.py) from that step on."""
 
     kind: str
     checkpoint: str
@@ -27,6 +28,7 @@ class ExportRequest:
     trained_through: dict | None = None
     keep: int = 5
     against_checkpoint: bool = False
+    delta_from_step: int | None = None
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(dataclasses.asdict(self)))

@@ -1,0 +1,281 @@
+"""Serving deltas in one process: a model trained here with its rows tracked, a base checkpoint, deltas written between
+steps; base plus every delta equals the live tables bit for bit (rows, slots, ids, held flags, last steps and
+stamps), and a version written from the base, with the deltas applied by the follower, predicts as a version
+written at the end. Hashed and dynamic tables (rows expiring and given to new ids); a write that fails midway."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import deltakit
+from cluster.config import PROJECT_ROOT
+from cluster.training_options import parse_training_options
+from coordinator import export
+from coordinator.changed_rows import step_clock, track_changes
+from coordinator.compiled import build_compiled
+from coordinator.publish import delta_format as names
+from coordinator.publish.deltas import DeltaFiles, DeltaSource, write_delta
+from coordinator.publish.exporter import export_checkpoint
+from coordinator.publish.follower import Follower
+from coordinator.publish.request import VERSION, ExportRequest
+from coordinator.streaming import checkpoint_io
+from coordinator.streaming.entries import variable_keys
+from data import source_for
+
+LOG = logging.getLogger("test_deltas")
+CHUNK = 4096  # bytes: several chunks per shard
+TRAINING = {"model": "dlrm", "dataset": "synthetic_criteo", "table_rows": 300, "embedding_dim": 4, "top_mlp": [8],
+            "bottom_mlp": [8], "stream_chunk_mb": CHUNK / (1 << 20)}
+KINDS = {"hashed": {"embedding_kind": "hashed"},
+         "dynamic": {"embedding_kind": "dynamic", "embedding_capacity": 6000, "expire_after_steps": 2}}
+
+
+@dataclasses.dataclass
+class Run:
+    options: object
+    source: object
+    model: object
+    tracked: list
+    serving: object
+    base: str
+    from_step: int
+    base_predictions: tuple  # raw reference inputs, the model's predictions on them at the base
+
+
+def _predictions(model, source) -> tuple:
+    raw = export.reference_inputs(source.split("test", raw=True), count=64)
+    return raw, model(export.model_inputs(source, raw), training=False).numpy()
+
+
+def _checkpoint(model, path) -> str:
+    return checkpoint_io.save(tf.train.Checkpoint(model=model, optimizer=model.optimizer), str(path),
+                              chunk_bytes=CHUNK)
+
+
+def _clock_at(model, checkpoint: str) -> int:
+    key = variable_keys(tf.train.Checkpoint(model=model, optimizer=model.optimizer))[step_clock(model).ref()]
+    return int(tf.train.load_variable(checkpoint, key))
+
+
+@pytest.fixture(scope="module", params=list(KINDS))
+def run(request, tmp_path_factory):
+    """A model trained 4 steps (the base checkpoint; the stamp clocks advanced after the third), then 3 deltas of 3
+    steps each."""
+    tmp = tmp_path_factory.mktemp(request.param)
+    options = parse_training_options({**TRAINING, **KINDS[request.param]})
+    source = source_for(options, PROJECT_ROOT)
+    tf.keras.utils.set_random_seed(0)
+    model = build_compiled(options, source)
+    tracked = track_changes(model)
+    batches = source.train_dataset_fn(64, 0)(tf.distribute.InputContext())
+    delta_source, files = DeltaSource(model, tracked), DeltaFiles(tmp / "serving")
+    model.fit(batches.take(3), epochs=1, verbose=0)
+    delta_source.advance()
+    model.fit(batches.skip(3).take(1), epochs=1, verbose=0)
+    base = _checkpoint(model, tmp / "ckpt-base")
+    from_step = first = delta_source.watermark_before(_clock_at(model, base))
+    assert first == 3
+    at_base = _predictions(model, source)
+    for sequence in (1, 2, 3):
+        model.fit(batches.skip(4 * sequence).take(3), epochs=1, verbose=0)
+        written = write_delta(delta_source, files, version=1, sequence=sequence, from_step=from_step,
+                              chunk_bytes=CHUNK, settle_s=0)
+        from_step = written.read_step
+    return Run(options, source, model, tracked, tmp / "serving", base, first, at_base)
+
+
+def test_base_plus_every_delta_equals_the_live_tables_bit_for_bit(run):
+    live = deltakit.live_tables(run.model, run.tracked)
+    deltas = deltakit.deltas_on_disk(run.serving, 1)
+    assert [manifest["sequence"] for manifest, _ in deltas] == [1, 2, 3]
+    replayed = deltakit.replayed(deltakit.base_tables(run.base, {t: list(f) for t, f in live.items()}), deltas)
+    assert deltakit.differences(live, replayed) == []
+    for table, fields in live.items():
+        in_no_delta = replayed[table][names.CHANGED_AT] < 0
+        assert (fields[names.CHANGED_AT][in_no_delta] < run.from_step).all()  # unchanged since the base
+        if run.options.embedding_kind == "hashed":
+            assert (fields[names.CHANGED_AT] == -1).any()  # rows never changed keep no stamp
+        for _, arrays in deltas:  # a delta holds, for every row it names, each field (slots too): key sets agree
+            counts = {len(arrays[names.field_key(table, field)]) for field in fields}
+            assert len(counts) == 1
+        rows = [len(arrays[names.field_key(table, names.ROWS)]) for _, arrays in deltas]
+        assert 0 < max(rows) < len(fields[names.ROWS])  # the rows changed, not the table
+
+
+def test_expired_ids_leave_and_new_ones_come(run):
+    if run.options.embedding_kind != "dynamic":
+        pytest.skip("dynamic tables only")
+    live = deltakit.live_tables(run.model, run.tracked)
+    base = deltakit.base_tables(run.base, {t: list(f) for t, f in live.items()})
+    (table,) = live
+    held_then = set(base[table][names.IDS][base[table][names.HELD]].tolist())
+    held_now = set(live[table][names.IDS][live[table][names.HELD]].tolist())
+    assert held_then - held_now and held_now - held_then  # ids expired, new ones admitted
+    _, last = deltakit.deltas_on_disk(run.serving, 1)[-1]
+    held = last[names.field_key(table, names.HELD)]
+    assert not held.all()  # freed rows travel as rows held by no id
+
+
+def _version(run, checkpoint: str, serving, number: int, from_step: int, predictions: tuple) -> None:
+    """Version `number` of `checkpoint` in `serving`, checked against `predictions` (raw inputs, predictions)."""
+    raw, expected = predictions
+    reference = serving.parent / f"reference-{number}.npz"
+    serving.mkdir(parents=True, exist_ok=True)
+    np.savez(reference, predictions=expected, **export.saved_inputs(raw))
+    result = export_checkpoint(ExportRequest(
+        kind=VERSION, checkpoint=checkpoint, destination=str(serving), options=dataclasses.asdict(run.options),
+        reference=str(reference), version=number, keep=3, delta_from_step=from_step,
+        trained_through={"version": number}), LOG)
+    assert not result.error, result
+
+
+def test_a_follower_on_the_base_version_and_its_deltas_predicts_as_a_version_written_now(run, tmp_path):
+    now_predictions = _predictions(run.model, run.source)
+    _version(run, _checkpoint(run.model, tmp_path / "ckpt-now"), tmp_path / "now", 1, 0, now_predictions)
+    _version(run, run.base, run.serving, 1, run.from_step, run.base_predictions)
+    follower = Follower(run.serving, log=LOG.info)
+    assert follower.catch_up() and follower.sequence == 3
+    assert not follower.catch_up()  # nothing new: idempotent
+    inputs = {key.removeprefix("inputs_"): tf.constant(value) for key, value in
+              np.load(tmp_path / "now" / "1" / "assets.extra" / "reference_predictions.npz").items()
+              if key != "predictions"}
+    followed = next(iter(follower.predict(**inputs).values())).numpy()
+    now = next(iter(tf.saved_model.load(str(tmp_path / "now" / "1")).signatures["serving_default"](
+        **inputs).values())).numpy()
+    np.testing.assert_allclose(followed, now, atol=1e-6)
+    np.testing.assert_allclose(followed.reshape(-1), now_predictions[1].reshape(-1), atol=1e-5)
+
+
+def test_a_delta_that_fails_midway_leaves_nothing_visible(run, monkeypatch):
+    from coordinator.publish import deltas
+
+    files = DeltaFiles(run.serving)
+    before = files.listed()
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full (made up)")
+
+    monkeypatch.setattr(deltas, "_gathered", broken)
+    with pytest.raises(OSError):
+        write_delta(DeltaSource(run.model, run.tracked), files, version=1, sequence=4, from_step=0,
+                    chunk_bytes=CHUNK, settle_s=0)
+    assert files.listed() == before and not list(files.directory.glob(names.WRITING_PREFIX + "*"))
+    (files.directory / (names.WRITING_PREFIX + "1.9")).mkdir()  # a chief killed while writing one
+    assert not list(DeltaFiles(run.serving).directory.glob(names.WRITING_PREFIX + "*"))
+
+
+def test_a_served_dynamic_table_keeps_its_index_right_through_frees_moves_and_stale_rows():
+    from coordinator.dynamic.exported import ServingTables
+    from coordinator.publish.delta_signatures import apply_rows, last_of_each
+
+    layer = ServingTables(6, 2)
+    layer.build(tf.TensorShape([None, 1]))
+    layer.ids.assign([10, 11, 12, 0, 0, 0])
+    layer.held.assign([True, True, True, False, False, False])
+    layer.vectors.assign(tf.reshape(tf.range(12, dtype=tf.float32), [6, 2]))
+
+    def apply(rows, held, ids):
+        vectors = tf.constant([[100.0 + row, 0.0] for row in rows])
+        apply_rows(layer, tf.constant(rows, tf.int64), tf.constant(held), tf.constant(ids, tf.int64), vectors)
+
+    def where(*ids):
+        return layer.index.lookup(tf.constant(ids, tf.int64)).numpy().tolist()
+
+    apply([1, 3], [False, True], [11, 13])  # 11 expired (row 1 free), 13 admitted into row 3
+    assert where(10, 11, 12, 13) == [0, -1, 2, 3]
+    apply([0, 2, 4, 5], [True, True, True, True], [14, 12, 10, 12])  # 10 moved to row 4; row 2 read before 12 moved
+    assert where(10, 12, 14) == [4, 5, 0]  # the later row of 12 wins
+    apply([2], [False], [12])  # row 2 freed: 12 is not there (the index says row 5), so it stays
+    assert where(12) == [5] and layer.held.numpy().tolist() == [True, False, False, True, True, True]
+    distinct, rows = last_of_each(tf.constant([7, 8, 7, 9, 8], tf.int64), tf.constant([0, 1, 2, 3, 4], tf.int64))
+    assert dict(zip(distinct.numpy().tolist(), rows.numpy().tolist())) == {7: 2, 8: 4, 9: 3}
+
+
+def test_delta_names_are_short_structural_and_refuse_a_clash():
+    table = "model/layer_with_weights-1/table/.ATTRIBUTES/VARIABLE_VALUE"
+    assert names.short_name(table) == "layer_with_weights_1_table"
+    assert names.short_name("model/layer_with_weights-2/state/.ATTRIBUTES/row_ids") == "layer_with_weights_2_state"
+    assert names.field_key(names.short_name("model/x/.ATTRIBUTES/VARIABLE_VALUE"), names.ROWS) == "x__rows"
+    assert names.parse_delta_name("7.12") == (7, 12) and names.parse_delta_name(".writing-7.12") is None
+    with pytest.raises(ValueError, match="two weights"):
+        names.unique_names(["model/a-b/.ATTRIBUTES/VARIABLE_VALUE", "model/a_b/.ATTRIBUTES/VARIABLE_VALUE"])
+
+
+class FakeServing:
+    """TensorFlow Serving's REST Predict API for one model, on loopback: `GET /v1/models/m` (the versions loaded)
+    and `POST /v1/models/m/versions/<v>:predict` with columnar `inputs`, run by the loaded SavedModel's signature."""
+
+    def __init__(self, serving, version: int):
+        import http.server
+        import json
+        import threading
+
+        model = tf.saved_model.load(str(serving / str(version)))
+        self.model = model
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):  # noqa: N802 - the handler's name
+                self._answer({"model_version_status": [{"version": str(version), "state": "AVAILABLE"}]})
+
+            def do_POST(self):  # noqa: N802
+                request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                signature = model.signatures[request["signature_name"]]
+                specs = signature.structured_input_signature[1]
+                inputs = {name: tf.constant(np.array(value, specs[name].dtype.as_numpy_dtype))
+                          for name, value in request["inputs"].items()}
+                self._answer({"outputs": {name: value.numpy().tolist() for name, value in
+                                          signature(**inputs).items()}})
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.base = f"http://127.0.0.1:{self.server.server_port}/v1/models/m"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_tensorflow_serving_replica_is_fed_the_same_deltas_through_its_predict_api(run, tmp_path):
+    from coordinator.publish.follower import Replica
+
+    if not (run.serving / "1").exists():
+        _version(run, run.base, run.serving, 1, run.from_step, run.base_predictions)
+    replica = FakeServing(run.serving, 1)
+    try:
+        Replica(replica.base, run.serving, log=LOG.info).catch_up()
+        Replica(replica.base, run.serving, log=LOG.info).catch_up()  # again: nothing more to send
+        through = replica.model.signatures["applied_through"]()
+        assert (int(through["version"]), int(through["sequence"])) == (1, 3)
+        follower = Follower(run.serving, log=LOG.info)
+        follower.catch_up()
+        raw, _ = run.base_predictions
+        inputs = {key.removeprefix("inputs_"): tf.constant(value) for key, value in export.saved_inputs(raw).items()}
+        fed = next(iter(replica.model.signatures["serving_default"](**inputs).values())).numpy()
+        np.testing.assert_array_equal(fed, next(iter(follower.predict(**inputs).values())).numpy())
+    finally:
+        replica.close()
+
+
+def test_a_version_written_without_deltas_is_served_as_it_is(run, tmp_path):
+    serving = tmp_path / "serving"
+    _version(run, run.base, serving, 1, None, run.base_predictions)  # as earlier code (or deltas off) wrote it
+    follower = Follower(serving, log=LOG.info)
+    assert follower.catch_up() and follower.version == 1 and follower.sequence == 0
+    assert "apply_delta" not in follower.model.signatures

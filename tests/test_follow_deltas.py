@@ -1,0 +1,187 @@
+"""Serving deltas on real servers (2 ps, 2 workers). Follow mode with dynamic tables: files landing, a worker slowed
+while deltas are read, the chief killed in the middle of one and resumed, a follower with no toolkit on its path
+started late and paused (it misses deltas); at the end the newest version's checkpoint plus its deltas equals the
+last checkpoint bit for bit, and the follower predicts as a version written at the end. Hashed tables: deltas
+read while steps run on both workers, base plus every delta against the live tables, stamps included."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+import deltakit
+from clusterkit import PYTHON, ROOT, derive_cluster, finish, start_module, wait_for_line
+from launcher import process
+from test_follow import FOLLOW, Throttle, write_day
+
+pytestmark = pytest.mark.cluster
+
+# a version every 30 s: the resumed chief's run ends before its second, so the run ends on deltas
+DELTAS = {**FOLLOW, "serving_delta_every_s": 1, "serving_export_every_s": 30, "keep_checkpoints": 1000}
+
+
+
+def _follower(tmp_path):
+    """The follower copied alone into a folder (no toolkit on its path), started there."""
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(ROOT / "coordinator" / "publish" / "follower.py", alone / "follower.py")
+    log = open(tmp_path / "follower.log", "wb")
+    started = subprocess.Popen([PYTHON, str(alone / "follower.py"), "--serving", str(tmp_path / "output" / "serving"),
+                                "--every_s", "0.3", "--events", str(tmp_path / "events.jsonl")], cwd=alone,
+                               stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    return started
+
+
+def _events(tmp_path) -> list[dict]:
+    path = tmp_path / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _wait(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not seen in {timeout_s} s: {what}")
+
+
+def _deltas_written(log) -> int:
+    return log.read_text().count("serving | delta ") if log.exists() else 0
+
+
+def test_deltas_keep_a_late_follower_fresh_through_a_slowed_worker_and_a_killed_chief(shared_servers, tmp_path):
+    data, output, log, again = tmp_path / "data", tmp_path / "output", tmp_path / "chief.log", tmp_path / "again.log"
+    data.mkdir()
+    write_day(data, "day_0", 300, 0)
+    write_day(data, "day_1", 300, 300)
+    cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
+        **DELTAS, "data_dir": str(data), "output_dir": str(output), "embedding_kind": "dynamic",
+        "embedding_capacity": 4096, "expire_after_steps": 24})
+    chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
+    follower = resumed = None
+    worker = process.PidRecord.read(shared_servers.parent / "logs" / "worker-1.pid").pid
+    try:
+        assert wait_for_line(log, "serving | version 1 ", 300, chief), log.read_text()[-3000:]
+        with Throttle(worker, share=0.2):  # its steps take five times as long, while deltas are read
+            write_day(data, "day_2", 300, 600)
+            assert wait_for_line(log, "day_2: done", 300, chief), log.read_text()[-3000:]
+        assert wait_for_line(log, "serving | delta 1.2 ", 120, chief), log.read_text()[-3000:]
+        follower = _follower(tmp_path)  # late: version 1 and its deltas are there already
+        follower.send_signal(signal.SIGSTOP)  # it misses deltas, and catches up when it goes on
+        write_day(data, "day_3", 3000, 900, new_values=True)
+        assert wait_for_line(log, "day_3: started", 300, chief), log.read_text()[-3000:]
+        written = _deltas_written(log)
+        _wait(lambda: _deltas_written(log) >= written + 2, 120, "two deltas while the follower stands")
+        deltas = output / "serving" / "deltas"
+        _wait(lambda: any(deltas.glob(".writing-*")), 60, "a delta being written")
+        chief.send_signal(signal.SIGKILL)  # in the middle of a delta
+        chief.wait(timeout=30)
+        half = [p.name for p in deltas.glob(".writing-*")]
+        follower.send_signal(signal.SIGCONT)
+        write_day(data, "day_4", 600, 1200, new_values=True)  # the earlier ids go idle and expire
+        resumed = start_module("coordinator.train", "--cluster", str(cluster), "--stop_when_idle_s", "4",
+                               log_path=again)
+        assert finish(resumed, timeout_s=600) == [0], again.read_text()[-3000:]
+        last = json.loads((output / "summary.json").read_text())
+        newest = max(int(p.name) for p in (output / "serving").iterdir() if p.name.isdigit())
+        final = max(s for v, s in (tuple(map(int, p.name.split("."))) for p in (output / "serving" / "deltas")
+                                   .iterdir() if p.name[0].isdigit()) if v == newest)
+        _wait(lambda: any(e["version"] == newest and e["sequence"] == final for e in _events(tmp_path)), 120,
+              f"the follower at delta {newest}.{final}")
+    finally:
+        for started in (p for p in (chief, resumed, follower) if p is not None):
+            started.send_signal(signal.SIGCONT)
+            started.kill()
+            started.wait()
+
+    assert "Traceback" not in (tmp_path / "follower.log").read_text()
+    assert {f["name"]: f["examples"] for f in last["follow"]["per_file"]} == {
+        "day_0": 300, "day_1": 300, "day_2": 300, "day_3": 3000, "day_4": 600}
+    assert "serving | delta" in again.read_text() and "publishing it first" in again.read_text()
+    assert half and not list((output / "serving" / "deltas").glob(".writing-*"))  # the killed chief's half: gone
+    assert not any(f"{e['version']}.{e['sequence']}" in half for e in _events(tmp_path))  # never followed
+    assert {e["version"] for e in _events(tmp_path)} >= {1, newest} and newest > 1  # it moved to the new version
+
+    through = json.loads((output / "serving" / str(newest) / "assets.extra" / "trained_through.json").read_text())
+    base = str(output / "checkpoints" / through["checkpoint"])
+    deltas = deltakit.deltas_on_disk(output / "serving", newest)
+    assert [m["sequence"] for m, _ in deltas] == list(range(1, final + 1))
+    assert deltas[0][0]["from_step"] == through["delta_from_step"]
+    assert all(m["from_step"] == p["read_step"] for (m, _), (p, _) in zip(deltas[1:], deltas))  # overlap, no gap
+    fields = deltakit.fields_of(deltas[0][1])
+    at_end = deltakit.base_tables(last["checkpoint"], fields)
+    replayed = deltakit.replayed(deltakit.base_tables(base, fields), deltas)
+    assert deltakit.differences(at_end, replayed) == []  # rows, slots, ids, held flags, last steps: bit for bit
+    (table,) = fields
+    first = deltakit.base_tables(str(output / "checkpoints" / "ckpt-0-24"), fields)[table]  # version 1's
+    expired = set(first["ids"][first["held"]].tolist()) - set(at_end[table]["ids"][at_end[table]["held"]].tolist())
+    assert expired  # the first days' ids expired as later days came
+
+    followed, written = _predictions_at_end(last, output, tmp_path / "now")
+    assert (followed.version, followed.sequence) == (newest, final)
+    held = {v.name.split("/")[-1]: v.numpy() for v in followed.model.variables if v.name.endswith(("ids:0", "held:0"))}
+    assert sorted(held["ids:0"][held["held:0"]].tolist()) == sorted(
+        at_end[table]["ids"][at_end[table]["held"]].tolist())  # the expired ids are gone from the follower too
+    assert written["largest"] < 1e-4  # it predicts as a version written at the end
+
+
+def _predictions_at_end(summary: dict, output, now):
+    """(a Follower caught up on `output`'s serving folder, {"largest": its largest difference from a version written
+    from the last checkpoint, on that version's reference inputs}); the version is written as the chief would."""
+    import logging
+
+    import numpy as np
+    import tensorflow as tf
+
+    from cluster.config import PROJECT_ROOT
+    from cluster.training_options import parse_training_options
+    from coordinator import export
+    from coordinator.publish.exporter import export_checkpoint
+    from coordinator.publish.follower import Follower
+    from coordinator.publish.request import VERSION, ExportRequest
+    from coordinator.publish.template import Template
+    from data import followed_for
+
+    options = parse_training_options(summary["options"])
+    source = followed_for(options, PROJECT_ROOT)
+    raw = export.reference_inputs(source.split("train", raw=True), count=64)
+    now.mkdir()
+    reference = now / "reference.npz"
+    np.savez(reference, predictions=Template(options, source).at(summary["checkpoint"])(raw, raw=True),
+             **export.saved_inputs(raw))
+    result = export_checkpoint(ExportRequest(kind=VERSION, checkpoint=summary["checkpoint"], destination=str(now),
+                                             options=summary["options"], reference=str(reference), version=1,
+                                             trained_through={"version": 1}), logging.getLogger("now"))
+    assert not result.error, result
+    followed = Follower(output / "serving")
+    followed.catch_up()
+    inputs = {key: tf.constant(value) for key, value in export.saved_inputs(raw).items()}
+    inputs = {key.removeprefix("inputs_"): value for key, value in inputs.items()}
+    mine = next(iter(followed.predict(**inputs).values())).numpy()
+    theirs = next(iter(tf.saved_model.load(str(now / "1")).signatures["serving_default"](**inputs).values())).numpy()
+    return followed, {"largest": float(np.abs(mine - theirs).max())}
+
+
+def test_deltas_read_while_steps_run_lose_no_update_of_a_hashed_table(shared_servers, tmp_path):
+    spec = json.loads(shared_servers.read_text())["cluster"]
+    tf_config = {"cluster": {job: spec[job] for job in ("chief", "worker", "ps")},
+                 "task": {"type": "chief", "index": 0}}
+    env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": str(ROOT),
+           "GRPC_FAIL_FAST": "use_caller", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    run = subprocess.run([PYTHON, str(ROOT / "tests" / "delta_chief.py"), "check", str(tmp_path)], capture_output=True,
+                         text=True, env=env, cwd=ROOT, timeout=600, stdin=subprocess.DEVNULL)
+    line = next((line for line in run.stdout.splitlines() if line.startswith("RESULT ")), None)
+    assert line, run.stderr[-4000:]
+    found = json.loads(line.removeprefix("RESULT "))
+    assert found["differences"] == []  # rows, Adagrad slots and stamps: bit for bit
+    assert all(steps > 0 for steps in found["steps_during_reads"][:4])  # the workers trained while deltas were read
+    assert 0 < max(found["rows"]) < found["table_rows"]  # the rows changed, not the table
