@@ -1,4 +1,5 @@
-"""Bring your own data on loopback (2 ps, 2 workers): a dataset function with a user model trained and exported,
+"""Bring your own data on loopback (2 ps, 2 workers): a dataset function (one feature of a length tf.data does not
+know, which the model's input fixes) with a user model trained and exported,
 TFRecords of click records through dlrm served from their records by another program, a model refused before
 training when its inputs do not take the data."""
 
@@ -24,19 +25,28 @@ import tf_keras
 
 
 def clicks(split, input_context):
-    """Never reads input_context: the toolkit shards."""
+    """Never reads input_context: the toolkit shards. `recent` is padded to 6 as TensorFlow's tutorials pad, which
+    leaves tf.data without its length ([None])."""
     rng = np.random.default_rng(0 if split == "train" else 1)
     count = 512 if split == "train" else 64
     price, words = rng.normal(size=(count, 1)).astype("float32"), rng.integers(0, 5, size=(count, 2))
     label = ((price[:, 0] > 0) == (words[:, 0] > 2)).astype("float32")
-    return tf.data.Dataset.from_tensor_slices(({"price": price, "words": words}, label))
+
+    def padded(features, label):
+        recent = features["words"][:1 + features["words"][1] % 2]
+        return {**features, "recent": tf.pad(recent, [[0, 6 - tf.shape(recent)[0]]])[:6]}, label
+
+    return tf.data.Dataset.from_tensor_slices(({"price": price, "words": words}, label)).map(padded)
 
 
 def ctr(feature_spec):
     inputs = {name: tf_keras.Input(shape=spec.shape, dtype=spec.dtype, name=name)
               for name, spec in feature_spec.items()}
+    inputs["recent"] = tf_keras.Input(shape=(6,), dtype="int64", name="recent")  # as model.fit takes it
     words = tf_keras.layers.Flatten()(tf_keras.layers.Embedding(5, 4)(inputs["words"]))
-    hidden = tf_keras.layers.Dense(8, activation="relu")(tf_keras.layers.Concatenate()([inputs["price"], words]))
+    recent = tf_keras.layers.Flatten()(tf_keras.layers.Embedding(5, 2)(inputs["recent"]))
+    hidden = tf_keras.layers.Dense(8, activation="relu")(tf_keras.layers.Concatenate()([inputs["price"], words,
+                                                                                       recent]))
     return tf_keras.Model(inputs, tf_keras.layers.Dense(1, activation="sigmoid")(hidden), name="ctr")
 
 
@@ -61,6 +71,7 @@ def test_a_dataset_function_and_a_user_model_train_to_an_export(shared_servers, 
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert "mine_ctr:clicks: 512 training examples" in trained.stderr and "8 steps per epoch" in trained.stderr
     assert "sharded by element: mine_ctr:clicks does not read input_context" in trained.stderr
+    assert "recent: length unknown to tf.data, batched dense [6] as the model's input takes it" in trained.stderr
     assert "export check" in trained.stderr
     report = tmp_path / "evaluated.json"
     evaluated = run_module("evaluator.sidecar", "--cluster", str(cluster), "--model", str(output / "model" /
