@@ -18,7 +18,7 @@ import criteokit  # noqa: E402
 import datakit  # noqa: E402
 from cluster.training_options import parse_training_options  # noqa: E402
 from common.errors import UserError  # noqa: E402
-from coordinator import input_contract, models  # noqa: E402
+from coordinator import export, input_contract, models, raw_export  # noqa: E402
 from data import bad_records_named, load_source, user_pipeline  # noqa: E402
 from data.criteo_splits import criteo_files  # noqa: E402
 from data import criteo  # noqa: E402
@@ -256,6 +256,39 @@ def test_a_record_off_the_schema_is_one_line_naming_file_record_and_feature(tmp_
         f"error: data file = '{tmp_path}/validation-00000-of-00001 record 1, feature price: 0 value(s), not 1': does "
         "not match training.tfrecord_features; fix or remove that record, or describe the feature as it is (e.g. "
         '"shape": "variable")']
+
+
+class _Pooled(tf_keras.layers.Layer):
+    def call(self, inputs):
+        return tf.reduce_sum(tf.cast(inputs["lists"], tf.float32), axis=[1, 2])[:, None] + inputs["price"]
+
+
+def test_reference_inputs_round_trip_and_serving_default_takes_them_by_name(tmp_path):
+    """Ragged at one level (a schema's variable feature) and at two ([batch, 3, None]), dense and text features:
+    saved as npz they load back equal, and named as a REST client names them they are what serving_default takes."""
+    lists = tf.ragged.constant([[[1], [2, 3], []], [[4, 5, 6], [7], [8]]], dtype=tf.int64, row_splits_dtype=tf.int64)
+    inputs = {"lists": lists, "tags": tf.ragged.constant([[b"a", b"b"], []], row_splits_dtype=tf.int64),
+              "price": tf.constant([[1.5], [2.5]])}
+    np.savez(tmp_path / "reference.npz", **export.saved_inputs(inputs))
+    with np.load(tmp_path / "reference.npz") as saved:
+        assert set(saved) == {"inputs_lists", "inputs_lists_row_lengths", "inputs_lists_row_lengths_1",
+                              "inputs_tags", "inputs_tags_row_lengths", "inputs_price"}
+        loaded = export.loaded_inputs(saved)
+        request = {key.removeprefix("inputs_"): tf.constant(value) for key, value in saved.items()}
+    for name, tensor in inputs.items():
+        assert type(loaded[name]) is type(tensor) and loaded[name].to_list() == tensor.to_list() \
+            if isinstance(tensor, tf.RaggedTensor) else np.array_equal(loaded[name], tensor), name
+    spec = {"lists": tf.RaggedTensorSpec([3, None], tf.int64, ragged_rank=1, row_splits_dtype=tf.int64),
+            "price": tf.TensorSpec([1], tf.float32)}
+    keras_in = input_contract.keras_inputs(spec)
+    model = tf_keras.Model(keras_in, _Pooled()(keras_in))
+    source = type("Source", (), {"raw_spec": spec})()
+    serve = raw_export.signatures(model, source)["serving_default"]
+    served = serve(**{name: value for name, value in request.items() if not name.startswith("tags")})
+    np.testing.assert_allclose(served["prediction"], [[7.5], [32.5]])
+    with np.load(tmp_path / "reference.npz") as saved:  # an npz of an earlier version: one level of lengths
+        older = {key: value for key, value in saved.items() if key.startswith("inputs_tags")}
+    assert export.loaded_inputs(older)["tags"].to_list() == [[b"a", b"b"], []]
 
 
 def test_criteo_raw_features_through_the_one_preprocessing_are_the_models_features(tmp_path):

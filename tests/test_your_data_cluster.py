@@ -1,7 +1,7 @@
 """Bring your own data on loopback (2 ps, 2 workers): a dataset function (one feature of a length tf.data does not
 know, which the model's input fixes) with a user model trained and exported,
-TFRecords of click records through dlrm served from their records by another program, a model refused before
-training when its inputs do not take the data."""
+TFRecords of click records through dlrm served by another program from their records and from their raw features
+as JSON, a model refused before training when its inputs do not take the data."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import datakit
-from clusterkit import assert_no_traceback, derive_cluster, run_module, served_predictions
+from clusterkit import ROOT, assert_no_traceback, derive_cluster, run_module, served_predictions
 
 pytestmark = pytest.mark.cluster
 
@@ -107,8 +107,22 @@ def test_click_tfrecords_train_dlrm_and_the_export_serves_their_records(shared_s
     assert "sharded by file: 2 training files over 2 workers" in trained.stderr
     summary = json.loads((output / "summary.json").read_text())
     assert summary["status"] == "complete" and set(summary["final_metrics"]) >= {"auc", "log_loss"}
+    reference = np.load(output / "model" / "reference_predictions.npz")
+    assert set(reference) >= {"inputs_tags", "inputs_tags_row_lengths", "inputs_country", "inputs_price"}
     served = served_predictions(output / "model" / "saved_model", "examples",
                                 data / "validation-00000-of-00001", 16)
-    reference = np.load(output / "model" / "reference_predictions.npz")
     assert np.abs(served - reference["predictions"].reshape(-1)).max() <= 1e-4
-    assert set(reference) >= {"inputs_tags", "inputs_tags_row_lengths", "inputs_country", "inputs_price"}
+    request = tmp_path / "request.json"  # the reference inputs as a REST client sends them: named raw features
+    request.write_text(json.dumps({key.removeprefix("inputs_"): _json(value) for key, value in reference.items()
+                                   if key.startswith("inputs_")}))
+    served = served_predictions(output / "model" / "saved_model", "features", request, None)
+    assert np.abs(served - reference["predictions"].reshape(-1)).max() <= 1e-4
+    documented = (ROOT / "docs" / "your-data.md").read_text().split("```json\n", 1)[1].split("```")[0]
+    request.write_text(json.dumps(json.loads(documented)["inputs"]))  # the page's own request, as it stands
+    served = served_predictions(output / "model" / "saved_model", "features", request, None)
+    assert served.shape == (2,) and np.all((served >= 0) & (served <= 1)), served
+
+
+def _json(values: np.ndarray) -> list:
+    """An array as JSON holds it (strings as text)."""
+    return np.char.decode(values, "utf-8").tolist() if values.dtype.kind == "S" else values.tolist()
