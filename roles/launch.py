@@ -15,7 +15,7 @@ from cluster.config import PROJECT_ROOT
 from common.errors import USER_ERROR_EXIT_CODE, Problem, UserError, exit_on_user_error
 from common.fields import is_int, is_number
 from common.logs import import_tensorflow_quietly, quiet_tensorflow
-from launcher import process, reload
+from launcher import memory_requests, process, reload
 from launcher.backends.slurm import allocation as slurm_allocation
 from launcher.backends.slurm import commands as slurm_commands
 from launcher.backends.slurm import run as slurm_run
@@ -48,6 +48,9 @@ class Launcher:
             it a run of the same options resumes, and a run of different ones is refused.
         """
         config = cluster_config.load(cluster)
+        warning = memory_requests.checked(config)  # a scheduler's request: refused before the job is sent
+        if warning:
+            say(warning)
         running = running_launcher(config)
         if running and running.pid != os.getpid():
             raise UserError(Problem("launcher", running.pid, "already runs this cluster",
