@@ -61,12 +61,15 @@ def table_field(options) -> str:
     return "embedding_capacity" if options.embedding_kind == "dynamic" else "table_rows"
 
 
-def _table_rows(options) -> int:
-    """Every table's rows together."""
+def _table_rows(options) -> int | None:
+    """Every table's rows together (None: hashed tables, one per feature of a dataset function's, whose count is not
+    known before it is called)."""
     if options.embedding_kind == "dynamic":
         return options.embedding_capacity
     rows = options.table_rows
-    return sum(rows) if isinstance(rows, (list, tuple)) else rows * table_count(options)
+    if isinstance(rows, (list, tuple)):
+        return sum(rows)
+    return None if ":" in options.dataset else rows * table_count(options)
 
 
 def _row_values(options) -> int:
@@ -76,11 +79,12 @@ def _row_values(options) -> int:
 
 
 def peak(options, ps: int) -> PsPeak | None:
-    """What each of `ps` ps holds at its peak for TrainingOptions `options`; None without recommender tables (the
-    tables of a model of your own are not known before it is built)."""
-    if options.model not in RECOMMENDER_MODELS or ps < 1:
+    """What each of `ps` ps holds at its peak for TrainingOptions `options`; None without recommender tables, or
+    when their size is not known before the model is built (a model of your own, a dataset function's features)."""
+    total = _table_rows(options) if options.model in RECOMMENDER_MODELS else None
+    if total is None or ps < 1:
         return None
-    rows = math.ceil(_table_rows(options) / ps)
+    rows = math.ceil(total / ps)
     row_bytes = rows * _row_values(options) * VALUE_BYTES
     slots = SLOTS.get(options.embedding_optimizer, 1) * row_bytes
     dynamic = (memory.index_bytes(rows) + memory.bookkeeping_bytes(rows, options.admit_after)

@@ -4,6 +4,7 @@ by `sh run.sh`, and against a Slurm or Kubernetes job's memory request (a warnin
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 
 import pytest
@@ -32,6 +33,9 @@ def test_a_ps_at_its_peak_holds_its_share_of_rows_and_slots_and_what_a_checkpoin
     assert dynamic.rows == 250_000 * 17 * 4 and dynamic.slots == 2 * dynamic.rows  # wide_deep: dim + 1; ftrl: 2
     assert dynamic.dynamic == 250_000 * (48 + 24 + 16) + 256  # index, bookkeeping and sketch (memory.py's)
     assert ps_memory.peak(parse_training_options({"model": "cnn"}), 2) is None  # no tables known before it is built
+    own = parse_training_options({**ISSUE, "dataset": "mine.clicks:read"})  # how many features: known once called
+    assert ps_memory.peak(own, 2) is None
+    assert ps_memory.peak(dataclasses.replace(own, table_rows=(10, 20)), 1).rows == 30 * 16 * 4
 
 
 def test_the_account_uses_the_partitioners_shard_bound():
