@@ -28,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 PYTHON = str(ROOT / ".venv" / "bin" / "python")  # the venv's own path: the hosts run it too
 CNN = {"model": "cnn", "dataset": "digits", "per_worker_batch": 64}
 CNN_28 = {"model": "cnn", "dataset": "synthetic", "per_worker_batch": 64}  # 28x28: 11 MB of variables
+CNN_14 = {**CNN_28, "synthetic_shape": [14, 14, 1]}  # 2.4 MB of variables: 1.2 MB to each of 2 ps, one way
 DLRM = {"model": "dlrm", "dataset": "synthetic_criteo", "table_rows": 20_000, "per_worker_batch": 256,
         "embedding_optimizer": "adagrad", "optimizer": "adam"}
 # (training, link Mbit/s, ps, workers): the CNN and DLRM at 100, 300 and 1000 Mbit/s, 1-3 ps and workers; ps-bound,
@@ -39,6 +40,11 @@ CONFIGURATIONS = {
     # one ps and one worker at each rate: where the plan errs low (bench/RESULTS-capacity.md, notes)
     "lone": [(DLRM, 100, 1, 1), (DLRM, 300, 1, 1), (DLRM, 1000, 1, 1), (CNN, 300, 1, 1), (CNN, 1000, 1, 1),
              (CNN_28, 1000, 1, 1)],
+    # long transfers to several ps (issue 42; cluster/capacity.py `_in_step_s`): the issue's shape, its 1-ps
+    # control, the same at 1 Gbit/s, 3 ps (planned to reach the workers' own links), a transfer just over
+    # LONG_TRANSFER_BYTES to each ps, and a short one that takes turns
+    "several_ps": [(CNN_28, 100, 2, 3), (CNN_28, 100, 1, 3), (CNN_28, 1000, 2, 3), (CNN_28, 100, 3, 3),
+                   (CNN_14, 300, 2, 3), (CNN, 100, 2, 3)],
 }
 WITHIN = 0.25  # the aim: every prediction within this fraction of the measured steps/s
 RUN_SECONDS = 5.0  # measured training per epoch (two epochs; the first traces)
@@ -159,11 +165,11 @@ def render(results: dict) -> str:
 
 
 def main(configurations: str = "default", results_dir: str = str(HERE)) -> None:
-    """Runs CONFIGURATIONS (default: 9 runs, about 10 minutes; lone: 6, about 7; smoke: one tiny run) and writes
-    the results.
+    """Runs CONFIGURATIONS (default: 9 runs, about 10 minutes; lone: 6, about 7; several_ps: 6, about 12; smoke:
+    one tiny run) and writes the results.
 
     Args:
-      configurations: default, lone or smoke.
+      configurations: default, lone, several_ps or smoke.
       results_dir: where RESULTS-capacity.md and results-capacity.json go (bench/ for real figures).
     """
     if os.geteuid() != 0:
@@ -182,7 +188,9 @@ def main(configurations: str = "default", results_dir: str = str(HERE)) -> None:
                   file=sys.stderr, flush=True)
             directory = Path(f"/tmp/pscluster-shaped-{os.getpid()}/run-{index}")
             result = measure_one(hosts, directory, training, mbit, ps, workers)
-            runs.append({"model": f"{training['model']} ({training['dataset']})", "mbit": mbit, "ps": ps,
+            shape = "x".join(map(str, training.get("synthetic_shape", [])[:2]))
+            runs.append({"model": f"{training['model']} ({training['dataset']}{' ' + shape if shape else ''})",
+                         "mbit": mbit, "ps": ps,
                          "workers": workers, **result})
             print(f"[bench] {json.dumps(runs[-1])}", file=sys.stderr, flush=True)
     results = {"machine": machine(), "runs": runs, "seconds": round(time.monotonic() - started)}

@@ -15,7 +15,10 @@ ps's link behind each other's transfers (they read at once, then write at once):
 of a closed queueing network, one worker a customer (mean value analysis, `_queued`); a worker's reads from
 several ps run at once, so each direction lasts as long as its own link needs or its slowest ps's queue,
 whichever is longer. Workers whose transfers fit in turns at a ps link take turns there instead of queueing
-(`_sharing`). Tasks that share a host share its link. Every task uses CPU per step (worker, ps and
+(`_sharing`). A worker's link carries its traffic to every ps: when it reads from several ps hosts in long
+transfers, each lasts the worker's whole direction, TCP shares each ps link among them, and the workers move in
+step, every direction a round of all their bytes through the busiest ps link (`_in_step_s`). Tasks that share a
+host share its link. Every task uses CPU per step (worker, ps and
 chief, measured): the tasks on one machine (hosts with the same kernel, e.g. network namespaces or containers)
 share its cores, and the chief dispatches every step from one thread. Bandwidths are bytes per second between
 a worker host and a ps host; everything here is pure arithmetic.
@@ -37,6 +40,12 @@ NEW_HOST = "new host {k}"
 # workers take turns there, from SHARING_FILL on they share it (bench/RESULTS-capacity.md: 2 workers on one ps
 # at 0.75-0.95 stepped as if alone, 3 at 1.1-1.4 as the queueing analysis says)
 TURNS_FILL, SHARING_FILL = 0.75, 1.25
+# a worker's transfer to one ps, one way, above which workers reading from several ps hosts move in step
+# (`_in_step_s`): in bench/RESULTS-capacity.md transfers of 0.2-0.4 MB to each of 2-3 ps took turns as the plan
+# says, while the CNN 28x28's 5.5 MB to each of 2 ps ran at the pace of all workers reading at once (the plan that
+# let them take turns was 51-86 % high)
+LONG_TRANSFER_BYTES = 1 << 20
+IN_STEP_ROUND = 2.0  # what was measured: 3 workers over 2 ps, a round 1.5 times a worker's own direction
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -158,15 +167,34 @@ def _sharing(link_s: float, workers: int, cycle_s: float) -> float:
     return min(1.0, max(0.0, (fill - TURNS_FILL) / (SHARING_FILL - TURNS_FILL)))
 
 
+def _in_step_s(layout: Layout, link_s: list[float], own_s: float, rest_s: float) -> float | None:
+    """One direction of a worker's step when its transfers to several ps hosts are long (over LONG_TRANSFER_BYTES
+    to one ps, one way), else None. A worker's link carries its traffic to every ps, so its transfer to each ps
+    lasts its whole direction (`own_s`), not its bytes' time at that ps: the turns the workers can take there are
+    counted with that time (`_sharing`), and where they cannot, TCP shares each ps link among the long transfers
+    that meet there and transfers that start together end together: the workers move in step, a direction lasting
+    a round of every worker's transfer through the busiest ps link. Only while that round is at most
+    IN_STEP_ROUND times the worker's own direction (what was measured); past it the queueing analysis stands."""
+    moved, count = _ps_host_bytes(layout), len(layout.worker_hosts)
+    round_s = count * max(link_s)
+    if count < 2 or len(moved) < 2 or max(moved.values()) / 2 <= LONG_TRANSFER_BYTES or round_s > IN_STEP_ROUND * own_s:
+        return None
+    return own_s + _sharing(own_s, count, rest_s + 2 * own_s) * max(0.0, round_s - own_s)
+
+
 def _queued(layout: Layout, transfer: dict, waits: dict, link_s: list[float]) -> tuple[float, float]:
     """The workers' steps/s and a step's wait when they queue at the ps links, by mean value analysis: with n
     workers a transfer through ps link k lasts its own time there times (1 + the transfers queued there with n-1
     workers). A worker reads from all ps at once (and writes at once), so a direction lasts its own link's time
     or the slowest ps's time with its queue, whichever is longer; a link carries both directions at once. The
-    workers meet the queue at a link only in the part `_sharing` gives: the rest of the time they take turns."""
+    workers meet the queue at a link only in the part `_sharing` gives: the rest of the time they take turns.
+    Long transfers to several ps (`_in_step_s`) take turns or move in step instead of queueing at random."""
     count = len(layout.worker_hosts)
     own = sum(transfer[host] for host in layout.worker_hosts) / count / 2  # one direction on the worker's link
     rest = layout.compute_s + sum(waits[host] for host in layout.worker_hosts) / count
+    in_step = _in_step_s(layout, link_s, own, rest)
+    if in_step is not None:
+        return _per_s(rest + 2 * in_step * layout.costs.shown(count), count), 2 * (in_step - own)
     alone_s = rest + 2 * max([own, *link_s])  # a worker's cycle with no one else
     queues = [0.0] * len(link_s)
     for n in range(1, count):

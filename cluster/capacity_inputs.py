@@ -1,6 +1,7 @@
 """The figures a prediction needs that are not in the model: links and compute, given in cluster.json or planned.
 
-`hosts.<name>.link_gbps`, `hosts.<name>.link_rtt_ms` and `hosts.<name>.step_compute_ms` give them; what `plan`
+`hosts.<name>.link_gbps`, `hosts.<name>.link_rtt_ms` and `hosts.<name>.step_compute_ms` give them (and
+`cores` and `memory_gib` what `plan` would ask a host for: launcher/host_facts.py); what `plan`
 measured is kept in LOGS_DIR/capacity-plan.json, which the chief reads to put its measured steps/s beside the
 prediction.
 """
@@ -34,6 +35,13 @@ def given_rtt_s(config: ClusterConfig, worker_host: str, ps_host: str) -> float 
     """Round-trip seconds from link_rtt_ms: the larger of the two hosts' (None unless every end gives it)."""
     ends = [config.host(h).link_rtt_ms for h in {worker_host, ps_host}]
     return None if None in ends else max(ends) / 1000
+
+
+def missing_keys(config: ClusterConfig, hosts, fields) -> str:
+    """`hosts.a.link_gbps and hosts.b.link_gbps`: the keys of `fields` that `hosts` do not give yet."""
+    missing = [f"hosts.{host}.{field}" for host in dict.fromkeys(hosts) for field in fields
+               if getattr(config.host(host), field) is None]
+    return ", ".join(missing[:-1]) + (" and " if len(missing) > 1 else "") + missing[-1] if missing else ""
 
 
 def given_compute_s(config: ClusterConfig) -> float | None:

@@ -32,6 +32,8 @@ class HostSettings:
     link_gbps: float | None = None  # this host's network link, for `plan`; null: measured
     link_rtt_ms: float | None = None  # round trip to this host, for `plan`; null: measured
     step_compute_ms: float | None = None  # one training step's compute on this host, for `plan`; null: measured
+    cores: float | None = None  # the cores this host's tasks may use, for `plan`; null: asked on the host
+    memory_gib: float | None = None  # this host's available memory, for `plan`; null: asked on the host
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -114,6 +116,10 @@ HOST_CHECKS = {
                          "it"),
     "step_compute_ms": Check(lambda v: v is None or (is_number(v) and 0 < v <= 3_600_000), "must be a number of "
                              "milliseconds above 0", "use e.g. 250, or null to let `plan` measure it"),
+    "cores": Check(lambda v: v is None or (is_number(v) and 0 < v <= 100_000), "must be a number of cores above 0",
+                   "use e.g. 32, or null to let `plan` ask the host"),
+    "memory_gib": Check(lambda v: v is None or (is_number(v) and 0 < v <= 1_000_000), "must be a number of GiB "
+                        "above 0", "use e.g. 256, or null to let `plan` ask the host"),
 }
 LAUNCHER_CHECKS = {
     "logs_dir": _safe_path("logs"),

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.errors import Problem, UserError
+from coordinator.raw_export import lengths_name
 from data import contract
 
 TOLERANCE = 1e-4  # largest absolute difference allowed between trained and exported predictions
@@ -61,31 +62,37 @@ def model_inputs(source, raw):
 
 def saved_inputs(inputs) -> dict[str, np.ndarray]:
     """Reference inputs as npz entries: `inputs`, or `inputs_<name>` for each input of a dict; a ragged input
-    as its values and `inputs_<name>_row_lengths`."""
+    as its values and its row lengths per ragged level, `inputs_<name>_row_lengths` (the outer level),
+    `inputs_<name>_row_lengths_1`, ...: what an export's `serving_default` takes, named without `inputs_`."""
     if not isinstance(inputs, dict):
         return {"inputs": _array(inputs)}
     entries = {}
     for name, tensor in inputs.items():
         if isinstance(tensor, tf.RaggedTensor):
-            entries[f"inputs_{name}_row_lengths"] = tensor.row_lengths().numpy()
+            entries.update({f"inputs_{lengths_name(name, level)}": lengths.numpy()
+                            for level, lengths in enumerate(tensor.nested_row_lengths())})
             tensor = tensor.flat_values
         entries[f"inputs_{name}"] = _array(tensor)
     return entries
 
 
 def loaded_inputs(saved) -> tf.Tensor | dict:
-    """The inputs `saved_inputs` wrote into an .npz (opened as `saved`), as a tensor or a dict of (ragged) tensors."""
+    """The inputs `saved_inputs` wrote into an .npz (opened as `saved`), as a tensor or a dict of (ragged) tensors;
+    one written before deeper levels were kept has one level of row lengths, read as before."""
     if "inputs" in saved:
         return tf.constant(saved["inputs"])
-    names = [key.removeprefix("inputs_") for key in saved if key.startswith("inputs_")
-             and not key.endswith("_row_lengths")]
-    return {name: _tensor(saved, name) for name in names}
+    keys = [key for key in saved if key.startswith("inputs_")]
+    lengths = {f"inputs_{lengths_name(key.removeprefix('inputs_'), level)}" for key in keys for level in range(8)}
+    return {key.removeprefix("inputs_"): _tensor(saved, key.removeprefix("inputs_"))
+            for key in keys if key not in lengths}
 
 
 def _tensor(saved, name: str):
     values = tf.constant(saved[f"inputs_{name}"])
-    lengths = f"inputs_{name}_row_lengths"
-    return tf.RaggedTensor.from_row_lengths(values, saved[lengths]) if lengths in saved else values
+    levels = []
+    while f"inputs_{lengths_name(name, len(levels))}" in saved:
+        levels.append(saved[f"inputs_{lengths_name(name, len(levels))}"])
+    return tf.RaggedTensor.from_nested_row_lengths(values, levels) if levels else values
 
 
 def _array(tensor: tf.Tensor) -> np.ndarray:

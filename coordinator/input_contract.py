@@ -1,8 +1,10 @@
 """A model's inputs against what the data gives (data/contract.py): Keras inputs made from it, and a mismatch refused.
 
 A model may leave features of a dict unused; each input it has must be a feature of the data (by name, or the
-one tensor), ragged where the data is, of the data's kind (text, or numbers: Keras casts one number type to
-another) and of its shape (a None axis of the model takes any size; Keras adds or drops a last axis of 1).
+one tensor), of the data's kind (text, or numbers: Keras casts one number type to another) and of its shape (a
+None axis of the model takes any size; Keras adds or drops a last axis of 1). A ragged feature (the data's
+length varies) goes to a ragged input, or to a dense one whose axes are None where the data's are (Keras hands it
+on ragged, as `model.fit` does); a dense feature never to a ragged input.
 """
 
 from __future__ import annotations
@@ -43,8 +45,11 @@ def _shapes_fit(model_shape: list, data_shape: list) -> bool:
 
 def _mismatch(takes, gives) -> str | None:
     """Why a model input `takes` (a per-example spec) cannot take the feature `gives`, or None."""
-    if isinstance(takes, tf.RaggedTensorSpec) != isinstance(gives, tf.RaggedTensorSpec):
-        return "ragged" if isinstance(gives, tf.RaggedTensorSpec) else "not ragged"
+    ragged_input, ragged_data = isinstance(takes, tf.RaggedTensorSpec), isinstance(gives, tf.RaggedTensorSpec)
+    if ragged_input and not ragged_data:
+        return "not ragged"
+    if ragged_data and not ragged_input and not _shapes_fit(takes.shape.as_list(), gives.shape.as_list()):
+        return "ragged (its length varies)"
     if (takes.dtype == tf.string) != (gives.dtype == tf.string):
         return f"{gives.dtype.name}, not {takes.dtype.name}"
     if not _shapes_fit(takes.shape.as_list(), gives.shape.as_list()):
@@ -90,6 +95,18 @@ def _described(model: tf_keras.Model, takes) -> str:
         return describe(takes)
     one = takes[model.input_names[0]] if isinstance(takes, dict) else takes
     return f"{describe(one)} (input {model.input_names[0]})"
+
+
+def declared(model_name: str, spec, num_classes: int | None, source_name: str):
+    """The inputs (per example: a dict by name, or one spec) the model `model_name` declares for features `spec`,
+    read from a build of it on this CPU whose large weights are one-row placeholders (nothing table-sized is
+    allocated; coordinator/publish/template.py)."""
+    from coordinator import models
+    from coordinator.publish.template import table_placeholders
+
+    with tf.device("/cpu:0"), table_placeholders():
+        model = models.build(model_name, spec, num_classes, source_name)
+    return _takes(model, isinstance(spec, dict))
 
 
 def check(model: tf_keras.Model, spec, *, model_name: str, source_name: str) -> None:

@@ -4,8 +4,14 @@ Whatever was trained (dlrm, wide_deep, a user model, with any tables) is wrapped
 RawFeatures layer, which runs the very Preprocessing object the training pipeline ran (data/preprocessing.py,
 made again from its JSON config when the model is loaded), in front of it. So a serving system sends Criteo's
 integers and hexadecimal strings, or a TFRecord schema's features, and the hashing happens inside the model.
-A source that reads serialized tf.train.Example records (`parse_examples`) also gets a SavedModel signature
-that takes them: `serving_default(examples)`, a string vector, parsed with the pipeline's own parsing.
+
+The SavedModel's `serving_default` takes the raw features by name, as a REST client sends them in JSON: a
+fixed-length feature as a tensor `[batch, ...]`, a variable-length (ragged) one as its values `<name>` (every
+example's, one after another) and `<name>_row_lengths` (how many each example has; a feature ragged at deeper
+levels adds `<name>_row_lengths_1`, ...), the layout of the reference inputs saved beside an export
+(coordinator/export.py). A source of serialized tf.train.Example records (`parse_examples`) also gets
+`serving_examples(examples)`, a string vector parsed with the pipeline's own parsing. Other sources keep
+Keras' own signature, by input name.
 """
 
 from __future__ import annotations
@@ -56,22 +62,61 @@ def servable(model: tf_keras.Model, source) -> tf_keras.Model:
     return raw
 
 
+EXAMPLES_SIGNATURE = "serving_examples"
+
+
+def lengths_name(name: str, level: int) -> str:
+    """The name of a ragged feature's row lengths at `level` (0: how many values, or lists, each example has)."""
+    return f"{name}_row_lengths" + (f"_{level}" if level else "")
+
+
+def _flat_specs(spec: dict) -> dict:
+    """Signature inputs for raw features `spec` (per example): each dense one batched, each ragged one as its
+    values and its row lengths per ragged level."""
+    flat = {}
+    for name, one in spec.items():
+        if not isinstance(one, tf.RaggedTensorSpec):
+            flat[name] = tf.TensorSpec([None, *one.shape], one.dtype, name=name)
+            continue
+        levels = one.ragged_rank + 1  # per example ragged_rank, and the batch's own
+        flat[name] = tf.TensorSpec([None, *one.shape[levels:]], one.dtype, name=name)
+        flat.update({lengths_name(name, level): tf.TensorSpec([None], tf.int64, name=lengths_name(name, level))
+                     for level in range(levels)})
+    return flat
+
+
+def _from_flat(spec: dict, flat: dict) -> dict:
+    """The raw features (ragged where they are) from a signature's flat inputs."""
+    return {name: tf.RaggedTensor.from_nested_row_lengths(
+                flat[name], [flat[lengths_name(name, level)] for level in range(one.ragged_rank + 1)])
+            if isinstance(one, tf.RaggedTensorSpec) else flat[name] for name, one in spec.items()}
+
+
 def signatures(model: tf_keras.Model, source) -> dict | None:
-    """The SavedModel's serving signature when the source reads tf.train.Example records (else Keras' own, which
-    takes the raw features by name)."""
-    parse = getattr(source, "parse_examples", None)
-    if parse is None:
+    """The SavedModel's signatures: `serving_default` taking the raw features by name (ragged ones as values and
+    row lengths), and `serving_examples` for a source of tf.train.Example records; None (Keras' own, by input
+    name) for a source of dense features only, or of one tensor, that reads no records."""
+    spec, parse = source.raw_spec, getattr(source, "parse_examples", None)
+    ragged = isinstance(spec, dict) and any(isinstance(one, tf.RaggedTensorSpec) for one in spec.values())
+    if not isinstance(spec, dict) or not (ragged or parse):
         return None
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
-    def serve_examples(examples):
-        return {OUTPUT: model(parse(examples), training=False)}
+    @tf.function(input_signature=[_flat_specs(spec)])
+    def serve_features(flat):
+        return {OUTPUT: model(_from_flat(spec, flat), training=False)}
 
-    return {"serving_default": serve_examples.get_concrete_function()}
+    found = {"serving_default": serve_features.get_concrete_function()}
+    if parse is not None:
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+        def serve_examples(examples):
+            return {OUTPUT: model(parse(examples), training=False)}
+
+        found[EXAMPLES_SIGNATURE] = serve_examples.get_concrete_function()
+    return found
 
 
 def raw_description(source) -> str:
     """What the exported model takes, for the log."""
-    examples = " (or serialized tf.train.Example records: serving_default(examples))" \
+    examples = f" (or serialized tf.train.Example records: {EXAMPLES_SIGNATURE}(examples))" \
         if getattr(source, "parse_examples", None) else ""
     return describe(source.raw_spec) + examples

@@ -26,9 +26,9 @@ def _layout(name: str, root: Path, *, criteo_validation=None, validation_fractio
 def bad_records_named():
     """Undecodable images, malformed Criteo lines and records off their TFRecord schema alike become one line
     naming the record (exit 2)."""
-    from data import corrupt, criteo, failures, tfrecord_schema
+    from data import corrupt, criteo, failures, tfrecord_schema, unknown_lengths
 
-    return failures.named(corrupt.UNDECODABLE, criteo.MALFORMED, tfrecord_schema.MISMATCHED)
+    return failures.named(corrupt.UNDECODABLE, criteo.MALFORMED, tfrecord_schema.MISMATCHED, unknown_lengths.LENGTHS)
 
 
 def preflight(options, base_dir: Path) -> None:
@@ -70,17 +70,18 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
                 tfrecord_num_classes: int | None = None, synthetic_shape=SYNTHETIC_SHAPE,
                 synthetic_examples: int = SYNTHETIC_EXAMPLES, table_rows=DEFAULT_TABLE_ROWS,
                 criteo_validation=None, validation_fraction: float = VALIDATION_FRACTION, schema: dict | None = None,
-                num_classes: int | None = None, synthetic_drift=None):
+                num_classes: int | None = None, synthetic_drift=None, model: str | None = None):
     """The DataSource for a dataset name (imports TensorFlow); a relative data_dir starts at `base_dir` (or here).
 
     The other keywords are the TrainingOptions of the same names (see source_for); `one_hot` makes labels one-hot;
     `schema` holds tfrecord_features as `schema` and numeric_features and categorical_features as `numeric` and
     `categorical` (tfrecord of any schema). A "package.module:function" name is a user's dataset function.
-    `synthetic_drift`: (new ids, id lifetime, period examples) of synthetic_criteo's ids born and dying.
+    `synthetic_drift`: (new ids, id lifetime, period examples) of synthetic_criteo's ids born and dying; `model`
+    (training.model) decides how a dataset function's features of unknown length are batched.
     """
     if ":" in name:
         from data import user_pipeline
-        return user_pipeline.load(name, num_classes=num_classes, one_hot=one_hot)
+        return user_pipeline.load(name, num_classes=num_classes, one_hot=one_hot, model=model)
     if name == "synthetic_criteo":
         from data import synthetic_criteo
         drift = synthetic_criteo.Drift(*synthetic_drift) if synthetic_drift else synthetic_criteo.Drift()
@@ -115,7 +116,7 @@ def source_for(options, base_dir: Path):
                                                              "categorical": options.categorical_features},
                        num_classes=options.num_classes,
                        synthetic_drift=(options.synthetic_new_ids, options.synthetic_id_lifetime,
-                                        options.synthetic_period_examples))
+                                        options.synthetic_period_examples), model=options.model)
 
 
 def followed_for(options, base_dir: Path):

@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from cluster import user_model
 from common.errors import Problem, UserError
-from data import contract
+from data import contract, unknown_lengths
 from data.contract import describe
 from data.source import labelled
 
@@ -94,6 +94,7 @@ class PipelineSource:
     sizes: Mapping[str, int]  # the splits of known size
     splits: tuple[str, ...]  # "train", and "validation" when the function has it
     shards_itself: bool
+    fixed: Mapping[str | None, list] = dataclasses.field(default_factory=dict)  # unknown lengths the model fixes
     num_classes: int | None = None
     one_hot: bool = False
     note: str = ""
@@ -106,7 +107,7 @@ class PipelineSource:
 
     def _call(self, split: str, context) -> tf.data.Dataset:
         named = split if split in self.splits else ("validation" if "validation" in self.splits else "train")
-        return called(self.name, self.function, named, context)
+        return unknown_lengths.conformed(called(self.name, self.function, named, context), self.fixed, self.name)
 
     def split(self, name: str, *, raw: bool = False) -> tf.data.Dataset:
         """Every example of split `name` once, as the function gives them (one process: context None)."""
@@ -165,9 +166,11 @@ def _signature_problem(spec: str, function: Callable) -> UserError | None:
     return None
 
 
-def load(spec: str, *, num_classes: int | None = None, one_hot: bool = False) -> PipelineSource:
+def load(spec: str, *, num_classes: int | None = None, one_hot: bool = False,
+         model: str | None = None) -> PipelineSource:
     """The PipelineSource of the function `spec` names, its splits called once each to learn their features and
-    sizes; mistakes are one line each (UserError)."""
+    sizes; mistakes are one line each (UserError). With `model` (training.model), a user model's inputs decide
+    how features of unknown length are batched (data/unknown_lengths.py)."""
     function = user_model.load(spec, field=FIELD, returning="a tf.data.Dataset")
     wrong = _signature_problem(spec, function)
     if wrong:
@@ -187,10 +190,23 @@ def load(spec: str, *, num_classes: int | None = None, one_hot: bool = False) ->
     sizes = {name: size for name, data in (("train", train), ("validation", validation))
              if data is not None and (size := _size(data)) is not None}
     splits = ("train", "validation") if validation is not None else ("train",)
-    return PipelineSource(name=spec, function=function, feature_spec=contract.normalized(train.element_spec[0]),
-                          sizes=sizes,
-                          splits=splits, shards_itself=probe.read, num_classes=num_classes, one_hot=one_hot,
-                          note=f"features {describe(train.element_spec[0])}; splits {', '.join(splits)}")
+    given = train.element_spec[0]
+    fixed = _fixed_by(model, given, num_classes, spec)
+    lengths = unknown_lengths.note(given, fixed)
+    return PipelineSource(name=spec, function=function, feature_spec=unknown_lengths.fitted(given, fixed),
+                          sizes=sizes, splits=splits, shards_itself=probe.read, fixed=fixed, num_classes=num_classes,
+                          one_hot=one_hot, note=f"features {describe(given)}; splits {', '.join(splits)}"
+                          + (f"; {lengths}" if lengths else ""))
+
+
+def _fixed_by(model: str | None, given, num_classes: int | None, spec: str) -> dict:
+    """The shapes a user model's declared inputs give the features of unknown length ({} for a zoo or recommender
+    model, which takes them ragged as they are described to it)."""
+    if not model or ":" not in model or not any(unknown_lengths.unknown(one) for one in tf.nest.flatten(given)):
+        return {}
+    from coordinator.input_contract import declared  # builds the model: only when a length is unknown
+
+    return unknown_lengths.fixed_shapes(given, declared(model, contract.normalized(given), num_classes, spec))
 
 
 def problems(spec: str, steps_per_epoch: int | None, evaluator: bool) -> list[Problem]:

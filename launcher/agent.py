@@ -23,7 +23,7 @@ from pathlib import Path
 import fire
 
 from cluster import config as cluster_config
-from cluster import taskspec
+from cluster import ps_memory, taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.run_files import RUN_VARIABLE, Phase, RunFiles, TrainingProgress, read_progress
 from common.exit_file import EXIT_FILE_VARIABLE
@@ -144,7 +144,7 @@ def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 51
                 running and process.group_alive(running)):
             problems.append(f"{task.name}: port {task.address.port} on {task.address.host} is already in use; "
                             "stop what holds it (`sh kill.sh` if it is an old run) or change the port")
-    problems += machine_problems(config, tasks)
+    problems += machine_problems(config, tasks) + memory_problems(config, tasks)
     free = shutil.disk_usage(PROJECT_ROOT).free
     if free < min_free_bytes:
         problems.append(f"only {free >> 20} MiB free under {PROJECT_ROOT}; free at least "
@@ -181,6 +181,24 @@ def machine_problems(config: ClusterConfig, tasks: list[Task]) -> list[str]:
                             f"(from {PROJECT_ROOT}); use .venv/bin/python (sh run.sh creates it) or the absolute "
                             "path of a python that has the project's packages")
     return problems
+
+
+def memory_problems(config: ClusterConfig, tasks: list[Task]) -> list[str]:
+    """The ps of these tasks whose tables (with what a checkpoint adds) would not fit this host's available memory
+    at their peak (cluster/ps_memory.py)."""
+    here = [task for task in tasks if task.job == "ps" and "ps" in config.strategy.launched_jobs]
+    if not here:
+        return []
+    available, host = available_bytes(), here[0].address.host
+    why = ps_memory.shortfall(config.training, len(config.jobs["ps"]), len(here), available, place=f"on {host}",
+                              has=f"{host} has {ps_memory.gib(available)} available")
+    return [ps_memory.problem(config.training, why).text(config.source.name)] if why else []
+
+
+def available_bytes() -> float:
+    """This host's available memory (MemAvailable): what its processes can take without swapping."""
+    with open("/proc/meminfo") as meminfo:
+        return next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
 
 
 def host_python(config: ClusterConfig, name: str) -> str | None:

@@ -5,8 +5,11 @@ host link's rate and round trip are `hosts.<name>.link_gbps` and `link_rtt_ms` w
 give them, else measured by a short bounded transfer (launcher.link_probe); compute is
 `hosts.<name>.step_compute_ms` when every worker host gives it (the slowest counts), else measured here; what a
 step costs beyond those (fixed costs, round trips, CPU per task) comes from a few seconds of the real step on one
-worker and one ps here (launcher.step_costs); each host's machine and cores are asked on the host
-(launcher.host_facts). The prediction's inputs go to LOGS_DIR/capacity-plan.json, where the chief finds them
+worker and one ps here (launcher.step_costs); each host's cores and available memory are
+`hosts.<name>.cores` and `memory_gib` when given, else asked on the host (launcher.host_facts), and the ps of a
+recommender are held against that memory before the model is built (cluster/ps_memory.py). So a cluster whose
+hosts give every figure is planned without reaching any of them; a host that cannot be reached is named with the
+keys still missing. The prediction's inputs go to LOGS_DIR/capacity-plan.json, where the chief finds them
 and puts its measured steps/s beside the prediction.
 """
 
@@ -18,8 +21,10 @@ from pathlib import Path
 
 from cluster import capacity
 from cluster.addresses import Address
-from cluster.capacity_inputs import given_compute_s, given_link, given_rtt_s, hosts_of, plan_path
+from cluster import ps_memory
+from cluster.capacity_inputs import given_compute_s, given_link, given_rtt_s, hosts_of, missing_keys, plan_path
 from cluster.config import ClusterConfig
+from common.errors import UserError
 from launcher import host_facts, link_probe, step_costs
 
 SEARCH_UP_TO = 16  # ps counts searched for the smallest that is enough (at least twice the configured count)
@@ -37,7 +42,11 @@ def links(config: ClusterConfig, say) -> dict[tuple[str, str], tuple[float, floa
             if rate is not None and rtt is not None:
                 found[(worker_host, ps_host)] = (rate, rtt, "given")
                 continue
-            probed = link_probe.measure(config, worker_host, ps_host, ports[ps_host])
+            try:
+                probed = link_probe.measure(config, worker_host, ps_host, ports[ps_host])
+            except link_probe.ProbeFailed as failure:
+                keys = missing_keys(config, (worker_host, ps_host), ("link_gbps", "link_rtt_ms"))
+                raise link_probe.ProbeFailed(f"{failure}; to plan without measuring it, give {keys}") from None
             how = "measured" if rate is None and rtt is None else "given rate, measured round trip" \
                 if rtt is None else "measured rate, given round trip"
             found[(worker_host, ps_host)] = (rate or probed.bytes_per_s, probed.rtt_s if rtt is None else rtt, how)
@@ -92,14 +101,36 @@ def sweep_lines(layout: capacity.Layout, rate, bytes_for,
     return lines, searched, enough
 
 
-def _machine_lines(machines: dict[str, capacity.Machine]) -> list[str]:
-    """One line per machine: its hosts and cores (hosts of one kernel share its cores)."""
+def _machine_lines(config: ClusterConfig, machines: dict[str, capacity.Machine]) -> list[str]:
+    """One line per machine: its hosts, cores and available memory (hosts of one kernel share its cores)."""
     by_machine: dict[str, list[str]] = {}
     for host, machine in machines.items():
         by_machine.setdefault(machine.name, []).append(host)
-    return [f"machine of {', '.join(hosts)}: {machines[hosts[0]].cores:.0f} core(s)"
-            + (", shared by all of them (one kernel)" if len(hosts) > 1 else "") + ", measured"
+    return [f"machine of {', '.join(hosts)}: {machines[hosts[0]].cores:.0f} core(s), "
+            f"{ps_memory.gib(machines[hosts[0]].memory_bytes)} available"
+            + (", shared by all of them (one kernel)" if len(hosts) > 1 else "")
+            + (", given" if all(config.host(h).cores and config.host(h).memory_gib for h in hosts) else ", asked")
             for hosts in by_machine.values()]
+
+
+def tables_fit(config: ClusterConfig, machines: dict[str, capacity.Machine]) -> list[str]:
+    """What each ps holds at its peak (dlrm, wide_deep), one line; refused (UserError, one line) when the ps of a
+    machine would need more than its available memory, as `sh run.sh` would refuse it."""
+    options, ps = config.training, hosts_of(config, "ps")
+    peak = ps_memory.peak(options, len(ps))
+    if peak is None:
+        return []
+    by_machine: dict[str, list[str]] = {}
+    for host in ps:
+        by_machine.setdefault(machines[host].name, []).append(host)
+    for hosts in by_machine.values():
+        available, place = machines[hosts[0]].memory_bytes, ", ".join(dict.fromkeys(hosts))
+        why = ps_memory.shortfall(options, len(ps), len(hosts), available, place=f"on {place}",
+                                  has=f"{place} {'has' if len(set(hosts)) == 1 else 'have'} "
+                                      f"{ps_memory.gib(available)} available")
+        if why:
+            raise UserError(ps_memory.problem(options, why), source=config.source.name)
+    return [f"each ps at its peak: {ps_memory.gib(peak.total)} ({peak.parts()}; docs/memory.md)"]
 
 
 def plan(config: ClusterConfig, say) -> list[str]:
@@ -110,6 +141,9 @@ def plan(config: ClusterConfig, say) -> list[str]:
 
     options = config.training
     workers, ps = hosts_of(config, "worker"), hosts_of(config, "ps")
+    chief = config.jobs["chief"][0].host
+    machines = host_facts.machines(config, (*workers, *ps, chief))  # first: given, or asked (a failure names keys)
+    fitting = tables_fit(config, machines)  # before the model is built here
     source = source_for(options, config.path("."))
     global_batch = options.per_worker_batch * len(workers)
     model, created = step_traffic.built_on_cpu(options, source)
@@ -124,8 +158,6 @@ def plan(config: ClusterConfig, say) -> list[str]:
     found = links(config, say)
     costs, costs_lines = step_costs.measured(config, compute_s=compute_s, bytes_per_step=sum(bytes_for(1)), say=say,
                                              lone_link_bytes_per_s=lone_link(found, workers, ps))
-    chief = config.jobs["chief"][0].host
-    machines = host_facts.machines(config, (*workers, *ps, chief))
     layout = capacity.Layout(ps_hosts=ps, worker_hosts=workers, compute_s=compute_s, ps_bytes_per_step=bytes_for(
         len(ps)), costs=costs, machines=machines, chief_host=chief)
     lines, searched, enough = sweep_lines(layout, lookup({pair: f[0] for pair, f in found.items()}), bytes_for,
@@ -133,7 +165,7 @@ def plan(config: ClusterConfig, say) -> list[str]:
     write(config, layout, found, searched, enough)
     tables = table_lines(options, model, created, ids, layout)
     head = _head(config, model, layout, found, compute_from)
-    return [*head, *costs_lines, *_machine_lines(machines), *tables, *lines]
+    return [*head, *costs_lines, *_machine_lines(config, machines), *fitting, *tables, *lines]
 
 
 def table_lines(options, model, created, ids, layout: capacity.Layout) -> list[str]:
@@ -156,26 +188,12 @@ def table_lines(options, model, created, ids, layout: capacity.Layout) -> list[s
                      f"+ id index {share.index_bytes / 2 ** 20:,.1f} MiB + bookkeeping and admission sketch "
                      f"{share.bookkeeping_bytes / 2 ** 20:,.1f} MiB = "
                      f"{share.total / 2 ** 20:,.1f} MiB{free}")
-    lines += _memory_warnings(held, layout)
     if ids:
         lookups, distinct, new = table_memory.ids_per_step(ids)
         lines.append(f"dynamic tables per step: {lookups:,.0f} ids looked up ({distinct:,.0f} distinct), about "
                      f"{new:,.0f} not seen in the batches before (inserts, until the tables hold what your data "
                      f"repeats), in {len(ids)} sampled batches")
     return lines
-
-
-def _memory_warnings(held: dict, layout: capacity.Layout) -> list[str]:
-    """A line for each machine whose ps would need more than its free memory at full capacity."""
-    need: dict[str, float] = {}
-    for index, share in held.items():
-        machine = layout.machines.get(layout.ps_hosts[index])
-        if machine and machine.memory_bytes:
-            need[machine.name] = need.get(machine.name, 0.0) + share.total
-    free = {m.name: m.memory_bytes for m in layout.machines.values()}
-    return [f"warning: the ps on one machine need {total / 2 ** 20:,.0f} MiB at capacity and it has "
-            f"{free[name] / 2 ** 20:,.0f} MiB free: use more ps (on other hosts) or a smaller "
-            "training.embedding_capacity" for name, total in need.items() if total > free[name]]
 
 
 def _head(config: ClusterConfig, model, layout: capacity.Layout, found: dict, compute_from: str) -> list[str]:

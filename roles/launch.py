@@ -15,7 +15,7 @@ from cluster.config import PROJECT_ROOT
 from common.errors import USER_ERROR_EXIT_CODE, Problem, UserError, exit_on_user_error
 from common.fields import is_int, is_number
 from common.logs import import_tensorflow_quietly, quiet_tensorflow
-from launcher import process, reload
+from launcher import memory_requests, process, reload
 from launcher.backends.slurm import allocation as slurm_allocation
 from launcher.backends.slurm import commands as slurm_commands
 from launcher.backends.slurm import run as slurm_run
@@ -48,6 +48,9 @@ class Launcher:
             it a run of the same options resumes, and a run of different ones is refused.
         """
         config = cluster_config.load(cluster)
+        warning = memory_requests.checked(config)  # a scheduler's request: refused before the job is sent
+        if warning:
+            say(warning)
         running = running_launcher(config)
         if running and running.pid != os.getpid():
             raise UserError(Problem("launcher", running.pid, "already runs this cluster",
@@ -173,8 +176,11 @@ class Launcher:
         """Predicts steps/s for 1 to 2x CLUSTER's ps, names what bounds each and how many ps are enough.
 
         Builds the model here on the CPU (no cluster), reads the bytes each ps moves per step, measures each
-        worker host <-> ps host link with a short transfer (or takes hosts.<name>.link_gbps) and a step's compute
-        (or takes hosts.<name>.step_compute_ms); the chief later logs its measured steps/s beside the prediction.
+        worker host <-> ps host link with a short transfer (or takes hosts.<name>.link_gbps and link_rtt_ms) and a
+        step's compute (or takes hosts.<name>.step_compute_ms), asks each host for its cores and memory (or takes
+        hosts.<name>.cores and memory_gib: with every figure given it reaches no host), and times the step in
+        calibration runs of one worker and one or two ps here; the chief later logs its measured steps/s beside
+        the prediction.
         """
         config = cluster_config.load(cluster)
         if config.job_sizes:
@@ -193,9 +199,8 @@ class Launcher:
 
         try:
             lines = capacity_plan.plan(config, say)
-        except ProbeFailed as failure:
-            print(f"[launcher] error: {failure}; or give hosts.<name>.link_gbps and link_rtt_ms for both hosts",
-                  file=sys.stderr)
+        except ProbeFailed as failure:  # it names the hosts.<name> keys that would spare the probe
+            print(f"[launcher] error: {failure}", file=sys.stderr)
             sys.exit(1)
         except CalibrationFailed as failure:
             print(f"[launcher] error: {failure}", file=sys.stderr)

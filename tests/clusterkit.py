@@ -55,13 +55,14 @@ def run_module(module: str, *args: str, timeout_s: float = 120, env: dict | None
                           timeout=timeout_s, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
 
 
-def served_predictions(saved_model: Path, kind: str, path: Path, count: int):
+def served_predictions(saved_model: Path, kind: str, path: Path, count: int | None):
     """Predictions of an exported SavedModel for the first `count` raw rows of `path` (kind "criteo" or
-    "examples"), made by tests/serving_client.py in a process of its own that imports no toolkit code."""
+    "examples"), or for the JSON request in `path` (kind "features"), made by tests/serving_client.py in a process
+    of its own that imports no toolkit code."""
     import numpy as np
 
     served = subprocess.run([PYTHON, str(ROOT / "tests" / "serving_client.py"), str(saved_model), kind, str(path),
-                             str(count)], capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+                             str(count or "-")], capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
     assert served.returncode == 0, served.stderr[-2000:]
     return np.array(json.loads(served.stdout.strip().splitlines()[-1]))
 

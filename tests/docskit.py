@@ -197,7 +197,8 @@ def links(text: str) -> list[str]:
 
 
 def json_examples(text: str) -> list[object]:
-    """Code blocks and spans that are JSON, or a JSON object's members (`"training": {...}`)."""
+    """Code blocks and spans that are JSON, or a JSON object's members (`"training": {...}`); not TensorFlow
+    Serving's REST requests (`{"signature_name": ...}`), which are no part of cluster.json."""
     found = []
     for code in code_texts(text):
         candidate = code.strip()
@@ -205,10 +206,12 @@ def json_examples(text: str) -> list[object]:
             continue
         for attempt in (candidate, "{" + candidate + "}"):
             try:
-                found.append(json.loads(attempt))
-                break
+                parsed = json.loads(attempt)
             except json.JSONDecodeError:
                 continue
+            if not (isinstance(parsed, dict) and "signature_name" in parsed):
+                found.append(parsed)
+            break
     return found
 
 

@@ -18,7 +18,7 @@ import criteokit  # noqa: E402
 import datakit  # noqa: E402
 from cluster.training_options import parse_training_options  # noqa: E402
 from common.errors import UserError  # noqa: E402
-from coordinator import input_contract  # noqa: E402
+from coordinator import export, input_contract, models, raw_export  # noqa: E402
 from data import bad_records_named, load_source, user_pipeline  # noqa: E402
 from data.criteo_splits import criteo_files  # noqa: E402
 from data import criteo  # noqa: E402
@@ -74,6 +74,7 @@ def _model(inputs) -> tf_keras.Model:
 
 
 CRITEO = {"dense": tf.TensorSpec([13], tf.float32), "ids": tf.TensorSpec([26], tf.int64)}
+TAGS = {"tags": tf.RaggedTensorSpec([None], tf.string, ragged_rank=0, row_splits_dtype=tf.int64)}  # they vary
 
 
 @pytest.mark.parametrize("inputs, said", [
@@ -96,6 +97,11 @@ def test_a_model_that_cannot_take_the_data_is_one_line_naming_both(inputs, said)
 def test_a_model_built_from_feature_spec_takes_the_data():
     model = _model(input_contract.keras_inputs(CRITEO))
     assert input_contract.problem(model, CRITEO, model_name="mine:ctr", source_name="criteo") is None
+    open_input = _model({"tags": tf_keras.Input((None,), dtype=tf.string, name="tags")})  # Keras hands it on ragged
+    assert input_contract.problem(open_input, TAGS, model_name="mine:ctr", source_name="tfrecord") is None
+    fixed = _model({"tags": tf_keras.Input((6,), dtype=tf.string, name="tags")})  # the data says it varies
+    assert "(tags: the data's is ragged (its length varies))" in input_contract.problem(
+        fixed, TAGS, model_name="mine:ctr", source_name="tfrecord").text()
     one = tf.TensorSpec([8, 8, 1], tf.float32)  # Keras drops or adds a last axis of 1, and casts numbers
     assert input_contract.problem(_model(tf_keras.Input((8, 8))), one, model_name="m", source_name="s") is None
 
@@ -133,6 +139,79 @@ def pipelines(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     yield "my_pipelines"
     sys.modules.pop("my_pipelines", None)
+
+
+LENGTHS = '''
+import tensorflow as tf
+import tf_keras
+
+
+def padded(split, input_context):
+    """The tutorial's shape: ids padded to 6, whose static length tf.pad with a computed amount loses ([None])."""
+    def example(n):
+        words = tf.range(n, dtype=tf.int64) + 1
+        words = tf.pad(words, [[0, 6 - tf.shape(words)[0]]])[:6]
+        return {"words": words, "price": tf.cast(n, tf.float32)[None]}, tf.cast(n > 3, tf.float32)
+    return tf.data.Dataset.from_tensor_slices(tf.constant([2, 5, 3, 6] * 4)).map(example)
+
+
+def uneven(split, input_context):
+    """One example in four has 7 words."""
+    return padded(split, input_context).map(lambda features, label: (
+        {**features, "words": tf.pad(features["words"], [[0, tf.cast(features["price"][0] > 5, tf.int32)]])},
+        label))
+
+
+def _model(words, pooled):
+    price = tf_keras.Input(shape=(1,), name="price")
+    vectors = tf_keras.layers.Embedding(8, 2)(words)
+    x = tf_keras.layers.Concatenate()([pooled(vectors), price])
+    return tf_keras.Model({"words": words, "price": price}, tf_keras.layers.Dense(1, activation="sigmoid")(x))
+
+
+def six(feature_spec):
+    return _model(tf_keras.Input(shape=(6,), dtype=tf.int64, name="words"), tf_keras.layers.Flatten())
+
+
+def any_length(feature_spec):
+    return _model(tf_keras.Input(shape=(None,), dtype=tf.int64, name="words"),
+                  tf_keras.layers.GlobalAveragePooling1D())
+'''
+
+
+@pytest.fixture
+def lengths(tmp_path, monkeypatch):
+    (tmp_path / "my_lengths.py").write_text(LENGTHS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "my_lengths"
+    sys.modules.pop("my_lengths", None)
+
+
+@pytest.mark.parametrize("model, spec, batched", [
+    ("six", tf.TensorSpec([6], tf.int64), tf.Tensor),
+    ("any_length", tf.RaggedTensorSpec([None], tf.int64, ragged_rank=0, row_splits_dtype=tf.int64), tf.RaggedTensor),
+])
+def test_a_feature_of_unknown_length_is_batched_as_the_models_input_declares(lengths, model, spec, batched):
+    source = user_pipeline.load(f"{lengths}:padded", model=f"{lengths}:{model}")
+    assert source.feature_spec["words"] == spec, source.feature_spec
+    assert "words: length unknown to tf.data, batched" in source.note
+    built = models.build(f"{lengths}:{model}", source.feature_spec, None, source.name)
+    assert input_contract.problem(built, source.feature_spec, model_name=model, source_name=source.name) is None
+    features, labels = next(iter(source.eval_dataset("train", 8)))
+    assert isinstance(features["words"], batched) and features["words"].shape[0] == 8
+    built.compile(loss="binary_crossentropy")
+    assert np.isfinite(built.train_on_batch(features, labels))  # as model.fit takes them
+
+
+def test_a_feature_whose_length_then_differs_from_the_models_is_one_line_naming_it(lengths):
+    source = user_pipeline.load(f"{lengths}:uneven", model=f"{lengths}:six")
+    with pytest.raises(UserError) as raised, bad_records_named():
+        list(source.eval_dataset("train", 8))
+    assert raised.value.lines() == [
+        f"error: training.dataset = '{lengths}:uneven feature words: 7 value(s), not 6': is not the length the "
+        "model's input declares (tf.data did not know the feature's length, so the model's input fixed it); give "
+        "every example that length (pad or cut it), or declare the input's axis None (or ragged=True) to take the "
+        "feature ragged"]
 
 
 @pytest.mark.parametrize("function, itself", [("ignores", False), ("shards", True)])
@@ -177,6 +256,39 @@ def test_a_record_off_the_schema_is_one_line_naming_file_record_and_feature(tmp_
         f"error: data file = '{tmp_path}/validation-00000-of-00001 record 1, feature price: 0 value(s), not 1': does "
         "not match training.tfrecord_features; fix or remove that record, or describe the feature as it is (e.g. "
         '"shape": "variable")']
+
+
+class _Pooled(tf_keras.layers.Layer):
+    def call(self, inputs):
+        return tf.reduce_sum(tf.cast(inputs["lists"], tf.float32), axis=[1, 2])[:, None] + inputs["price"]
+
+
+def test_reference_inputs_round_trip_and_serving_default_takes_them_by_name(tmp_path):
+    """Ragged at one level (a schema's variable feature) and at two ([batch, 3, None]), dense and text features:
+    saved as npz they load back equal, and named as a REST client names them they are what serving_default takes."""
+    lists = tf.ragged.constant([[[1], [2, 3], []], [[4, 5, 6], [7], [8]]], dtype=tf.int64, row_splits_dtype=tf.int64)
+    inputs = {"lists": lists, "tags": tf.ragged.constant([[b"a", b"b"], []], row_splits_dtype=tf.int64),
+              "price": tf.constant([[1.5], [2.5]])}
+    np.savez(tmp_path / "reference.npz", **export.saved_inputs(inputs))
+    with np.load(tmp_path / "reference.npz") as saved:
+        assert set(saved) == {"inputs_lists", "inputs_lists_row_lengths", "inputs_lists_row_lengths_1",
+                              "inputs_tags", "inputs_tags_row_lengths", "inputs_price"}
+        loaded = export.loaded_inputs(saved)
+        request = {key.removeprefix("inputs_"): tf.constant(value) for key, value in saved.items()}
+    for name, tensor in inputs.items():
+        assert type(loaded[name]) is type(tensor) and loaded[name].to_list() == tensor.to_list() \
+            if isinstance(tensor, tf.RaggedTensor) else np.array_equal(loaded[name], tensor), name
+    spec = {"lists": tf.RaggedTensorSpec([3, None], tf.int64, ragged_rank=1, row_splits_dtype=tf.int64),
+            "price": tf.TensorSpec([1], tf.float32)}
+    keras_in = input_contract.keras_inputs(spec)
+    model = tf_keras.Model(keras_in, _Pooled()(keras_in))
+    source = type("Source", (), {"raw_spec": spec})()
+    serve = raw_export.signatures(model, source)["serving_default"]
+    served = serve(**{name: value for name, value in request.items() if not name.startswith("tags")})
+    np.testing.assert_allclose(served["prediction"], [[7.5], [32.5]])
+    with np.load(tmp_path / "reference.npz") as saved:  # an npz of an earlier version: one level of lengths
+        older = {key: value for key, value in saved.items() if key.startswith("inputs_tags")}
+    assert export.loaded_inputs(older)["tags"].to_list() == [[b"a", b"b"], []]
 
 
 def test_criteo_raw_features_through_the_one_preprocessing_are_the_models_features(tmp_path):

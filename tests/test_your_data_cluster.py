@@ -1,6 +1,7 @@
-"""Bring your own data on loopback (2 ps, 2 workers): a dataset function with a user model trained and exported,
-TFRecords of click records through dlrm served from their records by another program, a model refused before
-training when its inputs do not take the data."""
+"""Bring your own data on loopback (2 ps, 2 workers): a dataset function (one feature of a length tf.data does not
+know, which the model's input fixes) with a user model trained and exported,
+TFRecords of click records through dlrm served by another program from their records and from their raw features
+as JSON, a model refused before training when its inputs do not take the data."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 import datakit
-from clusterkit import assert_no_traceback, derive_cluster, run_module, served_predictions
+from clusterkit import ROOT, assert_no_traceback, derive_cluster, run_module, served_predictions
 
 pytestmark = pytest.mark.cluster
 
@@ -24,19 +25,28 @@ import tf_keras
 
 
 def clicks(split, input_context):
-    """Never reads input_context: the toolkit shards."""
+    """Never reads input_context: the toolkit shards. `recent` is padded to 6 as TensorFlow's tutorials pad, which
+    leaves tf.data without its length ([None])."""
     rng = np.random.default_rng(0 if split == "train" else 1)
     count = 512 if split == "train" else 64
     price, words = rng.normal(size=(count, 1)).astype("float32"), rng.integers(0, 5, size=(count, 2))
     label = ((price[:, 0] > 0) == (words[:, 0] > 2)).astype("float32")
-    return tf.data.Dataset.from_tensor_slices(({"price": price, "words": words}, label))
+
+    def padded(features, label):
+        recent = features["words"][:1 + features["words"][1] % 2]
+        return {**features, "recent": tf.pad(recent, [[0, 6 - tf.shape(recent)[0]]])[:6]}, label
+
+    return tf.data.Dataset.from_tensor_slices(({"price": price, "words": words}, label)).map(padded)
 
 
 def ctr(feature_spec):
     inputs = {name: tf_keras.Input(shape=spec.shape, dtype=spec.dtype, name=name)
               for name, spec in feature_spec.items()}
+    inputs["recent"] = tf_keras.Input(shape=(6,), dtype="int64", name="recent")  # as model.fit takes it
     words = tf_keras.layers.Flatten()(tf_keras.layers.Embedding(5, 4)(inputs["words"]))
-    hidden = tf_keras.layers.Dense(8, activation="relu")(tf_keras.layers.Concatenate()([inputs["price"], words]))
+    recent = tf_keras.layers.Flatten()(tf_keras.layers.Embedding(5, 2)(inputs["recent"]))
+    hidden = tf_keras.layers.Dense(8, activation="relu")(tf_keras.layers.Concatenate()([inputs["price"], words,
+                                                                                       recent]))
     return tf_keras.Model(inputs, tf_keras.layers.Dense(1, activation="sigmoid")(hidden), name="ctr")
 
 
@@ -61,6 +71,7 @@ def test_a_dataset_function_and_a_user_model_train_to_an_export(shared_servers, 
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert "mine_ctr:clicks: 512 training examples" in trained.stderr and "8 steps per epoch" in trained.stderr
     assert "sharded by element: mine_ctr:clicks does not read input_context" in trained.stderr
+    assert "recent: length unknown to tf.data, batched dense [6] as the model's input takes it" in trained.stderr
     assert "export check" in trained.stderr
     report = tmp_path / "evaluated.json"
     evaluated = run_module("evaluator.sidecar", "--cluster", str(cluster), "--model", str(output / "model" /
@@ -96,8 +107,22 @@ def test_click_tfrecords_train_dlrm_and_the_export_serves_their_records(shared_s
     assert "sharded by file: 2 training files over 2 workers" in trained.stderr
     summary = json.loads((output / "summary.json").read_text())
     assert summary["status"] == "complete" and set(summary["final_metrics"]) >= {"auc", "log_loss"}
+    reference = np.load(output / "model" / "reference_predictions.npz")
+    assert set(reference) >= {"inputs_tags", "inputs_tags_row_lengths", "inputs_country", "inputs_price"}
     served = served_predictions(output / "model" / "saved_model", "examples",
                                 data / "validation-00000-of-00001", 16)
-    reference = np.load(output / "model" / "reference_predictions.npz")
     assert np.abs(served - reference["predictions"].reshape(-1)).max() <= 1e-4
-    assert set(reference) >= {"inputs_tags", "inputs_tags_row_lengths", "inputs_country", "inputs_price"}
+    request = tmp_path / "request.json"  # the reference inputs as a REST client sends them: named raw features
+    request.write_text(json.dumps({key.removeprefix("inputs_"): _json(value) for key, value in reference.items()
+                                   if key.startswith("inputs_")}))
+    served = served_predictions(output / "model" / "saved_model", "features", request, None)
+    assert np.abs(served - reference["predictions"].reshape(-1)).max() <= 1e-4
+    documented = (ROOT / "docs" / "your-data.md").read_text().split("```json\n", 1)[1].split("```")[0]
+    request.write_text(json.dumps(json.loads(documented)["inputs"]))  # the page's own request, as it stands
+    served = served_predictions(output / "model" / "saved_model", "features", request, None)
+    assert served.shape == (2,) and np.all((served >= 0) & (served <= 1)), served
+
+
+def _json(values: np.ndarray) -> list:
+    """An array as JSON holds it (strings as text)."""
+    return np.char.decode(values, "utf-8").tolist() if values.dtype.kind == "S" else values.tolist()

@@ -8,17 +8,22 @@ the partition's rows, at least 4,096 columns). Per held id: its entry in the id 
 MutableHashTable in the ps's heap that no variable shows. INDEX_BYTES_PER_ID was measured (bench/index_bytes.py:
 the resident memory of one process inserting random int64 ids; TF 2.21, 2-core AMD EPYC, 2026-11-27): 43.7, 46.3,
 43.2, 43.2 and 43.6 bytes per id at 1.0, 1.6, 2.1, 4.2 and 8.4 million ids (a node per id and a bucket array that
-doubles when it fills), so 48 covers it just after a doubling.
+doubles when it fills), so 48 covers it just after a doubling. Pure arithmetic (the launcher reads it without
+TensorFlow): the sketch's shape is defined here, and sketch.py takes it.
 """
 
 from __future__ import annotations
 
-from coordinator.dynamic.sketch import BYTES_PER_CELL, DEPTH, width_for
-
 INDEX_BYTES_PER_ID = 48
 BOOKKEEPING_BYTES_PER_ROW = 8 + 4 + 8 + 4  # owner id, generation, last step, free queue
+DEPTH, MIN_WIDTH, BYTES_PER_CELL = 4, 4096, 4  # the admission sketch's shape (sketch.py): int32 cells, 4 rows
 SKETCH_BYTES_PER_COLUMN = DEPTH * BYTES_PER_CELL
 PARTITION_BYTES = 256  # a partition's counters, queue ends, sweep clock and sketch window (at most)
+
+
+def width_for(rows: int) -> int:
+    """The admission sketch's width for a partition of `rows` rows."""
+    return max(MIN_WIDTH, rows)
 
 
 def sketch_bytes(rows: int, admit_after: int) -> int:

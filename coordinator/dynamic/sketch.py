@@ -21,16 +21,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from coordinator.dynamic.memory import BYTES_PER_CELL, DEPTH, MIN_WIDTH, width_for  # noqa: F401 - the shape
 from coordinator.dynamic.mixing import sketch_cells
-
-DEPTH = 4
-MIN_WIDTH = 4096
-BYTES_PER_CELL = 4
-
-
-def width_for(rows: int) -> int:
-    """The sketch's width for a partition of `rows` rows."""
-    return max(MIN_WIDTH, rows)
 
 
 class AdmissionSketch:
