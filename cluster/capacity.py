@@ -1,4 +1,5 @@
-"""The capacity arithmetic: the steps/s a parameter-server cluster can reach, what bounds it, how many ps it needs.
+"""The capacity arithmetic: the steps/s a parameter-server cluster can reach and what bounds it (how many ps it
+needs: ps_count_sweep.py).
 
 A step moves bytes from each ps to the worker and back (dense: every variable out and its gradient back;
 sparse: the rows a batch looks up). On the worker the two happen one after the other around the compute, and a
@@ -28,14 +29,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping
 
 PS_LINKS, WORKER_LINKS, COMPUTE = "ps links", "worker links", "compute"  # the bounds
 FIXED, CORES, CHIEF = "fixed costs", "shared cores", "chief dispatch"
 WORKERS = "workers"  # the workers' own ceiling: compute and transfer one after the other (bound: the larger)
-ENOUGH_WITHIN = 0.05  # more ps "stop helping" once they add less than this fraction
 FAR_BELOW = 0.5  # a run under this fraction of its prediction is "far below" it
-NEW_HOST = "new host {k}"
 # a round of every worker's transfer through one ps link, over a worker's cycle alone: up to TURNS_FILL the
 # workers take turns there, from SHARING_FILL on they share it (bench/RESULTS-capacity.md: 2 workers on one ps
 # at 0.75-0.95 stepped as if alone, 3 at 1.1-1.4 as the queueing analysis says)
@@ -262,48 +261,6 @@ def _bound(ceilings: dict, steps_per_s: float, queued_s: float, parts: dict) -> 
     if ceilings[PS_LINKS] <= steps_per_s or queued_s > max(parts.values()):
         return PS_LINKS
     return max(parts, key=parts.get)
-
-
-def ps_hosts_for(configured: Sequence[str], worker_hosts: Sequence[str], count: int) -> tuple[str, ...]:
-    """Hosts of `count` ps: the configured ones first; more go to new hosts, or to the one host of every task."""
-    if count <= len(configured):
-        return tuple(configured[:count])
-    if len({*configured, *worker_hosts}) == 1:
-        return tuple(configured) + (configured[0],) * (count - len(configured))
-    return tuple(configured) + tuple(NEW_HOST.format(k=k) for k in range(1, count - len(configured) + 1))
-
-
-def with_new_hosts(links: Links, ps_hosts: Sequence[str], worst=min) -> Links:
-    """Links where a new ps host gets the worst configured ps host's figure (the slowest rate: `min`; for round
-    trips pass `max`)."""
-    def lookup(worker_host: str, ps_host: str) -> float:
-        if ps_host.startswith(NEW_HOST.format(k="")):
-            return worst(links(worker_host, h) for h in ps_hosts)
-        return links(worker_host, ps_host)
-    return lookup
-
-
-def even_split(total_bytes: float) -> Callable[[int], tuple[float, ...]]:
-    """Bytes per ps when `total_bytes` per step spread evenly over the ps (the arithmetic on paper)."""
-    return lambda count: (total_bytes / count,) * count
-
-
-def sweep(configured: Layout, links: Links, bytes_for: Callable[[int], Sequence[float]],
-          counts: Sequence[int], round_trip: Links = no_round_trips) -> list[Prediction]:
-    """Predictions for each ps count, the workers, compute and costs as configured."""
-    found = []
-    for count in counts:
-        hosts = ps_hosts_for(configured.ps_hosts, configured.worker_hosts, count)
-        layout = dataclasses.replace(configured, ps_hosts=hosts, ps_bytes_per_step=tuple(bytes_for(count)))
-        found.append(predict(layout, with_new_hosts(links, configured.ps_hosts),
-                             with_new_hosts(round_trip, configured.ps_hosts, max)))
-    return found
-
-
-def enough_ps(predictions: Sequence[Prediction], within: float = ENOUGH_WITHIN) -> int:
-    """The smallest ps count past which more ps add less than `within` of the best predicted steps/s."""
-    best = max(p.steps_per_s for p in predictions)
-    return min(p.ps for p in predictions if p.steps_per_s >= (1 - within) * best)
 
 
 def verdict(measured_steps_per_s: float, prediction: Prediction, *, warming_up: bool = False) -> str:

@@ -4,7 +4,7 @@ A recommender's tables (dlrm, wide_deep) are split evenly over the ps (coordinat
 `table_rows` rows for each categorical feature, a dynamic one `embedding_capacity` rows for all; a row holds
 `embedding_dim` float32 values (wide_deep: one more, its wide part), and as many again per slot of the table
 optimizer (adagrad 1, ftrl 2, sgd 0). A dynamic table's rows also carry their bookkeeping, admission sketch and id
-index (coordinator/dynamic/memory.py). Beside its share a ps holds, at its peak, the larger of what a streamed
+index (cluster/dynamic_table_memory.py). Beside its share a ps holds, at its peak, the larger of what a streamed
 checkpoint adds (two chunks of `stream_chunk_mb`) and a shard being created (its initial value beside it, shards
 of at most MAX_SHARD_BYTES), its own buffers (gRPC's, a step's rows: 110-215 MB measured beside a 952 MB share,
 docs/memory.md) and the server itself (TensorFlow loaded: 560 MB measured idle). Pure arithmetic: no TensorFlow.
@@ -18,7 +18,7 @@ import math
 from cluster.data_options import table_count
 from cluster.recommender_options import RECOMMENDER_MODELS
 from common.errors import Problem
-from coordinator.dynamic import memory
+from cluster import dynamic_table_memory as memory
 
 MIB = 1 << 20
 GIB = 1 << 30

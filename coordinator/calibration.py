@@ -59,10 +59,10 @@ def measure(config, pids: dict[str, list[int]], log) -> dict:
     """Warms up, then times TIMED_EPOCHS epochs of about TARGET_S in all; CPU per step of each role in `pids`."""
     from coordinator import strategy
     from coordinator.compiled import build_compiled
-    from data import source_for
+    from coordinator.input_contract import source_for_model
 
     options = config.training
-    source = source_for(options, PROJECT_ROOT)
+    source = source_for_model(options, PROJECT_ROOT)
     global_batch = options.per_worker_batch  # one worker: the launcher set it to the job's global batch
     strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     with strategy.build(config, options).scope():

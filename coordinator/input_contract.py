@@ -97,6 +97,22 @@ def _described(model: tf_keras.Model, takes) -> str:
     return f"{describe(one)} (input {model.input_names[0]})"
 
 
+def source_for_model(options, base_dir):
+    """data.source_for with the user model's declared inputs: the DataSource every process that builds the model
+    opens (features of unknown length batched as the model takes them)."""
+    from data import source_for
+
+    return source_for(options, base_dir, declared_by(options.model))
+
+
+def declared_by(model_name: str | None):
+    """For data.source_for: a function giving the inputs a user model `model_name` declares for features, or None
+    for a zoo or recommender model (which takes features of unknown length ragged)."""
+    if not model_name or ":" not in model_name:
+        return None
+    return lambda spec, num_classes, source_name: declared(model_name, spec, num_classes, source_name)
+
+
 def declared(model_name: str, spec, num_classes: int | None, source_name: str):
     """The inputs (per example: a dict by name, or one spec) the model `model_name` declares for features `spec`,
     read from a build of it on this CPU whose large weights are one-row placeholders (nothing table-sized is

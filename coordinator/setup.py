@@ -21,6 +21,7 @@ from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, PREEMPTED_EXIT_CODE, Pr
 from coordinator import export
 from coordinator.compiled import build_compiled, with_table_stats
 from coordinator.dynamic.checkpoint import held_difference_streamed, state_prefix
+from coordinator.input_contract import source_for_model
 from coordinator.dynamic.report import dynamic_layers
 from coordinator.publish.model_export import export_model, remove_leftovers
 from coordinator.publish.template import Template
@@ -33,7 +34,7 @@ from coordinator.checkpoints import EpochCheckpoints, Position
 from coordinator.preemption import Preempted, StopRequest, exit_preempted
 from coordinator.streaming.rows import chunk_bytes_of
 from coordinator.progress import ProgressReport
-from data import skipped, source_for
+from data import skipped
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -59,7 +60,7 @@ def plan(config: ClusterConfig, options: TrainingOptions, log, *, workers: int, 
          scratch: Path | None = None, pipelines: int | None = None) -> TrainingRun:
     """Opens the data set (data mistakes stop here) and fixes the batch and the steps per epoch: the global batch
     is `per_worker_batch x workers`; the data is sharded over `pipelines` (default: `workers`)."""
-    source = source_for(options, PROJECT_ROOT)
+    source = source_for_model(options, PROJECT_ROOT)
     pipelines = pipelines or workers
     global_batch = options.per_worker_batch * workers
     steps_per_epoch = options.steps_per_epoch or source.steps_per_epoch(global_batch)

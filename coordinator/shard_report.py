@@ -112,7 +112,7 @@ def report_lines(report: dict[str, dict[str, int]]) -> list[str]:
 
 
 def _held(entry: dict) -> int:
-    """Variables, and with dynamic tables their bookkeeping, sketch and id index (coordinator/dynamic/memory.py)."""
+    """Variables, and with dynamic tables their bookkeeping, sketch and id index (cluster/dynamic_table_memory.py)."""
     return entry.get("bytes_held", 0) + entry.get("bookkeeping_bytes", 0) + entry.get("index_bytes", 0)
 
 

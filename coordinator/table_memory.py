@@ -4,7 +4,7 @@ slots, the id index, bookkeeping and admission sketch, and the ids a step looks 
 The rows (`embedding_capacity` in all) are split over the ps as the strategy splits them (step_traffic.placed);
 each row carries the table optimizer's slots (as many rows again per slot), its bookkeeping and share of the
 admission sketch and, once an id holds it, one entry of the id -> row index: the bytes of each are
-coordinator/dynamic/memory.py's, the account the per-ps report and the docs give too.
+cluster/dynamic_table_memory.py's, the account the per-ps report and the docs give too.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from coordinator.dynamic import memory
+from cluster import dynamic_table_memory as memory
 from coordinator.dynamic.layer import DynamicTables
 from coordinator.tables import table_layers
 

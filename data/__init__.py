@@ -70,18 +70,20 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
                 tfrecord_num_classes: int | None = None, synthetic_shape=SYNTHETIC_SHAPE,
                 synthetic_examples: int = SYNTHETIC_EXAMPLES, table_rows=DEFAULT_TABLE_ROWS,
                 criteo_validation=None, validation_fraction: float = VALIDATION_FRACTION, schema: dict | None = None,
-                num_classes: int | None = None, synthetic_drift=None, model: str | None = None):
+                num_classes: int | None = None, synthetic_drift=None, declared_inputs=None):
     """The DataSource for a dataset name (imports TensorFlow); a relative data_dir starts at `base_dir` (or here).
 
     The other keywords are the TrainingOptions of the same names (see source_for); `one_hot` makes labels one-hot;
     `schema` holds tfrecord_features as `schema` and numeric_features and categorical_features as `numeric` and
     `categorical` (tfrecord of any schema). A "package.module:function" name is a user's dataset function.
-    `synthetic_drift`: (new ids, id lifetime, period examples) of synthetic_criteo's ids born and dying; `model`
-    (training.model) decides how a dataset function's features of unknown length are batched.
+    `synthetic_drift`: (new ids, id lifetime, period examples) of synthetic_criteo's ids born and dying;
+    `declared_inputs` (a user model's, coordinator/input_contract.py's declared_by) decides how a dataset
+    function's features of unknown length are batched.
     """
     if ":" in name:
         from data import user_pipeline
-        return user_pipeline.load(name, num_classes=num_classes, one_hot=one_hot, model=model)
+        return user_pipeline.load(name, num_classes=num_classes, one_hot=one_hot,
+                                  declared_inputs=declared_inputs)
     if name == "synthetic_criteo":
         from data import synthetic_criteo
         drift = synthetic_criteo.Drift(*synthetic_drift) if synthetic_drift else synthetic_criteo.Drift()
@@ -102,8 +104,9 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
     return dataclasses.replace(source, one_hot=one_hot, augment=augment, skip_corrupt=skip_corrupt)
 
 
-def source_for(options, base_dir: Path):
-    """The DataSource TrainingOptions `options` describe; a relative data_dir starts at `base_dir`, as in preflight."""
+def source_for(options, base_dir: Path, declared_inputs=None):
+    """The DataSource TrainingOptions `options` describe; a relative data_dir starts at `base_dir`, as in preflight;
+    `declared_inputs`: see load_source (the coordinator's callers pass input_contract.declared_by(options.model))."""
     return load_source(options.dataset, options.data_dir, options.seed, base_dir=base_dir,
                        one_hot=options.loss in ONE_HOT_LOSSES, augment=options.augment,
                        skip_corrupt=options.skip_corrupt, image_size=options.image_size,
@@ -116,7 +119,7 @@ def source_for(options, base_dir: Path):
                                                              "categorical": options.categorical_features},
                        num_classes=options.num_classes,
                        synthetic_drift=(options.synthetic_new_ids, options.synthetic_id_lifetime,
-                                        options.synthetic_period_examples), model=options.model)
+                                        options.synthetic_period_examples), declared_inputs=declared_inputs)
 
 
 def followed_for(options, base_dir: Path):

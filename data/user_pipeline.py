@@ -167,10 +167,11 @@ def _signature_problem(spec: str, function: Callable) -> UserError | None:
 
 
 def load(spec: str, *, num_classes: int | None = None, one_hot: bool = False,
-         model: str | None = None) -> PipelineSource:
+         declared_inputs=None) -> PipelineSource:
     """The PipelineSource of the function `spec` names, its splits called once each to learn their features and
-    sizes; mistakes are one line each (UserError). With `model` (training.model), a user model's inputs decide
-    how features of unknown length are batched (data/unknown_lengths.py)."""
+    sizes; mistakes are one line each (UserError). With `declared_inputs` (the inputs a user model declares, from
+    coordinator/input_contract.py's declared_by), they decide how features of unknown length are batched
+    (data/unknown_lengths.py)."""
     function = user_model.load(spec, field=FIELD, returning="a tf.data.Dataset")
     wrong = _signature_problem(spec, function)
     if wrong:
@@ -191,7 +192,7 @@ def load(spec: str, *, num_classes: int | None = None, one_hot: bool = False,
              if data is not None and (size := _size(data)) is not None}
     splits = ("train", "validation") if validation is not None else ("train",)
     given = train.element_spec[0]
-    fixed = _fixed_by(model, given, num_classes, spec)
+    fixed = _fixed_by(declared_inputs, given, num_classes, spec)
     lengths = unknown_lengths.note(given, fixed)
     return PipelineSource(name=spec, function=function, feature_spec=unknown_lengths.fitted(given, fixed),
                           sizes=sizes, splits=splits, shards_itself=probe.read, fixed=fixed, num_classes=num_classes,
@@ -199,14 +200,12 @@ def load(spec: str, *, num_classes: int | None = None, one_hot: bool = False,
                           + (f"; {lengths}" if lengths else ""))
 
 
-def _fixed_by(model: str | None, given, num_classes: int | None, spec: str) -> dict:
-    """The shapes a user model's declared inputs give the features of unknown length ({} for a zoo or recommender
-    model, which takes them ragged as they are described to it)."""
-    if not model or ":" not in model or not any(unknown_lengths.unknown(one) for one in tf.nest.flatten(given)):
+def _fixed_by(declared_inputs, given, num_classes: int | None, spec: str) -> dict:
+    """The shapes a user model's declared inputs give the features of unknown length ({} without one: a zoo or
+    recommender model takes them ragged as they are described to it)."""
+    if declared_inputs is None or not any(unknown_lengths.unknown(one) for one in tf.nest.flatten(given)):
         return {}
-    from coordinator.input_contract import declared  # builds the model: only when a length is unknown
-
-    return unknown_lengths.fixed_shapes(given, declared(model, contract.normalized(given), num_classes, spec))
+    return unknown_lengths.fixed_shapes(given, declared_inputs(contract.normalized(given), num_classes, spec))
 
 
 def problems(spec: str, steps_per_epoch: int | None, evaluator: bool) -> list[Problem]:

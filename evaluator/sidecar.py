@@ -45,12 +45,12 @@ def _evaluate_once(config: ClusterConfig, log, *, checkpoint: str | None, model:
     from coordinator.compiled import CUSTOM_OBJECTS
     from coordinator.publish.template import Template
     from coordinator.streaming.rows import chunk_bytes_of
-    from data import source_for
+    from coordinator.input_contract import source_for_model
     from evaluator.loop import metrics_line
     from evaluator.scoring import scores
 
     options = config.training
-    source = source_for(options, PROJECT_ROOT)
+    source = source_for_model(options, PROJECT_ROOT)
     inputs = source.eval_dataset(split, config.evaluation.batch, raw=bool(model))  # an export takes raw features
     if model:
         if not Path(model).exists():

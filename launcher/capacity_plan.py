@@ -21,7 +21,7 @@ from pathlib import Path
 
 from cluster import capacity
 from cluster.addresses import Address
-from cluster import ps_memory
+from cluster import ps_count_sweep, ps_memory
 from cluster.capacity_inputs import given_compute_s, given_link, given_rtt_s, hosts_of, missing_keys, plan_path
 from cluster.config import ClusterConfig
 from common.errors import UserError
@@ -86,8 +86,9 @@ def sweep_lines(layout: capacity.Layout, rate, bytes_for,
                 round_trip=capacity.no_round_trips) -> tuple[list[str], list[capacity.Prediction], int]:
     """The table for 1..2x the configured ps (and the enough count, when it lies beyond) and that count."""
     configured = len(layout.ps_hosts)
-    searched = capacity.sweep(layout, rate, bytes_for, range(1, max(2 * configured, SEARCH_UP_TO) + 1), round_trip)
-    enough = capacity.enough_ps(searched)
+    counts = range(1, max(2 * configured, SEARCH_UP_TO) + 1)
+    searched = ps_count_sweep.sweep(layout, rate, bytes_for, counts, round_trip)
+    enough = ps_count_sweep.enough_ps(searched)
     shown = [p for p in searched if p.ps <= 2 * configured or p.ps == enough]
     best = max(p.steps_per_s for p in searched)
     lines = table(shown, configured)
@@ -95,7 +96,7 @@ def sweep_lines(layout: capacity.Layout, rate, bytes_for,
         lines.append(f"more ps still help at {enough} ps (the most searched); the bound is "
                      f"{searched[-1].bound}")
     else:
-        lines.append(f"enough ps: {enough} (past it more ps add less than {capacity.ENOUGH_WITHIN:.0%}; "
+        lines.append(f"enough ps: {enough} (past it more ps add less than {ps_count_sweep.ENOUGH_WITHIN:.0%}; "
                      f"{best:.2f} steps/s at best, then bound by {searched[enough - 1].bound}); "
                      f"configured: {configured} (* above)")
     return lines, searched, enough
@@ -137,14 +138,14 @@ def plan(config: ClusterConfig, say) -> list[str]:
     """Builds the model, reads its bytes per ps, measures or takes links, compute and step costs; returns the
     report lines."""
     from coordinator import step_traffic  # TensorFlow: only once the environment is set
-    from data import source_for
+    from coordinator.input_contract import source_for_model
 
     options = config.training
     workers, ps = hosts_of(config, "worker"), hosts_of(config, "ps")
     chief = config.jobs["chief"][0].host
     machines = host_facts.machines(config, (*workers, *ps, chief))  # first: given, or asked (a failure names keys)
     fitting = tables_fit(config, machines)  # before the model is built here
-    source = source_for(options, config.path("."))
+    source = source_for_model(options, config.path("."))
     global_batch = options.per_worker_batch * len(workers)
     model, created = step_traffic.built_on_cpu(options, source)
     ids = step_traffic.sample_ids(source, global_batch) if hasattr(model, "split_variables") else []
@@ -238,6 +239,7 @@ def on_paper(*, workers: int, ps: int, variable_mb: float, link_gbps: float, ste
     layout = capacity.Layout(ps_hosts=tuple(f"ps host {k}" for k in range(ps)),
                              worker_hosts=tuple(f"worker host {k}" for k in range(workers)),
                              compute_s=step_compute_ms / 1000, ps_bytes_per_step=(2 * variable_mb * 1e6 / ps,) * ps)
-    lines, _, _ = sweep_lines(layout, lambda w, p: link_gbps * 1e9 / 8, capacity.even_split(2 * variable_mb * 1e6))
+    split = ps_count_sweep.even_split(2 * variable_mb * 1e6)
+    lines, _, _ = sweep_lines(layout, lambda w, p: link_gbps * 1e9 / 8, split)
     return [f"capacity on paper: {variable_mb} MB of dense variables, {workers} worker(s), {ps} ps, "
             f"{link_gbps} Gbit/s per host, {step_compute_ms} ms of compute per step"] + lines

@@ -6,7 +6,7 @@ import data
 from cluster import crosschecks
 from cluster.config import PROJECT_ROOT, ClusterConfig
 from common.errors import Problem, UserError
-from launcher import agent
+from launcher import host_checks
 from launcher.backends.ssh import commands as ssh_commands
 from launcher.backends.base import AgentFailed, BootstrapFailed, HostError, HostUnreachable
 
@@ -113,7 +113,7 @@ def check_cluster(config: ClusterConfig, hosts: dict, say, *, fresh: bool = Fals
     warning = exposure_warning(config)
     if warning:
         say(warning)
-    mine = agent.versions()
+    mine = host_checks.versions()
     problems = []
     for name, host in hosts.items():
         tasks = [t for t in config.launched_tasks() if t.address.host == name]

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from cluster import capacity
+from cluster import capacity, ps_count_sweep
 from cluster.capacity import COMPUTE, PS_LINKS, WORKER_LINKS, WORKERS, Layout
 
 GBE10 = 10e9 / 8  # bytes/s
@@ -105,9 +105,9 @@ def test_long_reads_from_several_ps_move_in_step_the_issues_cnn_on_two_ps(monkey
 
 
 def test_more_ps_still_help_long_reads_until_a_round_fits_the_workers_own_links():
-    found = capacity.sweep(_cnn_28(2), same_links(MBIT_100), capacity.even_split(2 * CNN_28), range(1, 5))
+    found = ps_count_sweep.sweep(_cnn_28(2), same_links(MBIT_100), ps_count_sweep.even_split(2 * CNN_28), range(1, 5))
     rates = [round(p.steps_per_s, 2) for p in found]
-    assert rates == [0.84, 1.12, 1.67, 1.67] and capacity.enough_ps(found) == 3
+    assert rates == [0.84, 1.12, 1.67, 1.67] and ps_count_sweep.enough_ps(found) == 3
 
 
 def test_short_reads_on_the_issues_shape_still_take_turns():
@@ -139,11 +139,11 @@ def test_resnet50_on_10gbe_one_ps_caps_fifteen_workers_at_about_twelve_steps():
     assert p.steps_per_s == pytest.approx(11.31, abs=0.01)  # 15 workers queued there: not quite the ceiling
     assert p.ceilings[WORKERS] == pytest.approx(3 * 12.25, abs=0.05)
     layout = dense(RESNET50, ps=1, workers=15, compute_s=compute_s)
-    found = capacity.sweep(layout, same_links(GBE10), capacity.even_split(2 * RESNET50), range(1, 9))
+    found = ps_count_sweep.sweep(layout, same_links(GBE10), ps_count_sweep.even_split(2 * RESNET50), range(1, 9))
     # 3 ps: a round of the 15 workers' transfers just fills a worker's cycle at each ps link, so they meet half its
     # queue there, shorter than what a worker's own link takes for the bytes of all 3: the links' ceiling is met
     assert [round(p.steps_per_s, 1) for p in found[:4]] == [11.3, 22.1, 36.8, 36.8]
-    assert capacity.enough_ps(found) == 3 and found[2].bound == PS_LINKS and found[3].bound == COMPUTE
+    assert ps_count_sweep.enough_ps(found) == 3 and found[2].bound == PS_LINKS and found[3].bound == COMPUTE
 
 
 def test_workers_on_one_host_share_its_link():
@@ -174,12 +174,12 @@ def test_a_slow_link_to_one_worker_host_counts_for_that_host_only():
 
 
 def test_more_ps_than_configured_go_to_new_hosts_with_the_slowest_ps_link():
-    assert capacity.ps_hosts_for(("a", "b"), ("w",), 1) == ("a",)
-    assert capacity.ps_hosts_for(("a", "b"), ("w",), 3) == ("a", "b", "new host 1")
-    assert capacity.ps_hosts_for(("a",), ("w",), 2) == ("a", "new host 1")
-    assert capacity.ps_hosts_for(("a", "a"), ("a",), 3) == ("a", "a", "a")  # one host for every task: it stays so
+    assert ps_count_sweep.ps_hosts_for(("a", "b"), ("w",), 1) == ("a",)
+    assert ps_count_sweep.ps_hosts_for(("a", "b"), ("w",), 3) == ("a", "b", "new host 1")
+    assert ps_count_sweep.ps_hosts_for(("a",), ("w",), 2) == ("a", "new host 1")
+    assert ps_count_sweep.ps_hosts_for(("a", "a"), ("a",), 3) == ("a", "a", "a")  # one host for every task: it stays so
     rates = {("w", "a"): 1e9, ("w", "b"): 5e8}
-    links = capacity.with_new_hosts(lambda w, h: rates[(w, h)], ("a", "b"))
+    links = ps_count_sweep.with_new_hosts(lambda w, h: rates[(w, h)], ("a", "b"))
     assert links("w", "new host 2") == 5e8 and links("w", "a") == 1e9
 
 
@@ -198,10 +198,10 @@ def test_a_lone_worker_shows_the_measured_part_of_its_transfer_and_workers_among
 
 
 def test_enough_ps_is_the_smallest_count_within_five_percent_of_the_best():
-    found = capacity.sweep(dense(100e6, ps=2, workers=4, compute_s=0.5), same_links(1e9),
-                           capacity.even_split(200e6), range(1, 5))
+    found = ps_count_sweep.sweep(dense(100e6, ps=2, workers=4, compute_s=0.5), same_links(1e9),
+                           ps_count_sweep.even_split(200e6), range(1, 5))
     rates = [p.steps_per_s for p in found]
-    assert rates == sorted(rates) and capacity.enough_ps(found) == next(
+    assert rates == sorted(rates) and ps_count_sweep.enough_ps(found) == next(
         p.ps for p in found if p.steps_per_s >= 0.95 * rates[-1])
 
 
@@ -300,7 +300,7 @@ def test_a_step_waits_for_two_round_trips_and_its_share_of_the_dispatch():
 def test_dynamic_tables_at_capacity_per_ps_rows_slots_and_index(tmp_path):
     from cluster.training_options import parse_training_options
     from coordinator import step_traffic, table_memory
-    from coordinator.dynamic import memory
+    from cluster import dynamic_table_memory as memory
     from data import source_for
 
     options = parse_training_options({"model": "dlrm", "dataset": "synthetic_criteo", "embedding_kind": "dynamic",

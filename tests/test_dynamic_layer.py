@@ -314,7 +314,7 @@ def test_admission_counts_sightings_within_a_window_of_steps_whatever_the_batch(
 
 @pytest.mark.parametrize("options", [{}, {"admit_after": 2}, {"admit_after": 2, "expire_after_s": 60.0}])
 def test_the_memory_account_is_the_partitions_own_variables(options):
-    from coordinator.dynamic import memory
+    from cluster import dynamic_table_memory as memory
 
     layer, _ = table(6000, 2, **options)
     for partition in layer.partitions:

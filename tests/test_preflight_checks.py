@@ -11,7 +11,7 @@ import pytest
 
 from clusterkit import ROOT, assert_no_traceback, cluster_document, processes_mentioning, run_module, write_cluster
 from cluster import config as cluster_config
-from launcher import agent, preflight, user_code_checks
+from launcher import host_checks, preflight, user_code_checks
 from common.errors import UserError
 from launcher.backends import backends_for
 from launcher.backends.local import is_this_machine
@@ -22,13 +22,13 @@ def parsed(tmp_path, document: dict) -> cluster_config.ClusterConfig:
 
 
 def lines(config) -> list[str]:
-    return agent.machine_problems(config, config.tasks())
+    return host_checks.machine_problems(config, config.tasks())
 
 
 def test_firewall_without_nft(tmp_path, monkeypatch):
     config = parsed(tmp_path, {**cluster_document(), "security": {"firewall": True}})
-    monkeypatch.setattr(agent.shutil, "which", lambda name: None if name == "nft" else "/bin/true")
-    monkeypatch.setattr(agent.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(host_checks.shutil, "which", lambda name: None if name == "nft" else "/bin/true")
+    monkeypatch.setattr(host_checks.os, "geteuid", lambda: 0)
     assert lines(config) == [f"cluster.json: security.firewall = True: {socket.gethostname()} has no nft; run the "
                              "launcher as root on hosts with nftables (apt-get install nftables), or set "
                              '"firewall": false']
@@ -36,12 +36,12 @@ def test_firewall_without_nft(tmp_path, monkeypatch):
 
 def test_firewall_without_root(tmp_path, monkeypatch):
     config = parsed(tmp_path, {**cluster_document(), "security": {"firewall": True}})
-    monkeypatch.setattr(agent.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(host_checks.os, "geteuid", lambda: 1000)
     assert [line for line in lines(config) if "has no root" in line]
 
 
 def test_no_firewall_needs_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(agent.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(host_checks.os, "geteuid", lambda: 1000)
     assert lines(parsed(tmp_path, cluster_document())) == []
 
 
@@ -157,7 +157,7 @@ def test_user_model_parameters_are_checked_with_the_chiefs_python(tmp_path, monk
             "input_shape, num_classes, feature_spec (each if the function takes it); give the other parameters "
             "defaults, or take some of input_shape, num_classes, feature_spec"])):
         config = parsed(tmp_path, {**cluster_document(), "training": {"model": spec}})
-        assert user_code_checks.model_problems(config, agent.host_python(config, "localhost")) == expected
+        assert user_code_checks.model_problems(config, host_checks.host_python(config, "localhost")) == expected
 
 
 ENDLESS = '''
@@ -173,7 +173,7 @@ def test_a_dataset_function_is_checked_with_the_chiefs_python_before_anything_st
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     config = parsed(tmp_path, {**cluster_document(), "training": {"model": "my_models:ctr",
                                                                   "dataset": "my_pipeline:clicks"}})
-    assert user_code_checks.dataset_problems(config, agent.host_python(config, "localhost")) == [
+    assert user_code_checks.dataset_problems(config, host_checks.host_python(config, "localhost")) == [
         "cluster.json: training.steps_per_epoch = None: my_pipeline:clicks's training split has no known size "
         "(tf.data cannot count it); give training.steps_per_epoch (steps of one epoch)",
         "cluster.json: training.dataset = 'my_pipeline:clicks': returns None for 'validation', which the evaluator "

@@ -14,7 +14,7 @@ from cluster import config as cluster_config
 from cluster import ps_memory
 from cluster.training_options import parse_training_options
 from common.errors import UserError
-from launcher import agent, memory_requests
+from launcher import host_checks, memory_requests
 
 GIB = 1 << 30
 ISSUE = {"model": "dlrm", "dataset": "synthetic_criteo", "table_rows": 2_000_000_000}  # per table, 26 tables
@@ -47,16 +47,16 @@ def test_the_account_uses_the_partitioners_shard_bound():
 def test_the_issues_table_on_a_23_gb_host_is_one_line_naming_the_figure_and_the_fix(tmp_path, monkeypatch):
     document = cluster_document(evaluator=False, training=ISSUE)
     config = cluster_config.parse(document, write_cluster(tmp_path, document))
-    monkeypatch.setattr(agent, "available_bytes", lambda: 23e9)
-    assert agent.memory_problems(config, config.tasks()) == [
+    monkeypatch.setattr(host_checks, "available_bytes", lambda: 23e9)
+    assert host_checks.memory_problems(config, config.tasks()) == [
         "cluster.json: training.table_rows = 2000000000: the 2 ps on localhost need 6,201.1 GiB at their peak "
         "(each: rows 1,549.7 GiB + optimizer slots 1,549.7 GiB + a checkpoint's chunks or a shard's creation "
         "0.2 GiB + its buffers 0.2 GiB + the server 0.6 GiB) and localhost has 21.4 GiB available; use more ps on "
         "other hosts (each holds 1/N of the tables), hosts with more memory, or fewer training.table_rows (ids "
         "share rows modulo them); embedding_optimizer sgd keeps no slots"]
-    monkeypatch.setattr(agent, "available_bytes", lambda: 6202 * GIB)
-    assert agent.memory_problems(config, config.tasks()) == []
-    assert agent.memory_problems(config, config.tasks(("worker", "chief"))) == []
+    monkeypatch.setattr(host_checks, "available_bytes", lambda: 6202 * GIB)
+    assert host_checks.memory_problems(config, config.tasks()) == []
+    assert host_checks.memory_problems(config, config.tasks(("worker", "chief"))) == []
 
 
 def test_sh_run_refuses_it_before_anything_starts(tmp_path):

@@ -192,7 +192,7 @@ def lengths(tmp_path, monkeypatch):
     ("any_length", tf.RaggedTensorSpec([None], tf.int64, ragged_rank=0, row_splits_dtype=tf.int64), tf.RaggedTensor),
 ])
 def test_a_feature_of_unknown_length_is_batched_as_the_models_input_declares(lengths, model, spec, batched):
-    source = user_pipeline.load(f"{lengths}:padded", model=f"{lengths}:{model}")
+    source = user_pipeline.load(f"{lengths}:padded", declared_inputs=input_contract.declared_by(f"{lengths}:{model}"))
     assert source.feature_spec["words"] == spec, source.feature_spec
     assert "words: length unknown to tf.data, batched" in source.note
     built = models.build(f"{lengths}:{model}", source.feature_spec, None, source.name)
@@ -204,7 +204,7 @@ def test_a_feature_of_unknown_length_is_batched_as_the_models_input_declares(len
 
 
 def test_a_feature_whose_length_then_differs_from_the_models_is_one_line_naming_it(lengths):
-    source = user_pipeline.load(f"{lengths}:uneven", model=f"{lengths}:six")
+    source = user_pipeline.load(f"{lengths}:uneven", declared_inputs=input_contract.declared_by(f"{lengths}:six"))
     with pytest.raises(UserError) as raised, bad_records_named():
         list(source.eval_dataset("train", 8))
     assert raised.value.lines() == [

@@ -26,7 +26,7 @@ import uuid
 
 import tensorflow as tf
 
-from coordinator.dynamic import memory
+from cluster import dynamic_table_memory as memory
 from coordinator.dynamic.allocator import RowAllocator
 from coordinator.dynamic.expiry import make_expiry
 from coordinator.dynamic.guard import is_held, next_generation

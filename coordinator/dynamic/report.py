@@ -7,7 +7,7 @@ away 0` (the sweeps that expire rows run in the training steps: coordinator/dyna
 
 from __future__ import annotations
 
-from coordinator.dynamic import memory
+from cluster import dynamic_table_memory as memory
 from coordinator.dynamic.layer import DynamicTables
 from coordinator.shard_report import ps_of
 
@@ -16,7 +16,7 @@ FIELDS = ("rows", "rows_in_use", "ids_held", "admitted", "expired", "turned_away
 
 def table_stats(layers) -> dict[str, dict[str, int]]:
     """Per ps: the FIELDS summed over the partitions of dynamic tables `layers` on it, and `index_bytes`, the id
-    index's memory for the ids held (coordinator/dynamic/memory.py)."""
+    index's memory for the ids held (cluster/dynamic_table_memory.py)."""
     per_ps: dict[str, dict[str, int]] = {}
     for layer in layers:
         for partition, numbers in zip(layer.partitions, layer.stats().numpy(), strict=True):

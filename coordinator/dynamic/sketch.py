@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from coordinator.dynamic.memory import BYTES_PER_CELL, DEPTH, MIN_WIDTH, width_for  # noqa: F401 - the shape
+from cluster.dynamic_table_memory import BYTES_PER_CELL, DEPTH, MIN_WIDTH, width_for  # noqa: F401 - the shape
 from coordinator.dynamic.mixing import sketch_cells
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 from cluster.config import Address, ClusterConfig, Task
-from launcher import agent, previous_run
+from launcher import agent, host_checks, previous_run
 from launcher.backends.base import Backend, FirewallReport, PreflightReport, StopResult, TaskStatus
 
 
@@ -27,7 +27,7 @@ class LocalHost(Backend):
         return [agent.status(self.config, t) for t in tasks]
 
     def preflight(self, tasks: list[Task]) -> PreflightReport:
-        return agent.preflight_report(self.config, tasks)
+        return host_checks.preflight_report(self.config, tasks)
 
     def set_aside_previous_run(self) -> str | None:
         return previous_run.set_aside(self.config)
