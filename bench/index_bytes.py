@@ -1,7 +1,7 @@
 """The id -> row index's memory per id: `.venv/bin/python -m bench.index_bytes 1000000` inserts that many random
 int64 ids into a fresh MutableHashTable (what each partition of a dynamic table keeps on its ps) and prints the
 growth of this process's resident memory per id. Run each size in a process of its own (the heap keeps what it
-freed). The figures are coordinator/dynamic/memory.py's INDEX_BYTES_PER_ID."""
+freed). The figures are cluster/dynamic_table_memory.py's INDEX_BYTES_PER_ID."""
 
 from __future__ import annotations
 
