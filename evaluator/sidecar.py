@@ -76,8 +76,9 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
     """Evaluates every checkpoint the chief writes into TensorBoard and keeps the best model; or one model once.
 
     Follows OUTPUT_DIR/checkpoints of the training section until the run is complete and every checkpoint is
-    evaluated (exit 0), or gives up when none arrives within evaluation.idle_timeout_s (exit 1). It must see
-    the chief's output directory: run it on the chief's host.
+    evaluated (exit 0). It gives up (exit 1) only when all three hold for evaluation.idle_timeout_s: no new
+    checkpoint, the lead's heartbeat (OUTPUT_DIR/progress.json) stands still, and the lead's process is gone. It
+    must see the chief's output directory: run it on the chief's host.
 
     Args:
       cluster: path of cluster.json.

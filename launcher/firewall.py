@@ -1,4 +1,4 @@
-"""An nftables allowlist per host: task ports accept only cluster members and loopback (TensorFlow has no auth)."""
+"""An nftables allowlist per host: task ports accept only loopback, cluster members and the launcher (no auth in TF)."""
 
 from __future__ import annotations
 

@@ -175,12 +175,13 @@ class Launcher:
     def plan(self, cluster: str = "cluster.json") -> None:
         """Predicts steps/s for 1 to 2x CLUSTER's ps, names what bounds each and how many ps are enough.
 
-        Builds the model here on the CPU (no cluster), reads the bytes each ps moves per step, measures each
-        worker host <-> ps host link with a short transfer (or takes hosts.<name>.link_gbps and link_rtt_ms) and a
-        step's compute (or takes hosts.<name>.step_compute_ms), asks each host for its cores and memory (or takes
-        hosts.<name>.cores and memory_gib: with every figure given it reaches no host), and times the step in
-        calibration runs of one worker and one or two ps here; the chief later logs its measured steps/s beside
-        the prediction.
+        Builds the model here on the CPU and reads the bytes each ps moves per step; measures each worker host
+        <-> ps host link with a one-second transfer over ssh (or takes hosts.<name>.link_gbps and link_rtt_ms) and
+        a step's compute (or takes hosts.<name>.step_compute_ms); asks each host for its cores and memory (or takes
+        hosts.<name>.cores and memory_gib: with every figure given it reaches no host). Then it starts servers
+        here, on loopback, for two or three calibration runs (one worker with one ps, then two ps; a lone worker
+        also through a throttled link), each at most 300 s, usually 10-40 s. The chief later logs its measured
+        steps/s beside the prediction.
         """
         config = cluster_config.load(cluster)
         if config.job_sizes:
