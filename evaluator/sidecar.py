@@ -5,6 +5,7 @@ With `--checkpoint PATH` or `--model PATH` it evaluates once instead (e.g. `--sp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ import fire
 from cluster import config as cluster_config
 from cluster import taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
+from cluster.evaluation_options import EvaluationOptions
 from cluster.run_files import RunFiles
 from common import stack_dump
 from common.errors import Problem, UserError, exit_on_user_error
@@ -73,20 +75,6 @@ def _evaluate_once(config: ClusterConfig, log, *, checkpoint: str | None, model:
 @exit_on_user_error()
 def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model: str | None = None,
              split: str = "validation", output_json: str | None = None) -> None:
-    """Evaluates every checkpoint the chief writes into TensorBoard and keeps the best model; or one model once.
-
-    Follows OUTPUT_DIR/checkpoints of the training section until the run is complete and every checkpoint is
-    evaluated (exit 0). It gives up (exit 1) only when all three hold for evaluation.idle_timeout_s: no new
-    checkpoint, the lead's heartbeat (OUTPUT_DIR/progress.json) stands still, and the lead's process is gone. It
-    must see the chief's output directory: run it on the chief's host.
-
-    Args:
-      cluster: path of cluster.json.
-      checkpoint: evaluate this checkpoint prefix once (e.g. output/checkpoints/ckpt-6) and exit.
-      model: evaluate this exported model (.h5, .keras or SavedModel) once and exit.
-      split: the split a one-off evaluation reads: train, validation or test.
-      output_json: also write a one-off evaluation's metrics to this JSON file.
-    """
     if split not in SPLITS:
         raise UserError(Problem("--split", split, "unknown split", f"use one of {', '.join(SPLITS)}"))
     if checkpoint and model:
@@ -114,6 +102,25 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
         evaluator = SidecarEvaluator(training=options, evaluation=config.evaluation, source=source,
                                      files=RunFiles(config.path(options.output_dir)), log=log)
         sys.exit(evaluator.run())
+
+
+def _option_help(name: str) -> str:
+    return next(field.metadata["help"] for field in dataclasses.fields(EvaluationOptions) if field.name == name)
+
+
+evaluate.__doc__ = f"""Evaluates each checkpoint as the chief writes it, keeps the best model; or one model once.
+
+Follows OUTPUT_DIR/checkpoints of the training section until the run is complete and every checkpoint is
+evaluated (exit 0). When it gives up is evaluation.idle_timeout_s: {_option_help("idle_timeout_s")} (the lead's
+heartbeat: OUTPUT_DIR/progress.json). It must see the chief's output directory: run it on the chief's host.
+
+Args:
+  cluster: path of cluster.json.
+  checkpoint: evaluate this checkpoint prefix once (e.g. output/checkpoints/ckpt-6) and exit.
+  model: evaluate this exported model (.h5, .keras or SavedModel) once and exit.
+  split: the split a one-off evaluation reads: train, validation or test.
+  output_json: also write a one-off evaluation's metrics to this JSON file.
+"""
 
 
 if __name__ == "__main__":

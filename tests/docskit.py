@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = ROOT / "roles" / "cluster.schema.json"
 REFERENCE_PATH = ROOT / "docs" / "cluster-json.md"
 REGENERATE = ".venv/bin/python tests/docskit.py"
+FILE_SUFFIXES = ("json", "py", "md", "log", "yaml", "yml", "sh", "txt", "gz", "out", "pid", "exit")  # cluster.json
 SECTION_GUIDES = {"cluster": "running.md#what-each-task-gets", "hosts": "running.md#hosts",
                   "launcher": "running.md", "slurm": "slurm.md", "security": "running.md#firewall-and-public-addresses",
                   "training": "training.md", "evaluation": "training.md#the-evaluator-python--m-evaluatorsidecar",

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import docskit
+import docslinks
 from cluster import config as cluster_config
 from cluster.evaluation_options import EvaluationOptions
 from cluster.training_options import TrainingOptions
@@ -18,7 +19,6 @@ from common.errors import UserError
 
 MAX_README_LINES = 200
 SETUP_COMMANDS = ["sh run.sh", "sh tests/run.sh"]
-FILE_SUFFIXES = ("json", "py", "md", "log", "yaml", "yml", "sh", "txt", "gz", "out", "pid", "exit")
 OPTION_TABLE = re.compile(r"^\|\s*(?:option \()?`(\w+)\.`\)?\s*\|")
 
 
@@ -67,7 +67,7 @@ def json_keys(example, schema: dict) -> list[tuple[str, str]]:
 
 def is_file(section: str, name: str) -> bool:
     """`cluster.json`, `launcher.log`, or a module such as `launcher.agent`: a file's name, not an option."""
-    return name in FILE_SUFFIXES or (docskit.ROOT / section / f"{name}.py").exists() or \
+    return name in docskit.FILE_SUFFIXES or (docskit.ROOT / section / f"{name}.py").exists() or \
         (docskit.ROOT / section / name).is_dir()
 
 
@@ -151,15 +151,7 @@ def test_the_three_host_example_in_the_readme_is_the_shipped_file():
 
 
 def test_every_relative_link_resolves():
-    broken = []
-    for path, text in texts(docskit.pages()).items():
-        for target in docskit.links(text):
-            file_part, _, anchor = target.partition("#")
-            linked = (path.parent / file_part).resolve() if file_part else path
-            if not linked.exists():
-                broken.append(f"{path.name}: {target} (no such file)")
-            elif anchor and (linked.suffix != ".md" or anchor not in docskit.anchors(linked.read_text())):
-                broken.append(f"{path.name}: {target} (no heading #{anchor} in {linked.name})")
+    broken = docslinks.broken_links(texts(docskit.pages()))
     assert not broken, f"links that lead nowhere: {broken}"
 
 
