@@ -133,7 +133,7 @@ def write_delta(source: DeltaSource, files: "DeltaFiles", *, version: int, seque
 def _write_bundle(source: DeltaSource, writing: Path, from_step: int, chunk_bytes: int) -> dict[str, int]:
     """The delta's bundle in `writing`; returns the rows written per table."""
     scratch_prefix = str(writing / "scratch")
-    scratch, chunks = BundleWriter(scratch_prefix, chunk_bytes=chunk_bytes), []
+    scratch, chunks = BundleWriter(scratch_prefix), []
     try:
         empty = {}
         for table in source.tables:
@@ -143,7 +143,6 @@ def _write_bundle(source: DeltaSource, writing: Path, from_step: int, chunk_byte
                 for begin, end in row_ranges(rows, chunk_rows(table.row_bytes, chunk_bytes)):
                     values = read(begin, end, from_step)
                     if int(values[0].shape[0]):
-                        scratch.flush()  # a part holds one chunk
                         key = f"{table.name}/{number}-{begin}"
                         for field, value in zip(table.fields, values, strict=True):
                             scratch.add(f"{key}/{field}", value)
@@ -153,13 +152,13 @@ def _write_bundle(source: DeltaSource, writing: Path, from_step: int, chunk_byte
     except BaseException:
         scratch.abandon()
         raise
-    return _gathered(source, writing, scratch_prefix, chunks, empty, chunk_bytes)
+    return _gathered(source, writing, scratch_prefix, chunks, empty)
 
 
-def _gathered(source, writing: Path, scratch_prefix: str, chunks: list, empty: dict, chunk_bytes: int) -> dict:
+def _gathered(source, writing: Path, scratch_prefix: str, chunks: list, empty: dict) -> dict:
     """Writes the scratch bundle's chunks as one key per field (slices of it), and the dense weights."""
     scratch = BundleReader(scratch_prefix)
-    writer = BundleWriter(str(writing / names.BUNDLE), chunk_bytes=chunk_bytes)
+    writer = BundleWriter(str(writing / names.BUNDLE))
     counts = {}
     for table in source.tables:
         mine = [(key, count) for owner, key, count in chunks if owner is table]
@@ -172,7 +171,6 @@ def _gathered(source, writing: Path, scratch_prefix: str, chunks: list, empty: d
             offset = 0
             for chunk, count in mine:
                 value = scratch.whole(f"{chunk}/{field}")
-                writer.flush()
                 writer.add(key, value, slice_spec([total, *value.shape[1:]], offset, offset + count))
                 offset += count
     for name, variables in source.dense.items():
