@@ -105,6 +105,13 @@ def source_for_model(options, base_dir):
     return source_for(options, base_dir, declared_by(options.model))
 
 
+def data_for_model(options, base_dir):
+    """What the exporter and the evaluator read: the followed folder (training.follow_data), or source_for_model."""
+    from data import followed_for
+
+    return followed_for(options, base_dir) if options.follow_data else source_for_model(options, base_dir)
+
+
 def declared_by(model_name: str | None):
     """For data.source_for: a function giving the inputs a user model `model_name` declares for features, or None
     for a zoo or recommender model (which takes features of unknown length ragged)."""

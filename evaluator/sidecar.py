@@ -89,7 +89,7 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
                                 "load a serving version (output/serving/<version>) with tf.saved_model.load and "
                                 "score it on files of your choice"))
     log = _prepare_process(config)
-    from data import followed_for, source_for
+    from coordinator.input_contract import data_for_model
     from data import bad_records_named
     from evaluator.loop import SidecarEvaluator
 
@@ -98,7 +98,7 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
             _evaluate_once(config, log, checkpoint=checkpoint, model=model, split=split, output_json=output_json)
             return
         options = config.training
-        source = (followed_for if options.follow_data else source_for)(options, PROJECT_ROOT)
+        source = data_for_model(options, PROJECT_ROOT)
         evaluator = SidecarEvaluator(training=options, evaluation=config.evaluation, source=source,
                                      files=RunFiles(config.path(options.output_dir)), log=log)
         sys.exit(evaluator.run())

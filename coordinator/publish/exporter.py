@@ -51,10 +51,10 @@ def export_checkpoint(request: ExportRequest, log) -> ExportResult:
 def _options_and_source(request: ExportRequest):
     from cluster.config import PROJECT_ROOT
     from cluster.training_options import parse_training_options
-    from data import followed_for, source_for
+    from coordinator.input_contract import data_for_model
 
     options = parse_training_options(request.options)
-    return options, (followed_for if options.follow_data else source_for)(options, PROJECT_ROOT)
+    return options, data_for_model(options, PROJECT_ROOT)
 
 
 def _chunk(options) -> int:
