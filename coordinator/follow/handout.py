@@ -56,6 +56,7 @@ class PieceTrainer:
         self.running: dict[tuple[int, int], list[concurrent.futures.Future]] = {}  # two once given twice
         self.abandoned: list[concurrent.futures.Future] = []  # a piece's other closure, once one finished
         self._train = _piece_function(distribution, model, data, global_batch, seed)
+        self._train.get_concrete_function()  # traced now: the model's metrics exist before the first piece runs
 
     @property
     def moving(self) -> bool:
