@@ -107,9 +107,8 @@ def test_base_plus_every_delta_equals_the_live_tables_bit_for_bit(run):
         assert 0 < max(rows) < len(fields[names.ROWS])  # the rows changed, not the table
 
 
+@pytest.mark.parametrize("run", ["dynamic"], indirect=True)  # ids expire from dynamic tables only
 def test_expired_ids_leave_and_new_ones_come(run):
-    if run.options.embedding_kind != "dynamic":
-        pytest.skip("dynamic tables only")
     live = deltakit.live_tables(run.model, run.tracked)
     base = deltakit.base_tables(run.base, {t: list(f) for t, f in live.items()})
     (table,) = live
