@@ -44,7 +44,7 @@ SERVING = re.compile(r"serving \| version \d+ \| .*? \| ([\d.]+) MB in ([\d.]+) 
                      r"exporter peak (\d+) MB")
 CHECKPOINT = re.compile(r"checkpoint ckpt-\S+ \(optimizer step \d+\): .*? written in ([\d.]+) s")
 RESTORED = re.compile(r"resuming .*? restored in ([\d.]+) s")
-PROGRESS = re.compile(r"follow \| .*? \| ([\d.]+) steps/s \| (\d+) ex/s \| (?!caught up)")
+PROGRESS = re.compile(r"follow \| .*? \| ([\d.]+) steps/s \| (\d+) ex/s \| (caught up)?")
 
 
 class Peaks:
@@ -81,18 +81,21 @@ def _clock(line: str, day: datetime.date) -> float | None:
 
 
 def during_versions(log: str) -> dict:
-    """Mean examples/s of the progress lines inside an exporter's run against those outside."""
+    """Mean examples/s of the progress lines inside an exporter's run against those outside; only lines whose
+    interval was all training (not the first, nor one after a caught-up line, whose interval holds the wait)."""
     day, lines = datetime.date.today(), log.splitlines()
     writing = []
     for line in lines:
         found, end = SERVING.search(line), _clock(line, day)
         if found and end is not None:
             writing.append((end - float(found[2]), end))
-    inside, outside = [], []
+    inside, outside, after_wait = [], [], True
     for line in lines:
         found, when = PROGRESS.search(line), _clock(line, day)
         if found and when is not None:
-            (inside if any(a <= when <= b for a, b in writing) else outside).append(int(found[2]))
+            if not after_wait:  # a line after a wait (or the first) counts the idle time in its rate
+                (inside if any(a <= when <= b for a, b in writing) else outside).append(int(found[2]))
+            after_wait = found[3] is not None
     mean = statistics.mean
     return {"examples_per_s_during": mean(inside) if inside else None,
             "examples_per_s_without": mean(outside) if outside else None}
