@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(config, items):
     lane = os.environ.get(lanes.LANE_VARIABLE)
     if not lane:
         return
-    mine = [lanes.in_lane(lane, item.get_closest_marker("multihost") is not None) for item in items]
+    mine = [lanes.in_lane(lane, item.get_closest_marker("multihost") is not None, item.path.name) for item in items]
     if not all(mine):
         config.hook.pytest_deselected(items=[item for item, keep in zip(items, mine) if not keep])
         items[:] = [item for item, keep in zip(items, mine) if keep]
