@@ -40,6 +40,12 @@ def write_keeping_notes(results_md: Path, text: str) -> None:
     results_md.write_text(text + "\n<!-- notes -->" + (notes or "\n"))
 
 
+def write_results(output: Path, record: dict, text: str) -> None:
+    """Writes a benchmark's record to `output` (results-x.json) and its text to RESULTS-x.md beside it."""
+    output.write_text(json.dumps(record, indent=2))
+    write_keeping_notes(output.with_name(output.stem.replace("results", "RESULTS", 1) + ".md"), text)
+
+
 QUICK_FILE = Path("/tmp/pscluster-bench-quick.json")
 
 

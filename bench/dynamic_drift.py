@@ -17,7 +17,6 @@ sizes, no waiting for a quiet machine, results printed and written nowhere in be
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import fire
 
-from bench.__main__ import machine, write_keeping_notes
+from bench.__main__ import machine, write_results
 from bench.dynamic_embeddings import FALLBACK_BYTES_PER_ID, _run, _stream, same_memory_capacity
 from bench.quiet import require_quiet
 
@@ -88,8 +87,7 @@ def main(sections: str = "drift,admission", quick: bool = False,
     if quick:
         print(text)
         return
-    Path(output).write_text(json.dumps(record, indent=2))
-    write_keeping_notes(Path(output).with_name(Path(output).stem.replace("results", "RESULTS", 1) + ".md"), text)
+    write_results(Path(output), record, text)
     _log(f"written to {output}")
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import fire
 
-from bench.__main__ import machine, write_keeping_notes
+from bench.__main__ import machine, write_results
 from bench.embedding_cluster import run_measured
 from bench.quiet import require_quiet
 from data.criteo_layout import CATEGORICAL_FEATURES
@@ -126,8 +126,7 @@ def main(sections: str = "hold,compare,memory", quick: bool = False,
     if quick:
         print(text)
         return
-    Path(output).write_text(json.dumps(record, indent=2))
-    write_keeping_notes(Path(output).with_name(Path(output).stem.replace("results", "RESULTS", 1) + ".md"), text)
+    write_results(Path(output), record, text)
     _log(f"written to {output}")
 
 
