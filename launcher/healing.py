@@ -35,6 +35,7 @@ class Decision:
     delay_s: float = 0.0
     hold_chief: bool = False  # a ps died: its variables are gone, the chief waits until every ps is back
     restart_group: bool = False  # collectives cannot lose a member: the other trainers restart too
+    restart_ps: bool = False  # a chief started again on live ps would hold its tables there twice: they restart too
     counts: bool = True  # counted against max_restarts (a stop asked from outside, with a checkpoint, is not)
     run_exit_code: int = 1  # FAIL_RUN: what `sh run.sh` exits with (2 for a user error, 5 for a full disk)
 
@@ -85,7 +86,8 @@ class HealingPolicy:
                                          "next `sh run.sh` resumes there", counts=False)
         if code == PREEMPTED_EXIT_CODE and job == self.strategy.trainer_job:
             return Decision(Action.RESTART, f"{name} was stopped from outside the launcher (SIGTERM) and wrote a "
-                                            "checkpoint; starting it again, it resumes there", counts=False)
+                                            "checkpoint; starting it again, it resumes there", counts=False,
+                            restart_ps=self._leaves_variables_on_ps(job))
         row = self.restarts_in_a_row(record)
         if row >= self.settings.max_restarts:
             used_up = f"{what} after {row} restart{'s' if row != 1 else ''} in a row (launcher.max_restarts)"
@@ -102,7 +104,13 @@ class HealingPolicy:
         return Decision(Action.RESTART, f"{what}; restarting in {delay_s:.0f} s (restart {row + 1} of "
                                         f"{self.settings.max_restarts} in a row)", delay_s=delay_s,
                         hold_chief=job == "ps",
-                        restart_group=job == self.strategy.trainer_job and self.strategy.restarts_as_group)
+                        restart_group=job == self.strategy.trainer_job and self.strategy.restarts_as_group,
+                        restart_ps=self._leaves_variables_on_ps(job))
+
+    def _leaves_variables_on_ps(self, job: str) -> bool:
+        """Whether `job`'s end leaves its variables on ps that stay up: TensorFlow frees a dead client's only when
+        its context expires (600 s), so a new chief on those ps would make every table a second time beside them."""
+        return job == self.strategy.trainer_job and "ps" in self.strategy.server_jobs
 
     def stall(self, lead: TaskRecord, servers_up: bool, now: float) -> str | None:
         """Why the lead counts as stalled, or None: its optimizer step unchanged for stall_timeout_s while every

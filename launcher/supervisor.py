@@ -37,6 +37,8 @@ class Supervisor:
         self.held_for: list[TaskRecord] = []  # what the held lead waits for, besides every ps
         self.membership = Membership(self)
         self.healing_blocked_by = ""  # the error that stopped the last healing pass
+        self.ps_restart_due = False  # the lead died on live ps: they are stopped (at the next healing pass) and start
+        # again with it
 
     def _jobs(self, *jobs: str) -> list[TaskRecord]:
         """The records of these jobs, in the order the jobs are named (ps before workers: the start order)."""
@@ -159,6 +161,8 @@ class Supervisor:
                 self.hold_lead("until every ps is back")
             if decision.restart_group:
                 self._restart_group_with(record)
+            if decision.restart_ps:
+                self._restart_ps_with(record)
 
     def _restart_group_with(self, failed: TaskRecord) -> None:
         """Collectives cannot lose a member: stop the other trainers and start them all again together."""
@@ -170,6 +174,23 @@ class Supervisor:
         if others:
             self.say(f"stopped {', '.join(r.name for r in others)}: the whole group restarts with "
                      f"{failed.name} and resumes from the last checkpoint")
+
+    def _restart_ps_with(self, lead: TaskRecord) -> None:
+        """The lead waits until every ps has started again and answers: it resumes from its checkpoint either way,
+        and fresh ps hold only its variables, not the dead lead's as well. The ps are stopped by `_heal`, where a
+        host that does not answer only delays it."""
+        if any(r.state in (TaskState.RUNNING, TaskState.STARTING) for r in self._jobs("ps")):
+            self.ps_restart_due, lead.restart_at = True, float("inf")  # _heal starts it once every ps answers
+
+    def _stop_ps_for_lead(self) -> None:
+        running = [r for r in self._jobs("ps") if r.state in (TaskState.RUNNING, TaskState.STARTING)]
+        for record in running:
+            self.hosts[record.host].stop([record.task])
+            record.state, record.restart_at, record.counts_as_restart = TaskState.RESTARTING, 0.0, False
+        self.ps_restart_due = False
+        if running:
+            self.say(f"stopped {', '.join(r.name for r in running)}: they start again with {self.lead.name}, which "
+                     "resumes from its last checkpoint (the dead one's tables would stay on them beside the new)")
 
     def hold_lead(self, until: str) -> bool:
         """Stops the lead now (a lost ps took its variables, or training cannot go on without a lost host) and
@@ -187,6 +208,8 @@ class Supervisor:
 
     # ----- healing --------------------------------------------------------------------------------------
     def _heal(self) -> None:
+        if self.ps_restart_due:
+            self._stop_ps_for_lead()
         now = time.monotonic()
         waited = {r.name: r for r in [*self._jobs("ps"), *self.held_for]}.values()
         ending = self.hosts[self.lead.host].ending()  # the lead would be killed before its next checkpoint

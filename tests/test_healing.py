@@ -96,7 +96,9 @@ def test_killed_chief_is_restarted_and_resumes(detached_run, tmp_path):
     kill_task(logs, "chief-0")
     log = wait_for_launcher(logs)
     assert "chief:0 died; restarting" in log or "chief:0 exited with code" in log, log
+    assert "stopped ps:0, ps:1: they start again with chief:0" in log, log  # no dead chief's tables on them
     assert "resuming after epoch 1" in (logs / "chief-0.log").read_text()
+    assert log.count("ps:0 started on") == log.count("ps:1 started on") == 2, log  # fresh processes
     completed_summary(tmp_path)
     assert processes_mentioning(str(path)) == []
 
