@@ -1,26 +1,23 @@
 """`python -m bench.follow_soak [--quick] [--write]`: follow mode for an hour on a folder that behaves like a real
 one, into bench/RESULTS-follow-soak.md (with `--write`; machine and date).
 
-A follow-mode DLRM with dynamic tables (2 ps, 2 workers, `sh run.sh --detach`) on a folder pre-filled with a previous
-run's 20,000 trained files (mostly empty parts, as Spark writes them), then, for `--minutes`: a Criteo file landing
-every 3 s (written under a hidden name and renamed), its ids drifting (a new id set each minute, the old ones
-expiring), every 20th file bad in turn (empty, binary garbage, three malformed lines, a gzip cut mid-stream); a
-retention job deleting good files ten minutes after they landed; a task SIGKILLed every 60 s on a seeded schedule;
-one worker frozen (SIGSTOP) for a minute. Then the files stop, the run ends at `stop_when_idle_s`, and the report
-gives: every good file trained exactly once (the ledger's count against what was written), every bad one counted,
-freshness p50/p95 per ten minutes, each task's resident memory and the summary, checkpoint, serving and log bytes
-over time, and the processes left.
+Follow-mode DLRM with dynamic tables (2 ps, 2 workers, `sh run.sh --detach`) over a previous run's 20,000 files
+(mostly empty parts, as Spark writes them), then for `--minutes` a Criteo file every 3 s (renamed into place) with
+drifting ids, every 20th bad in turn (empty, garbage, three malformed lines, a cut gzip), good files deleted ten
+minutes after landing, a task SIGKILLed every 60 s (seeded), one worker frozen for a minute; then it idles out.
+Reported: the ledger's counts against what was written, freshness p50/p95 per ten minutes, each task's memory and
+the bytes on disk over time, and the processes left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import random
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -31,6 +28,7 @@ import fire
 
 from bench.__main__ import machine, write_keeping_notes
 from bench.cluster import ROOT
+from bench.follow_soak_report import KILLED, render, verdict
 from bench.soak import launcher_running, running_tasks
 
 HERE = Path(__file__).resolve().parent
@@ -48,7 +46,6 @@ MODEL = {"model": "dlrm", "dataset": "criteo", "follow_data": True, "embedding_k
          "checkpoint_every_s": 30, "serving_export_every_s": 10, "progress_every_s": 10, "stop_when_idle_s": 60,
          "keep_serving_versions": 2}
 BAD_KINDS = ("empty", "garbage", "malformed", "cut.gz")
-KILLED = ("chief-0", "ps-0", "ps-1", "worker-0", "worker-1")
 SAMPLE_S = 15.0
 
 
@@ -145,9 +142,13 @@ class Sampler:
 
 
 def _bytes(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+    """Bytes under `path` (0 when absent); files that go while it counts are left out."""
+    found = [os.path.join(folder, name) for folder, _, names in os.walk(path) for name in names]
+    total = 0
+    for item in found if not path.is_file() else [path]:
+        with contextlib.suppress(OSError):
+            total += os.stat(item).st_size
+    return total
 
 
 def soak(work: Path, path: Path, size: dict, seed: int) -> dict:
@@ -193,11 +194,8 @@ def soak(work: Path, path: Path, size: dict, seed: int) -> dict:
 def _kill(logs: Path, rng: random.Random) -> str:
     running = running_tasks(logs)
     name = rng.choice([n for n in KILLED if n in running] or [None])
-    if name is not None:
-        try:
-            os.killpg(running[name], signal.SIGKILL)
-        except ProcessLookupError:
-            name = None
+    if name is not None and not _signal(running[name], signal.SIGKILL):
+        name = None
     _say(f"killed {name or 'nothing (none running)'}")
     return name or "-"
 
@@ -206,78 +204,19 @@ def _freeze(logs: Path, task: str, seconds: float) -> str:
     pid = running_tasks(logs).get(task)
     if pid is None:
         return f"{task} not running: not frozen"
-    os.killpg(pid, signal.SIGSTOP)
+    _signal(pid, signal.SIGSTOP)
     _say(f"{task} frozen for {seconds:.0f} s")
-    threading.Timer(seconds, lambda: _thaw(pid)).start()
+    threading.Timer(seconds, _signal, (pid, signal.SIGCONT)).start()
     return f"{task} frozen for {seconds:.0f} s"
 
 
-def _thaw(pid: int) -> None:
+def _signal(pid: int, number: int) -> bool:
+    """Signals a task's process group (each task leads its own); False when it is gone."""
     try:
-        os.killpg(pid, signal.SIGCONT)
+        os.killpg(pid, number)
+        return True
     except ProcessLookupError:
-        pass
-
-
-def verdict(work: Path, result: dict, prefill_examples: int) -> dict:
-    """The summary's counts against what was written."""
-    summary = json.loads((work / "output" / "summary.json").read_text())
-    follow = summary["follow"]
-    per_file = {f["name"]: f for f in follow["per_file"]}
-    cut = sum(per_file[name]["examples"] for name, (kind, _) in result["written"].items() if kind == "cut.gz"
-              and name in per_file)
-    expected = prefill_examples + cut + sum(e for kind, e in result["written"].values() if e > 0)
-    wrong = [name for name, (kind, e) in result["written"].items()
-             if e >= 0 and name in per_file and per_file[name]["examples"] != e]
-    return {"status": summary["status"], "examples": follow["examples"], "expected_examples": expected,
-            "files_done": follow["files_done"], "files": follow["files"], "wrong_files": wrong[:10],
-            "wrong_count": len(wrong), "problems": follow["problems"], "steps": follow["steps"],
-            "optimizer_steps": summary["optimizer_steps"]}
-
-
-def freshness_by_interval(freshness: dict, minutes: float = 10) -> list[tuple[int, int, float, float]]:
-    """(interval start minute, files, p50, p95) by landing time."""
-    if not freshness:
-        return []
-    first = min(landed for landed, _ in freshness.values())
-    buckets: dict[int, list[float]] = {}
-    for landed, seconds in freshness.values():
-        buckets.setdefault(int((landed - first) / 60 // minutes), []).append(seconds)
-    return [(int(k * minutes), len(v), statistics.median(v), sorted(v)[int(0.95 * (len(v) - 1))])
-            for k, v in sorted(buckets.items())]
-
-
-def render(about: dict, size: dict, seed: int, result: dict, checked: dict) -> str:
-    kinds = {}
-    for kind, _ in result["written"].values():
-        kinds[kind] = kinds.get(kind, 0) + 1
-    lines = ["# Follow-mode soak: a real folder, kills and a frozen worker", "",
-             f"Measured {about['date']} on {about['cores']} cores ({about['cpu']}, {about['memory_gib']} GiB) by "
-             f"`python -m bench.follow_soak --write`; load average before {about['load_before']:.2f}. Follow-mode "
-             f"DLRM, dynamic tables, 2 ps + 2 workers on loopback through `sh run.sh --detach`, over "
-             f"{size['prefill']:,} files of a previous run; {size['minutes']:.0f} min of a {size['lines']:,}-line "
-             f"file every {size['every_s']:g} s, good ones deleted {size['retention_s']:.0f} s after landing, a "
-             f"task SIGKILLed every {size['kill_every_s']:.0f} s (seed {seed}), {'; '.join(result['events'])}.", "",
-             f"- files landed: {len(result['written'])} ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))})",
-             f"- kills: {len(result['kills'])} ({', '.join(sorted(set(result['kills'])))})",
-             f"- the run ended by itself (stop_when_idle_s): {result['ended_by_itself']}, status "
-             f"{checked['status']}; processes left after `sh kill.sh`: {len(result['left'])}",
-             f"- examples in the ledger: {checked['examples']:,}, written: {checked['expected_examples']:,}; files "
-             f"whose count differs: {checked['wrong_count']} {checked['wrong_files']}",
-             f"- files done {checked['files_done']:,} of {checked['files']:,}; not trained: {checked['problems']}",
-             f"- steps: {checked['steps']:,} in the ledger, {checked['optimizer_steps']:,} taken (the difference: "
-             "pieces trained again after a kill)", "",
-             "| landed in minutes | files served | freshness p50 s | p95 s |", "| ---: | ---: | ---: | ---: |"]
-    lines += [f"| {start}-{start + 10} | {count} | {p50:.0f} | {p95:.0f} |"
-              for start, count, p50, p95 in freshness_by_interval(result["freshness"])]
-    lines += ["", "| minute | " + " | ".join(f"{t} MB" for t in KILLED) + " | summary kB | checkpoints MB | serving MB "
-              "| logs MB |", "| ---: |" + " ---: |" * (len(KILLED) + 4)]
-    samples = result["samples"]
-    for row in samples[::max(1, len(samples) // 12)] + samples[-1:]:
-        rss = " | ".join(f"{row['rss_mb'].get(t, 0):.0f}" for t in KILLED)
-        lines.append(f"| {row['minute']:.0f} | {rss} | {row['summary_kb']:.0f} | {row['checkpoints_mb']:.0f} | "
-                     f"{row['serving_mb']:.0f} | {row['logs_mb']:.1f} |")
-    return "\n".join(lines) + "\n"
+        return False
 
 
 def main(quick: bool = False, seed: int = 38, minutes: float | None = None, work: str = "/tmp/pscluster-follow-soak",
