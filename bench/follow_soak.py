@@ -4,7 +4,8 @@ one, into bench/RESULTS-follow-soak.md (with `--write`; machine and date).
 Follow-mode DLRM with dynamic tables (2 ps, 2 workers, `sh run.sh --detach`) over a previous run's 20,000 files
 (mostly empty parts, as Spark writes them), then for `--minutes` a Criteo file every 3 s (renamed into place) with
 drifting ids, every 20th bad in turn (empty, garbage, three malformed lines, a cut gzip), good files deleted ten
-minutes after landing, a task SIGKILLed every 60 s (seeded), one worker frozen for a minute; then it idles out.
+minutes after landing, a task SIGKILLed every 60 s (seeded), one worker frozen for a minute; then it idles out (a
+cut gzip waits `unfinished_after_s`, 120 s here, before it is taken as it is: until then the run is not idle).
 Reported: the ledger's counts against what was written, freshness p50/p95 per ten minutes, each task's memory and
 the bytes on disk over time, and the processes left.
 """
@@ -44,6 +45,7 @@ MODEL = {"model": "dlrm", "dataset": "criteo", "follow_data": True, "embedding_k
          "embedding_capacity": 65_536, "expire_after_steps": 200, "embedding_dim": 8, "bottom_mlp": [32],
          "top_mlp": [32, 16], "per_worker_batch": 256, "piece_mb": 0.5, "data_poll_s": 1, "settle_s": 1,
          "checkpoint_every_s": 30, "serving_export_every_s": 10, "progress_every_s": 10, "stop_when_idle_s": 60,
+         "unfinished_after_s": 120,  # files land by rename: a cut gzip is broken, not being written; taken in 2 min
          "keep_serving_versions": 2}
 BAD_KINDS = ("empty", "garbage", "malformed", "cut.gz")
 SAMPLE_S = 15.0

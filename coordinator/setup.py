@@ -133,7 +133,8 @@ def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> Position |
                      int(model.optimizer.iterations.numpy()), restored_s)
     if run.lead:
         write_summary(run.files, RunSummary(status=RunStatus.RUNNING, epochs=options.epochs,
-                                            options=dataclasses.asdict(options), workers=run.workers, ps=ps or None))
+                                            options=dataclasses.asdict(options), workers=run.workers, ps=ps or None,
+                                            follow=summary.follow if summary else {}))  # true until a version
     return position
 
 

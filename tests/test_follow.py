@@ -90,6 +90,8 @@ def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(share
         chief.wait(timeout=30)
         resumed = start_module("coordinator.train", "--cluster", str(cluster), "--stop_when_idle_s", "4",
                                log_path=tmp_path / "resumed.log")
+        assert wait_for_line(tmp_path / "resumed.log", "files done", 120, resumed)  # its ledger restored
+        assert json.loads((output / "summary.json").read_text())["follow"]["files_done"] >= 1  # kept meanwhile
         codes = finish(resumed, evaluator, timeout_s=600)
     finally:
         finish(chief, evaluator, timeout_s=1)
@@ -323,7 +325,7 @@ def test_a_run_started_again_after_an_idle_stop_is_evaluated_and_files_removed_a
     data, logs, output = tmp_path / "data", tmp_path / "logs", tmp_path / "output"
     write_day(data, "day_0", 300, 0)
     training = {**FOLLOW, "data_dir": str(data), "output_dir": str(output), "checkpoint_every_s": 2,
-                "serving_export_every_s": 2, "stop_when_idle_s": 15}
+                "serving_export_every_s": 2, "stop_when_idle_s": 4}  # the first run: day_0, then it stops
     document = cluster_document(workers=1, ps=1, logs_dir=str(logs), training=training)
     document["evaluation"] = {"poll_s": 0.5, "idle_timeout_s": 120, "best_metric": "val_auc", "best_mode": "max",
                               "progressive_examples": 200}
@@ -335,6 +337,8 @@ def test_a_run_started_again_after_an_idle_stop_is_evaluated_and_files_removed_a
     done_before = set(json.loads((output / "checkpoints" / "evaluated.json").read_text())["evaluated"])
 
     write_day(data, "day_1", 300, 300)
+    document["training"]["stop_when_idle_s"] = 15  # the second outlasts the steps below
+    write_cluster(tmp_path, document)
     with open(tmp_path / "second.log", "w") as console:
         second = subprocess.Popen(["sh", str(ROOT / "run.sh"), str(path)], stdin=subprocess.DEVNULL,
                                   stdout=console, stderr=subprocess.STDOUT)

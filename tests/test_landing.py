@@ -140,6 +140,18 @@ def test_each_piece_reads_its_own_examples_and_together_every_line_once(tmp_path
     assert sorted(seen) == list(range(700))
 
 
+def test_samples_of_a_followed_folder_read_its_newest_files_with_bytes_never_the_whole_folder(tmp_path):
+    from data.followed import SAMPLE_FILES
+
+    for number in range(40):  # the newest last; every other one an empty part, as Spark writes them
+        path = criteokit.write(tmp_path / f"part-{number:03d}", criteokit.rows(5, first=5 * number)) \
+            if number % 2 else tmp_path / f"part-{number:03d}"
+        path.touch(exist_ok=True)
+        os.utime(path, (1000.0 + number, 1000.0 + number))
+    seen = {criteokit.row_number(features["dense"]) // 5 for features, _ in followed(tmp_path).split("train")}
+    assert seen == set(range(40 - 2 * SAMPLE_FILES + 1, 40, 2))  # the 16 newest with bytes, whatever the rest
+
+
 def test_what_the_follow_loop_makes_of_each_kind_of_file(tmp_path):
     """Empty: whole (done at once); not Criteo, binary garbage, a corrupt gzip: unreadable (quarantined whole); a
     cut gzip or a missing last newline: unfinished (taken as it is once it stood still long enough)."""

@@ -55,8 +55,7 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
     model = setup.build_model(run, distribution)
     log.info("serving versions every %g s in %s, taking %s", options.serving_export_every_s, run.files.serving,
              raw_description(data))
-    if next(iter(data.split("train").take(1)), None) is not None:
-        ps_report(model, data, run.global_batch, log)  # logged now: `sh run.sh status` shows it
+    _report_per_ps(model, data, run.global_batch, log)
     with tf.device(strategy.CHIEF_CPU):
         state = tf.Variable("", trainable=False)  # on the chief, beside the model in every checkpoint
     checkpoints = EpochCheckpoints(run.files, model=model, optimizer=model.optimizer, keep=options.keep_checkpoints,
@@ -89,6 +88,16 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
     with exit_when_a_task_is_lost(log, "lost part of the cluster", "the run resumes from the last checkpoint (pieces "
                                   "done since are trained again)"):
         return FollowLoop(parts).run()
+
+
+def _report_per_ps(model, data, global_batch: int, log) -> None:
+    """The per-ps report, logged now (`sh run.sh status` shows it), on the newest data there is; none when the
+    folder holds none yet or its newest file cannot be read (it will be quarantined when it lands)."""
+    try:
+        if next(iter(data.split("train").take(1)), None) is not None:
+            ps_report(model, data, global_batch, log)
+    except tf.errors.OpError as error:
+        log.info("per ps: no report (the newest data cannot be read: %s)", (error.message or "").strip()[-200:])
 
 
 def _restored_ledger(state: tf.Variable, files: RunFiles, options: TrainingOptions, log) -> Ledger:
