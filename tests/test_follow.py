@@ -75,6 +75,7 @@ def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(share
         "progressive_examples": 200})
     chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
     evaluator = start_module("evaluator.sidecar", "--cluster", str(cluster), log_path=tmp_path / "evaluator.log")
+    resumed = chief  # until the chief is started again
     try:
         assert wait_for_line(log, "day_1.gz: done", 240, chief), log.read_text()[-3000:]
         lines = [criteokit.line(r) for r in criteokit.rows(rows["day_2"], first=500)]
@@ -84,17 +85,19 @@ def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(share
         assert wait_for_line(log, "day_2: not taken yet: its last line has no newline", 60, chief)
         (data / "day_2").write_text("\n".join(lines) + "\n")  # now whole
         assert wait_for_line(log, "day_2: done", 300, chief), log.read_text()[-3000:]
+        assert wait_for_line(log, "serving | version", 120, chief), log.read_text()[-3000:]
         write_day(data, "day_4", 900, 900, new_values=True)  # the earlier days' ids idle, then expire
         assert wait_for_line(log, "day_4: started", 300, chief), log.read_text()[-3000:]
         chief.send_signal(signal.SIGKILL)  # mid-file: the resumed chief trains again what its checkpoint lacks
         chief.wait(timeout=30)
+        served = json.loads((output / "summary.json").read_text())["follow"]["files_done"]  # by the last version
         resumed = start_module("coordinator.train", "--cluster", str(cluster), "--stop_when_idle_s", "4",
                                log_path=tmp_path / "resumed.log")
         assert wait_for_line(tmp_path / "resumed.log", "files done", 120, resumed)  # its ledger restored
-        assert json.loads((output / "summary.json").read_text())["follow"]["files_done"] >= 1  # kept meanwhile
+        assert json.loads((output / "summary.json").read_text())["follow"]["files_done"] >= served  # kept
         codes = finish(resumed, evaluator, timeout_s=600)
     finally:
-        finish(chief, evaluator, timeout_s=1)
+        finish(chief, resumed, evaluator, timeout_s=1)
     assert codes == [0, 0], (tmp_path / "resumed.log").read_text()[-3000:]
     first, second = log.read_text(), (tmp_path / "resumed.log").read_text()
     assert first.index("day_2: not taken yet") < first.index("day_2: landed")  # not read until whole
