@@ -101,15 +101,32 @@ def read_scalars(event_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def wait_for_line(path: Path, text: str, timeout_s: float, process=None) -> bool:
-    """Polls a log file until a line holds `text`; stops early if `process` exits."""
+    """Polls a log file until a line holds `text`; stops early if `process` exits. Reads only the lines added since
+    the last look (a chief's log can be megabytes, looked at ten times a second)."""
     deadline = time.monotonic() + timeout_s
+    offset = 0
     while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text(errors="replace"):
+        ended = process is not None and process.poll() is not None
+        added = _added_lines(path, offset, whole=not ended)
+        if text in added.decode(errors="replace"):
             return True
-        if process is not None and process.poll() is not None:
+        offset = 0 if path.exists() and path.stat().st_size < offset else offset + len(added)
+        if ended:
             return False
-        time.sleep(0.05)
+        time.sleep(0.1)
     return False
+
+
+def _added_lines(path: Path, offset: int, *, whole: bool) -> bytes:
+    """What `path` holds from byte `offset` on: up to its last newline when `whole` (a line still being written is
+    read again once it ends), else all of it."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+    except FileNotFoundError:
+        return b""
+    return data[:data.rfind(b"\n") + 1] if whole else data
 
 
 def wait_for_launcher(logs: Path, timeout_s: float = 420) -> str:
