@@ -34,7 +34,7 @@ from bench.follow import DROPPER, run_chief
 HERE = Path(__file__).resolve().parent
 SIZES = {"quick": {"table_rows": [500, 5000], "files": 6, "rows": 600, "drop_every_s": 5.0, "delta_every_s": 2.0,
                    "version_every_s": 8.0, "piece_mb": 0.05, "timed_steps": 20},
-         "full": {"table_rows": [100_000, 1_000_000], "files": 12, "rows": 50_000, "drop_every_s": 20.0,
+         "full": {"table_rows": [100_000, 1_000_000], "files": 12, "rows": 10_000, "drop_every_s": 20.0,
                   "delta_every_s": 10.0, "version_every_s": 120.0, "piece_mb": 2.0, "timed_steps": 300}}
 SERVED = re.compile(r"serving \| (version|delta) ([\d.]+) .*?\| ([\d.]+) MB in ([\d.]+) s")
 CHANGED = re.compile(r"serving \| delta [\d.]+ \| steps \d+ to \d+ \| (\d+) rows? changed")
@@ -69,7 +69,7 @@ def following(cluster: LoopbackCluster, work: Path, size: dict, table_rows: int,
     try:
         summary = run_chief(cluster, output, timeout_s=7200, data_dir=str(data), follow_data=True,
                             table_rows=table_rows, piece_mb=size["piece_mb"], data_poll_s=1,
-                            stop_when_idle_s=size["drop_every_s"] + 15, checkpoint_every_s=600,
+                            stop_when_idle_s=size["drop_every_s"] + 15, checkpoint_every_s=600, settle_s=0,
                             serving_export_every_s=size["version_every_s"],
                             serving_delta_every_s=size["delta_every_s"] if deltas else 0)
     finally:

@@ -139,7 +139,8 @@ class TrainingOptions:
     piece_mb: float = _option(16.0, "follow_data: plain files are handed out in byte ranges of about this many MB "
                                     "(gzip and TFRecord files whole), each to the next free worker; a lost "
                                     "worker's piece is trained again by another")
-    serving_export_every_s: float = _option(600.0, "follow_data: seconds between serving versions: "
+    serving_export_every_s: float = _option(600.0, "follow_data: seconds between serving versions (the first as soon "
+                                                   "as something is trained): "
                                                    "output/serving/<version>, a SavedModel in TensorFlow Serving's "
                                                    "layout with assets.extra/trained_through.json")
     serving_delta_every_s: float = _option(0.0, "follow_data: seconds between serving deltas, the rows changed "

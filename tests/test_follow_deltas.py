@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,8 +23,9 @@ from test_follow import FOLLOW, Throttle, write_day
 
 pytestmark = pytest.mark.cluster
 
-# a version every 30 s: the resumed chief's run ends before its second, so the run ends on deltas
-DELTAS = {**FOLLOW, "serving_delta_every_s": 1, "serving_export_every_s": 30, "keep_checkpoints": 1000}
+# a version every 90 s: the first comes once something is trained, the resumed chief's run ends before its second
+# (so the run ends on deltas)
+DELTAS = {**FOLLOW, "serving_delta_every_s": 1, "serving_export_every_s": 90, "keep_checkpoints": 1000}
 
 
 
@@ -52,6 +54,16 @@ def _wait(condition, timeout_s: float, what: str) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"not seen in {timeout_s} s: {what}")
+
+
+def _seconds_between(log, first: str, then: str) -> float:
+    """Seconds between the log lines holding `first` and `then` (their HH:MM:SS stamps)."""
+    stamps = []
+    for text in (first, then):
+        line = next(line for line in log.read_text().splitlines() if text in line)
+        hours, minutes, seconds = map(int, line.split()[1].split(":"))
+        stamps.append(3600 * hours + 60 * minutes + seconds)
+    return (stamps[1] - stamps[0]) % 86_400
 
 
 def _deltas_written(log) -> int:
@@ -104,6 +116,7 @@ def test_deltas_keep_a_late_follower_fresh_through_a_slowed_worker_and_a_killed_
             started.wait()
 
     assert "Traceback" not in (tmp_path / "follower.log").read_text()
+    assert _seconds_between(log, "follow mode: training on", "serving | version 1 ") < DELTAS["serving_export_every_s"]
     assert {f["name"]: f["examples"] for f in last["follow"]["per_file"]} == {
         "day_0": 300, "day_1": 300, "day_2": 300, "day_3": 3000, "day_4": 600}
     assert "serving | delta" in again.read_text() and "publishing it first" in again.read_text()
@@ -122,7 +135,8 @@ def test_deltas_keep_a_late_follower_fresh_through_a_slowed_worker_and_a_killed_
     replayed = deltakit.replayed(deltakit.base_tables(base, fields), deltas)
     assert deltakit.differences(at_end, replayed) == []  # rows, slots, ids, held flags, last steps: bit for bit
     (table,) = fields
-    first = deltakit.base_tables(str(output / "checkpoints" / "ckpt-0-24"), fields)[table]  # version 1's
+    version_1 = re.search(r"serving \| version 1 \| (ckpt-[\d-]+) ", log.read_text()).group(1)
+    first = deltakit.base_tables(str(output / "checkpoints" / version_1), fields)[table]
     expired = set(first["ids"][first["held"]].tolist()) - set(at_end[table]["ids"][at_end[table]["held"]].tolist())
     assert expired  # the first days' ids expired as later days came
 

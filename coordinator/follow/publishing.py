@@ -56,7 +56,9 @@ class Publishing:
         self.report, self.task, self.pieces_done, self.deltas = report, task, pieces_done, deltas
         self.scratch = run.files.output / SCRATCH
         shutil.rmtree(self.scratch, ignore_errors=True)  # a killed run's requests and references
-        self.last_version = time.monotonic()
+        # nothing served yet: the first version is due as soon as something is trained (the first files would
+        # otherwise wait a whole interval, and deltas need a version to build on)
+        self.last_version = time.monotonic() if serving.versions() else float("-inf")
         self.exporting: _Exporting | None = None
         self.raw = None  # the reference inputs every version is checked on
 
