@@ -121,7 +121,7 @@ DROPPER = """
 import sys, time
 from pathlib import Path
 from bench.freshness_auc import drop_drifting
-data, first, files, rows, every = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+data, first, files, rows, every = Path(sys.argv[1]), *map(int, sys.argv[2:5]), float(sys.argv[5])
 for k in range(first, first + files):
     time.sleep(every)
     drop_drifting(data, k, rows)

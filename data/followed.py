@@ -131,9 +131,8 @@ class FollowedData:
 
     def split(self, name: str, *, raw: bool = False) -> tf.data.Dataset:
         """Follow mode has no splits: any split is every example of the newest SAMPLE_FILES files there now that
-        hold bytes, in name order (what reference inputs, samples of ids and a metric's labels are taken from). A
-        folder of weeks is never walked: before, a restarted chief and every version read the folder from its
-        first file on, a minute over 20,000 empty parts."""
+        hold bytes, in name order (what reference inputs, samples of ids and a metric's labels are taken from):
+        only those files are read, however many the folder holds."""
         newest = sorted((stat[1], natural_key(name), name) for name, stat in
                         data_files(self.root, self.pattern, self.excluded).items() if stat[0] > 0)[-SAMPLE_FILES:]
         names = sorted((name for _, _, name in newest), key=natural_key)
