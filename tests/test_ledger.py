@@ -73,3 +73,21 @@ def test_a_checkpoint_is_scored_on_pieces_it_has_not_trained_newest_file_first()
     for key in ((0, 0), (0, 1), (0, 2), (1, 0), (2, 0)):
         newest.finish(key, 1, now=140.0)
     assert unseen_pieces(newest, newest) == []
+
+
+def test_a_delta_is_wanted_for_a_file_that_finished_after_the_last_delta_began():
+    """The last delta read the file's last steps, but the file finished after it began, so it did not list it: the
+    next delta is due for it alone, not at the next file's steps (20 s later when files land every 20 s)."""
+    from coordinator.follow.deltas import Chain, FollowDeltas
+
+    deltas = object.__new__(FollowDeltas)  # its choice alone: no model, no tables
+    deltas.chain, deltas.source = None, type("Steps", (), {"step": staticmethod(lambda: 9)})()
+    ledger = ledger_of_two()
+    ledger.finish((1, 0), 10, now=120.0)
+    assert not deltas._wanted(ledger)  # no version to build on yet
+    deltas.chain = Chain(version=1, sequence=2, from_step=9, through=9)  # no step since the last delta's read
+    assert deltas._wanted(ledger)  # day_1.gz is trained and served by none
+    ledger.serve(1, 130.0, names={"day_1.gz"})
+    assert not deltas._wanted(ledger)  # nothing new: no empty deltas
+    deltas.chain = Chain(version=1, sequence=3, from_step=9, through=8)
+    assert deltas._wanted(ledger)  # a step since

@@ -101,6 +101,12 @@ class FollowDeltas:
     def _trained_since(self) -> bool:
         return self.chain is not None and self.source.step() > self.chain.through
 
+    def _wanted(self, ledger: Ledger) -> bool:
+        """Whether a delta has something to give: steps since the last one, or a file whose last steps it held but
+        which finished after it began (without this, that file waited for the next file's steps)."""
+        return self._trained_since() or (self.chain is not None and any(
+            entry.trained and entry.served_version is None for entry in ledger.files))
+
     def poll(self, ledger: Ledger) -> None:
         """Records the delta being written once done; starts the next when due; else advances the stamp clocks (so
         the next version's chain starts from a step at most a beat before its checkpoint)."""
@@ -109,7 +115,7 @@ class FollowDeltas:
         if self.job is None:
             self.source.advance()
         if self.job is None and self.chain is not None and time.monotonic() - self.last >= self.every_s \
-                and self._trained_since():
+                and self._wanted(ledger):
             self._start(ledger)
 
     def _start(self, ledger: Ledger) -> None:
@@ -151,6 +157,6 @@ class FollowDeltas:
     def write_last(self, ledger: Ledger) -> None:
         """The last delta of a run (SIGTERM, the end): written now if anything trained since the one before."""
         self.finish(ledger)
-        if self._trained_since():
+        if self._wanted(ledger):
             self._start(ledger)
             self.finish(ledger)
