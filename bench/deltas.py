@@ -27,7 +27,7 @@ from pathlib import Path
 
 import fire
 
-from bench.__main__ import machine
+from bench.__main__ import machine, write_keeping_notes
 from bench.cluster import PYTHON, ROOT, LoopbackCluster
 from bench.follow import DROPPER, run_chief
 
@@ -146,7 +146,7 @@ def main(quick: bool = False) -> None:
     print(text)
     print(json.dumps(figures, indent=1))
     if not quick:
-        (HERE / "RESULTS-deltas.md").write_text(text)
+        write_keeping_notes(HERE / "RESULTS-deltas.md", text)
 
 
 if __name__ == "__main__":
