@@ -148,6 +148,44 @@ def test_deltas_keep_a_late_follower_fresh_through_a_slowed_worker_and_a_killed_
     assert written["largest"] < 1e-4  # it predicts as a version written at the end
 
 
+def test_versions_between_deltas_are_checkpointed_while_pieces_run_and_replay_to_the_stop(shared_servers, tmp_path):
+    data, output, log = tmp_path / "data", tmp_path / "output", tmp_path / "chief.log"
+    data.mkdir()
+    write_day(data, "day_0", 600, 0)
+    cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
+        **DELTAS, "data_dir": str(data), "output_dir": str(output), "serving_export_every_s": 5,
+        "checkpoint_every_s": 600})
+    chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
+    try:
+        assert wait_for_line(log, "serving | version 1 ", 300, chief), log.read_text()[-3000:]
+        write_day(data, "day_1", 15000, 600)
+        assert wait_for_line(log, "day_1: started", 300, chief), log.read_text()[-3000:]
+        after = max(map(int, re.findall(r"serving \| version (\d+) ", log.read_text())), default=0) + 1
+        assert wait_for_line(log, f"serving | delta {after}.2 ", 300, chief), log.read_text()[-3000:]
+        assert "day_1: done" not in log.read_text()  # the file trains on: the stop comes in its middle
+        chief.send_signal(signal.SIGTERM)
+        assert finish(chief, timeout_s=120) == [4], log.read_text()[-3000:]
+    finally:
+        chief.kill()
+        chief.wait()
+
+    text = log.read_text()
+    beside = re.findall(r"checkpoint (ckpt-[\d-]+) for the next serving version: written while (\d+) pieces? runs? on",
+                        text)
+    assert any(int(running) > 0 for _, running in beside), text[-3000:]  # the workers were not drained for them
+    stopped = re.search(r"stopped as asked: checkpoint (ckpt-[\d-]+) written", text).group(1)
+    newest = max(int(p.name) for p in (output / "serving").iterdir() if p.name.isdigit())
+    through = json.loads((output / "serving" / str(newest) / "assets.extra" / "trained_through.json").read_text())
+    assert newest >= 2 and through["checkpoint"] in {name for name, _ in beside}
+    deltas = deltakit.deltas_on_disk(output / "serving", newest)
+    assert deltas and deltas[0][0]["from_step"] == through["delta_from_step"]
+    fields = deltakit.fields_of(deltas[0][1])
+    replayed = deltakit.replayed(deltakit.base_tables(str(output / "checkpoints" / through["checkpoint"]), fields),
+                                 deltas)
+    at_stop = deltakit.base_tables(str(output / "checkpoints" / stopped), fields)
+    assert deltakit.differences(at_stop, replayed) == []  # the version, its deltas and the last: no update lost
+
+
 def _predictions_at_end(summary: dict, output, now):
     """(a Follower caught up on `output`'s serving folder, {"largest": its largest difference from a version written
     from the last checkpoint, on that version's reference inputs}); the version is written as the chief would."""

@@ -1,8 +1,11 @@
 """What the follow loop checkpoints: the model, both optimizers and the ledger as it stands, named by the optimizer
-step (`ckpt-0-<step>`), every `checkpoint_every_s` and before each serving version."""
+step (`ckpt-0-<step>`), every `checkpoint_every_s` and before each serving version; with deltas, a version's
+checkpoint is written on a thread while the workers train on (`start_beside_training`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 
 from coordinator.checkpoints import Position
@@ -18,6 +21,7 @@ class FollowCheckpoints:
         self.log = log
         self.saved_json, self.saved_number = ledger.to_json(), resumed_number
         self.last_save = time.monotonic()
+        self._beside: _Beside | None = None
 
     @property
     def name(self) -> str:
@@ -36,13 +40,75 @@ class FollowCheckpoints:
 
     def save(self) -> str:
         """A checkpoint of the model and the ledger as they stand now (a piece still running is not done in it)."""
-        started, step = time.monotonic(), int(self.model.optimizer.iterations.numpy())
+        begun = self._begin()
+        path = self.checkpoints.save(begun.position)
+        self._end(begun)
+        return path
+
+    @property
+    def writing(self) -> bool:
+        """Whether a checkpoint is being written beside training."""
+        return self._beside is not None
+
+    def start_beside_training(self) -> None:
+        """Starts writing a checkpoint on a thread while pieces run on: of the ledger as it stands now (the pieces
+        running are not done in it, though some of their steps may be in its model, as a straggler's)."""
+        begun = self._begin()
+        self._beside = _Beside(lambda: self.checkpoints.save(begun.position), begun)
+
+    def written_beside(self, wait: bool = False) -> str | None:
+        """The path of the checkpoint being written beside training once it is done (None until then, or with none
+        being written); with `wait`, waits for it. Its error, if it failed, is raised here."""
+        if self._beside is None or not self._beside.done(wait):
+            return None
+        beside, self._beside = self._beside, None
+        if beside.error is not None:
+            raise beside.error
+        self._end(beside.begun)
+        return beside.path
+
+    def _begin(self) -> _Begun:
+        step = int(self.model.optimizer.iterations.numpy())
         self.saved_number = max(step, self.saved_number + 1)
         self.saved_json = self.ledger.to_json()
         self.state.assign(self.saved_json)
-        path = self.checkpoints.save(Position(0, self.saved_number))
+        return _Begun(time.monotonic(), step, Position(0, self.saved_number), self.ledger.done_count(),
+                      self.ledger.behind(time.time())[0])
+
+    def _end(self, begun: _Begun) -> None:
         self.last_save = time.monotonic()
-        waiting, _ = self.ledger.behind(time.time())
-        self.log.info("checkpoint %s (optimizer step %d): %d files done, %d not yet; written in %.1f s", self.name,
-                      step, self.ledger.done_count(), waiting, time.monotonic() - started)
-        return path
+        self.log.info("checkpoint %s (optimizer step %d): %d files done, %d not yet; written in %.1f s",
+                      begun.position.name, begun.step, begun.done, begun.waiting, self.last_save - begun.started)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Begun:
+    """A checkpoint started: when, at which optimizer step, its position, and the files done and not yet in it."""
+
+    started: float
+    step: int
+    position: Position
+    done: int
+    waiting: int
+
+
+class _Beside:
+    """A checkpoint written on a thread: `write()`'s path, or its error, once done."""
+
+    def __init__(self, write, begun: _Begun):
+        self.begun = begun
+        self.path: str | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._write, args=(write,), name="checkpoint", daemon=True)
+        self.thread.start()
+
+    def _write(self, write) -> None:
+        try:
+            self.path = write()
+        except BaseException as error:  # noqa: BLE001 - raised on the loop's thread by written_beside
+            self.error = error
+
+    def done(self, wait: bool) -> bool:
+        if wait:
+            self.thread.join()
+        return not self.thread.is_alive()

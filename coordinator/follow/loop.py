@@ -10,7 +10,9 @@ checkpoint's ledger, so a run resumed from it trains them again, though some of 
 A serving version is written from the checkpoint by an exporter process while the workers go on, checked against
 the trained model's predictions at that moment or, when a closure may still move the model (a straggler, or the
 other closure of a piece given twice), against the checkpoint's own. On SIGTERM the running pieces get at most
-STOP_WAIT_S (or `straggler_after_s`); those that do not finish are left out of the checkpoint likewise.
+STOP_WAIT_S (or `straggler_after_s`); those that do not finish are left out of the checkpoint likewise. With
+deltas, a version's checkpoint does not pause hand-out: it is written on a thread while pieces run on (each of
+those is in it as a straggler is), and the version starts once it is done.
 """
 
 from __future__ import annotations
@@ -73,8 +75,9 @@ class FollowLoop:
                 time.sleep(BEAT_S)  # nothing to wait on: a quiet beat
             training = self._beat()
             self.publishing.poll()
+            self._publish_written_beside()
             if self._save_due():
-                self._save_and_serve(serve=self._serve_due())
+                self._checkpoint(serve=self._serve_due())
             if self._idle_long_enough(training):
                 return self._finish()
 
@@ -105,7 +108,8 @@ class FollowLoop:
                               *reference)
 
     def _save_due(self) -> bool:
-        return (self.schedule.trained_since_save and self.saving.due()) or self._serve_due()
+        return not self.saving.writing and ((self.schedule.trained_since_save and self.saving.due())
+                                            or self._serve_due())
 
     def _serve_due(self) -> bool:
         return self.schedule.trained_since_version and self.publishing.due()
@@ -141,6 +145,34 @@ class FollowLoop:
                               *reference, against_checkpoint=moving)  # the workers go on while it is written
         self.schedule.trained_since_version = False
 
+    def _checkpoint(self, *, serve: bool) -> None:
+        """A checkpoint, and a serving version of it when `serve`: with deltas written beside training."""
+        if serve and self.publishing.deltas is not None and self.schedule.last_piece is not None:
+            self._save_beside_training()
+        else:
+            self._save_and_serve(serve=serve)
+
+    def _save_beside_training(self) -> None:
+        """With deltas, a version is a base for them, not what serves a file first: its checkpoint is written while
+        the workers train on and deltas go on being written; the version starts once it is done."""
+        self.step_at_save = self._step()
+        self.saving.start_beside_training()
+        running = len(self.schedule.trainer.running)
+        self.p.run.log.info("checkpoint %s for the next serving version: written while %d piece%s run%s on",
+                            self.saving.name, running, "s" * (running != 1), "s" * (running == 1))
+        self.schedule.trained_since_save = False
+        self.schedule.trained_since_version = False
+
+    def _publish_written_beside(self, wait: bool = False) -> None:
+        """Starts the version of the checkpoint written beside training once it is done (with `wait`, waits)."""
+        checkpoint = self.saving.written_beside(wait)
+        if checkpoint is None:
+            return
+        reference = self.publishing.reference(self.schedule.last_piece)
+        if reference is not None:  # against the checkpoint's own predictions: pieces ran on while it was written
+            self.publishing.start(checkpoint, self.saving.name, self.saving.saved_number, self.saving.saved_ledger(),
+                                  *reference, against_checkpoint=True)
+
     def _step(self) -> int:
         return int(self.p.model.optimizer.iterations.numpy())
 
@@ -167,6 +199,7 @@ class FollowLoop:
         self.schedule.record(self.schedule.trainer.all_finished(
             max(0.0, wait_s - (time.monotonic() - stop.requested_at))))
         left = len(self.schedule.trainer.running)
+        self.saving.written_beside(wait=True)  # its version is published by the next run
         said = "not needed (the last one holds every piece done)"
         if self._moved_since_save():
             self._save()
@@ -181,6 +214,8 @@ class FollowLoop:
         """Idle for stop_when_idle_s: the last checkpoint and serving version, and the summary says complete."""
         run = self.p.run
         run.log.info("no new data for %s (stop_when_idle_s): finishing", duration(run.options.stop_when_idle_s))
+        self.publishing.finish()
+        self._publish_written_beside(wait=True)
         self.publishing.finish()
         if self.schedule.trained_since_save or self.schedule.trained_since_version:
             self._save_and_serve(serve=self.schedule.trained_since_version and not self.publishing.takes_deltas)
