@@ -91,3 +91,23 @@ def test_a_delta_is_wanted_for_a_file_that_finished_after_the_last_delta_began()
     assert not deltas._wanted(ledger)  # nothing new: no empty deltas
     deltas.chain = Chain(version=1, sequence=3, from_step=9, through=8)
     assert deltas._wanted(ledger)  # a step since
+
+
+def test_deltas_start_on_their_clock_not_at_the_first_steps_after_a_quiet_spell():
+    """Deltas every 10 s: steps beginning at 23 s after a quiet spell wait for the tick at 30 s (a delta at 23 s would
+    miss the file those steps train, finishing a moment later, and that file would wait until 33 s)."""
+    from coordinator.follow.deltas import Chain, FollowDeltas
+
+    deltas = object.__new__(FollowDeltas)  # its clock alone: no model, no tables
+    steps = {"now": 9}
+    deltas.source = type("Steps", (), {"step": staticmethod(lambda: steps["now"])})()
+    deltas.chain = Chain(version=1, sequence=2, from_step=9, through=9)
+    deltas.every_s, deltas.origin, deltas.last_tick, deltas.wanted_at = 10.0, 0.0, 0.0, None
+    ledger = ledger_of_two()
+    assert not deltas._ticked(ledger, 15.0)  # nothing trained since the last delta
+    steps["now"] = 12
+    assert not deltas._ticked(ledger, 23.0)  # wanted from 23 s on: not at once
+    assert not deltas._ticked(ledger, 29.9)
+    assert deltas._ticked(ledger, 30.2)  # the clock's tick
+    deltas.last_tick, deltas.wanted_at = 30.0, 30.0  # that delta started; steps went on while it was written
+    assert not deltas._ticked(ledger, 39.0) and deltas._ticked(ledger, 41.5)  # the next tick, late if need be

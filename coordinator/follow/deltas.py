@@ -1,5 +1,5 @@
-"""The follow loop's deltas: every `serving_delta_every_s`, when the model trained since the last one, the rows changed
-since are written beside the serving versions (coordinator/publish/deltas.py) on a thread of the chief's, so
+"""The follow loop's deltas: every `serving_delta_every_s` (on a clock: at its first tick after something trained), the
+rows changed since the last one are written beside the serving versions (coordinator/publish/deltas.py) on a thread of the chief's, so
 neither hand-out nor the workers wait for it.
 
 Deltas form a chain on the newest published version: its first delta starts from the step its checkpoint was
@@ -65,7 +65,8 @@ class FollowDeltas:
             step_clock(model).ref()]
         self.chain: Chain | None = None
         self.job: _Job | None = None
-        self.last = time.monotonic()
+        self.origin = self.last_tick = time.monotonic()  # the deltas' clock ticks every `every_s` from `origin`
+        self.wanted_at: float | None = None  # when a delta was first wanted since the last one
         self._checkpoint_steps: dict[str, int] = {}  # a version's checkpoint -> the step counter it holds
 
     @classmethod
@@ -112,11 +113,26 @@ class FollowDeltas:
         the next version's chain starts from a step at most a beat before its checkpoint)."""
         if self.job is not None and not self.job.thread.is_alive():
             self._done(ledger)
+            self.wanted_at = self.last_tick if self._wanted(ledger) else None  # steps while it was written
         if self.job is None:
             self.source.advance()
-        if self.job is None and self.chain is not None and time.monotonic() - self.last >= self.every_s \
-                and self._wanted(ledger):
+        if self.job is None and self.chain is not None and self._ticked(ledger, time.monotonic()):
             self._start(ledger)
+
+    def _ticked(self, ledger: Ledger, now: float) -> bool:
+        """Whether the deltas' clock ticked since a delta was first wanted (and since the last delta). On a clock, not
+        `every_s` after whatever came first: a delta started by the first steps after a quiet spell would miss the
+        file those steps train, finishing just after it began, and that file would wait a whole interval every
+        time (files landing every 20 s, deltas every 10 s: each waited 10 s)."""
+        if not self._wanted(ledger):
+            self.wanted_at = None
+            return False
+        self.wanted_at = now if self.wanted_at is None else self.wanted_at
+        tick = self._newest_tick(now)
+        return tick >= self.wanted_at and tick > self.last_tick
+
+    def _newest_tick(self, now: float) -> float:
+        return self.origin + self.every_s * ((now - self.origin) // self.every_s)
 
     def _start(self, ledger: Ledger) -> None:
         chain = dataclasses.replace(self.chain)
@@ -125,7 +141,7 @@ class FollowDeltas:
         self.job = _Job(lambda: write_delta(self.source, self.files, version=chain.version, sequence=chain.sequence,
                                             from_step=chain.from_step, chunk_bytes=self.chunk_bytes, extra=extra),
                         chain, serves)
-        self.last = time.monotonic()
+        self.last_tick, self.wanted_at = self._newest_tick(time.monotonic()), None
         self.job.thread.start()
 
     def _done(self, ledger: Ledger) -> None:
