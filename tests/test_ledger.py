@@ -111,3 +111,5 @@ def test_deltas_start_on_their_clock_not_at_the_first_steps_after_a_quiet_spell(
     assert deltas._ticked(ledger, 30.2)  # the clock's tick
     deltas.last_tick, deltas.wanted_at = 30.0, 30.0  # that delta started; steps went on while it was written
     assert not deltas._ticked(ledger, 39.0) and deltas._ticked(ledger, 41.5)  # the next tick, late if need be
+    deltas.last_tick = deltas.wanted_at = float("-inf")  # a new version's chain: its first delta at once
+    assert deltas._ticked(ledger, 42.0)

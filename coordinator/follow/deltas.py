@@ -88,8 +88,10 @@ class FollowDeltas:
 
     def based_on(self, version: int, checkpoint: str, from_step: int) -> None:
         """Version `version`, written from `checkpoint`, is published: the chain moves to it, from `from_step` (a
-        delta of the older chain being written goes once done)."""
+        delta of the older chain being written goes once done). Its first delta, when wanted, comes at once, off the
+        clock: the files trained since the checkpoint (which a dropped delta would have served) wait for it."""
         self.chain = Chain(version, 1, from_step, self._checkpoint_steps.pop(checkpoint, from_step))
+        self.last_tick = self.wanted_at = float("-inf")
         stale = self.files.of(version)  # none but a killed run's, whose rows are not this chain's
         dropped = self.files.drop_before(version) + self.files.drop(version, stale)
         if dropped:
@@ -171,7 +173,8 @@ class FollowDeltas:
             self._done(ledger)
 
     def write_last(self, ledger: Ledger) -> None:
-        """The last delta of a run (SIGTERM, the end): written now if anything trained since the one before."""
+        """The last delta of a run (SIGTERM, the end): written now, off the clock, if it has something to give
+        (steps since the one before, or a trained file no delta served yet)."""
         self.finish(ledger)
         if self._wanted(ledger):
             self._start(ledger)
