@@ -50,6 +50,12 @@ WITHIN = 0.25  # the aim: every prediction within this fraction of the measured 
 RUN_SECONDS = 5.0  # measured training per epoch (two epochs; the first traces)
 
 
+def epoch_steps(predicted_steps_per_s: float, workers: int, steps_per_execution: int) -> int:
+    """About RUN_SECONDS of steps, and at least two calls for every worker: with fewer, some workers wait out the
+    measured epoch (10 steps at 10 a call was one worker of three: the slow links measured a third of the rate)."""
+    return max(2 * workers * steps_per_execution, min(600, round(predicted_steps_per_s * RUN_SECONDS)))
+
+
 def quiet_check() -> dict:
     return {"load_before": os.getloadavg()[0], "others_using_cpu": busy_processes(1.0)}
 
@@ -92,7 +98,8 @@ def measure_one(hosts, directory: Path, training: dict, mbit: int, ps: int, work
         return {"failed": f"plan: {planned.stderr.strip()[-500:]}"}
     plan = json.loads((Path(run_dir) / "logs" / "capacity-plan.json").read_text())
     predicted = plan["predictions"][ps - 1]
-    document["training"]["steps_per_epoch"] = max(10, min(600, round(predicted["steps_per_s"] * RUN_SECONDS)))
+    document["training"]["steps_per_epoch"] = epoch_steps(predicted["steps_per_s"], workers,
+                                                          document["training"].get("steps_per_execution", 10))
     path.write_text(json.dumps(document, indent=2))
     quiet = quiet_check()
     drops_before = sum(shaping.dropped(hosts, index) for index in range(len(hosts.addresses)))

@@ -86,7 +86,8 @@ def test_deltas_keep_a_late_follower_fresh_through_a_slowed_worker_and_a_killed_
         with Throttle(worker, share=0.2):  # its steps take five times as long, while deltas are read
             write_day(data, "day_2", 300, 600)
             assert wait_for_line(log, "day_2: done", 300, chief), log.read_text()[-3000:]
-        assert wait_for_line(log, "serving | delta 1.2 ", 120, chief), log.read_text()[-3000:]
+        _wait(lambda: re.search(r"serving \| delta 1\.\d+ .* 1 file newly served", log.read_text()), 120,
+              "a delta of version 1 serving day_2")
         follower = _follower(tmp_path)  # late: version 1 and its deltas are there already
         follower.send_signal(signal.SIGSTOP)  # it misses deltas, and catches up when it goes on
         write_day(data, "day_3", 3000, 900, new_values=True)

@@ -29,3 +29,11 @@ def test_a_step_slower_than_its_terms_names_the_wait_left_out():
     said = off(row(measured_steps_per_s=8.96, predicted_steps_per_s=13.87, workers=3, compute=23.4, transfer=185.4,
                    fixed=7.5))
     assert said.startswith("a wait the plan leaves out: the step took 118.5 ms more than its terms")
+
+
+def test_a_measured_epoch_gives_every_worker_two_calls_at_least():
+    from bench.shaped_links import epoch_steps
+
+    assert epoch_steps(1.07, workers=3, steps_per_execution=10) == 60  # not 10: one call, one worker of three
+    assert epoch_steps(40.0, workers=3, steps_per_execution=10) == 200  # about RUN_SECONDS of steps
+    assert epoch_steps(1000.0, workers=1, steps_per_execution=10) == 600
