@@ -1,6 +1,6 @@
 """The follow loop's deltas: every `serving_delta_every_s` (on a clock: at its first tick after something trained), the
-rows changed since the last one are written beside the serving versions (coordinator/publish/deltas.py) on a thread of the chief's, so
-neither hand-out nor the workers wait for it.
+rows changed since the last one are written beside the serving versions (coordinator/publish/deltas.py) on a
+thread of the chief's, so neither hand-out nor the workers wait for it.
 
 Deltas form a chain on the newest published version: its first delta starts from the step its checkpoint was
 read at, each next one from the step the one before was read at. When a newer version is published the chain
