@@ -81,6 +81,13 @@ class HostOutages:
         else:
             say(f"{host} lost ({reason}): {names}")
 
+    def _lead_trains_with(self, outage: Outage) -> bool:
+        """Whether the lead's cluster still lists a task of this outage (one that membership dropped is not waited
+        for, so a lead that then stalls is no longer this outage's doing)."""
+        membership = self.supervisor.membership
+        dropped = [name for name in outage.tasks if name.startswith("worker:") and name not in membership.members]
+        return not membership.enabled or len(dropped) < len(outage.tasks)
+
     def _cut_lead_from(self, tasks: list[Task]) -> None:
         """A host cut off the network drops packets without closing connections, and TensorFlow would wait on
         it forever: close the lead's connections to its tasks, so their calls fail and training moves on."""
@@ -141,7 +148,8 @@ class HostOutages:
             if outage.hold_until and not outage.held_lead:
                 outage.held_lead, outage.hold_until = self.supervisor.hold_lead(outage.hold_until), None
             frozen_s = now - max(lead.step_changed_at, outage.lost_at)  # counted once its connections are closed
-            if (not outage.held_lead and lead.state == TaskState.RUNNING and lead.step is not None
+            if (not outage.held_lead and self._lead_trains_with(outage) and lead.state == TaskState.RUNNING
+                    and lead.step is not None
                     and lead.step == outage.step_at_loss and frozen_s > WORKER_LOSS_GRACE_S):
                 self.supervisor.say(f"TensorFlow has not advanced {lead.name}'s step ({lead.step}) for "
                                     f"{frozen_s:.0f} s without {', '.join(outage.tasks)}")
