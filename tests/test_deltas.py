@@ -150,8 +150,36 @@ def test_a_follower_on_the_base_version_and_its_deltas_predicts_as_a_version_wri
     np.testing.assert_allclose(followed.reshape(-1), now_predictions[1].reshape(-1), atol=1e-5)
 
 
+@pytest.mark.parametrize("run", ["hashed"], indirect=True)
+def test_rows_kept_in_memory_or_spilled_to_scratch_make_the_same_delta(run, tmp_path, monkeypatch):
+    from coordinator.publish import delta_bundle
+
+    spilled, kept = [], []
+    monkeypatch.setattr(delta_bundle, "_write_spilled", spy(delta_bundle._write_spilled, spilled))
+    monkeypatch.setattr(delta_bundle, "_write_kept", spy(delta_bundle._write_kept, kept))
+    source, bundles = DeltaSource(run.model, run.tracked), []
+    for chunk_bytes in (CHUNK, 64 << 20):  # its rows outgrow 4 KiB (85 rows), not 64 MiB
+        written = write_delta(source, DeltaFiles(tmp_path / str(chunk_bytes)), version=1, sequence=1,
+                              from_step=run.from_step, chunk_bytes=chunk_bytes, settle_s=0)
+        reader = tf.train.load_checkpoint(str(written.path / names.BUNDLE))
+        bundles.append({key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()})
+        assert not list(written.path.glob("scratch*"))
+    tables = len(source.tables)
+    assert len(spilled) == 1 and len(kept) == 2 * tables - len(spilled[0][2])  # only the first write spilled
+    assert bundles[0].keys() == bundles[1].keys()
+    for key, value in bundles[0].items():
+        np.testing.assert_array_equal(value, bundles[1][key], err_msg=key)
+
+
+def spy(function, calls: list):
+    def called(*args):
+        calls.append(args)
+        return function(*args)
+    return called
+
+
 def test_a_delta_that_fails_midway_leaves_nothing_visible(run, monkeypatch):
-    from coordinator.publish import deltas
+    from coordinator.publish import delta_bundle
 
     files = DeltaFiles(run.serving)
     before = files.listed()
@@ -159,7 +187,7 @@ def test_a_delta_that_fails_midway_leaves_nothing_visible(run, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError("disk full (made up)")
 
-    monkeypatch.setattr(deltas, "_gathered", broken)
+    monkeypatch.setattr(delta_bundle.BundleWriter, "finish", broken)
     with pytest.raises(OSError):
         write_delta(DeltaSource(run.model, run.tracked), files, version=1, sequence=4, from_step=0,
                     chunk_bytes=CHUNK, settle_s=0)
@@ -193,6 +221,16 @@ def test_a_served_dynamic_table_keeps_its_index_right_through_frees_moves_and_st
     assert where(12) == [5] and layer.held.numpy().tolist() == [True, False, False, True, True, True]
     distinct, rows = last_of_each(tf.constant([7, 8, 7, 9, 8], tf.int64), tf.constant([0, 1, 2, 3, 4], tf.int64))
     assert dict(zip(distinct.numpy().tolist(), rows.numpy().tolist())) == {7: 2, 8: 4, 9: 3}
+
+
+def test_reads_cover_every_block_with_changed_rows_merged_within_a_chunk():
+    from coordinator.publish.delta_rows import merged_ranges
+
+    assert merged_ranges([0, 0, 0], 10, 25) == []
+    assert merged_ranges([3, 0, 4], 10, 25) == [(0, 25)]  # one read across an unchanged block
+    assert merged_ranges([0, 6, 5, 0], 10, 35) == [(10, 20), (20, 30)]  # 11 changed rows: two reads
+    assert merged_ranges([10, 0, 0, 1], 10, 31) == [(0, 10), (30, 31)]
+    assert merged_ranges([0, 0, 0, 1], 10, 31) == [(30, 31)]
 
 
 def test_delta_names_are_short_structural_and_refuse_a_clash():

@@ -3,11 +3,11 @@ serving versions while training goes on (the format: delta_format.py).
 
 A delta reads the step counter first (its `read_step`) and advances every ps's stamp clock to it, waits SETTLE_S
 (an update whose stamp was being written meanwhile lands), then reads, table by table and shard by shard on each
-ps, the rows stamped at or after its `from_step` a chunk at a time (delta_rows.py). The next delta starts from
+ps, the rows stamped at or after its `from_step`, a chunk at most at a time (delta_rows.py). The next delta starts from
 this one's `read_step`: a change landing after a row was read carries a stamp at or after it
-(coordinator/changed_rows.py), so deltas overlap rather than leave a gap. The chunks go to a scratch bundle as they
-come (their count is not known before the end), then into the delta's bundle as slices of one key per field: no
-process holds more than a chunk. Nothing waits for the workers and nothing stops them.
+(coordinator/changed_rows.py), so deltas overlap rather than leave a gap. The rows go into the delta's bundle as one
+key per field (delta_bundle.py): no process holds more than a chunk read and a chunk kept. Nothing waits for the
+workers and nothing stops them.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import tensorflow as tf
 from coordinator.changed_rows import TrackedTable, step_clock
 from coordinator.dynamic.checkpoint import state_prefix
 from coordinator.publish import delta_format as names
+from coordinator.publish.delta_bundle import write_bundle
 from coordinator.publish.delta_rows import fields, reader, row_bytes
 from coordinator.row_stamps import advance
-from coordinator.streaming.bundle import BundleReader, BundleWriter
 from coordinator.streaming.entries import variable_keys
-from coordinator.streaming.rows import CHUNK_BYTES, chunk_rows, row_ranges, slice_spec
+from coordinator.streaming.rows import CHUNK_BYTES
 
 SETTLE_S = 0.5  # between reading the step and the first row: longer than an update takes to stamp what it changed
 
@@ -37,7 +37,7 @@ SETTLE_S = 0.5  # between reading the step and the first row: longer than an upd
 class _Table:
     name: str
     fields: list[str]
-    readers: list  # per part: (reader, rows)
+    readers: list  # per part: its PartReader
     row_bytes: int
 
 
@@ -57,7 +57,7 @@ class DeltaSource:
                 key = keys[table.parts[0].shard.ref()]
                 table_refs |= {part.shard.ref() for part in table.parts}
             self.tables.append(_Table(names.short_name(key), fields(table, optimizer),
-                                      [(reader(table, part, optimizer), part.rows) for part in table.parts],
+                                      [reader(table, part, optimizer) for part in table.parts],
                                       row_bytes(table, optimizer)))
         self.dense: dict[str, list] = {}
         for weight in model.weights:
@@ -117,7 +117,7 @@ def write_delta(source: DeltaSource, files: "DeltaFiles", *, version: int, seque
     try:
         read_step = source.advance()
         time.sleep(settle_s)
-        rows = _write_bundle(source, writing, from_step, chunk_bytes)
+        rows = write_bundle(source, writing, from_step, chunk_bytes)
         size = sum(path.stat().st_size for path in writing.iterdir())
         manifest = {"format": names.FORMAT, "version": version, "sequence": sequence, "from_step": from_step,
                     "read_step": read_step, "written": time.time(), "rows": rows, "bytes": size,
@@ -128,58 +128,6 @@ def write_delta(source: DeltaSource, files: "DeltaFiles", *, version: int, seque
         shutil.rmtree(writing, ignore_errors=True)
         raise
     return Written(final, version, sequence, from_step, read_step, rows, size, manifest["seconds"])
-
-
-def _write_bundle(source: DeltaSource, writing: Path, from_step: int, chunk_bytes: int) -> dict[str, int]:
-    """The delta's bundle in `writing`; returns the rows written per table."""
-    scratch_prefix = str(writing / "scratch")
-    scratch, chunks = BundleWriter(scratch_prefix), []
-    try:
-        empty = {}
-        for table in source.tables:
-            for number, (read, rows) in enumerate(table.readers):
-                if table.name not in empty:
-                    empty[table.name] = read(0, 0, from_step)
-                for begin, end in row_ranges(rows, chunk_rows(table.row_bytes, chunk_bytes)):
-                    values = read(begin, end, from_step)
-                    if int(values[0].shape[0]):
-                        key = f"{table.name}/{number}-{begin}"
-                        for field, value in zip(table.fields, values, strict=True):
-                            scratch.add(f"{key}/{field}", value)
-                        chunks.append((table, key, int(values[0].shape[0])))
-        scratch.add("done", tf.constant(True))
-        scratch.finish()
-    except BaseException:
-        scratch.abandon()
-        raise
-    return _gathered(source, writing, scratch_prefix, chunks, empty)
-
-
-def _gathered(source, writing: Path, scratch_prefix: str, chunks: list, empty: dict) -> dict:
-    """Writes the scratch bundle's chunks as one key per field (slices of it), and the dense weights."""
-    scratch = BundleReader(scratch_prefix)
-    writer = BundleWriter(str(writing / names.BUNDLE))
-    counts = {}
-    for table in source.tables:
-        mine = [(key, count) for owner, key, count in chunks if owner is table]
-        total = counts[table.name] = sum(count for _, count in mine)
-        for field, nothing in zip(table.fields, empty[table.name], strict=True):
-            key = names.field_key(table.name, field)
-            if not total:
-                writer.add(key, nothing)
-                continue
-            offset = 0
-            for chunk, count in mine:
-                value = scratch.whole(f"{chunk}/{field}")
-                writer.add(key, value, slice_spec([total, *value.shape[1:]], offset, offset + count))
-                offset += count
-    for name, variables in source.dense.items():
-        values = [variable.read_value() for variable in variables]
-        writer.add(name, values[0] if len(values) == 1 else tf.concat(values, axis=0))
-    writer.finish()
-    for path in writing.glob("scratch.*"):
-        path.unlink()
-    return counts
 
 
 class DeltaFiles:
