@@ -122,11 +122,15 @@ def report(figures: dict, size: dict, about: dict) -> str:
     for rows, row in figures.items():
         on, off, timed = row["deltas"], row["no deltas"], row["tracking"]
         cells = [f"{26 * rows:,}", timed["steps_per_s_without"], timed["steps_per_s_with"], on.get("version_mb"),
-                 on.get("version_s"), on.get("delta_mb"), on.get("delta_s"), on.get("rows_per_delta"),
+                 on.get("version_s"), on.get("delta_mb"), on.get("delta_s"), _whole(on.get("rows_per_delta")),
                  on["examples_per_s"], off["examples_per_s"], on.get("fresh_p50_s"), on.get("fresh_p95_s")]
-        lines.append("| " + " | ".join("-" if c is None else f"{c:,.2f}" if isinstance(c, float) else str(c)
-                                       for c in cells) + " |")
+        lines.append("| " + " | ".join("-" if c is None else f"{c:,.2f}" if isinstance(c, float) else
+                                       f"{c:,}" if isinstance(c, int) else c for c in cells) + " |")
     return "\n".join(lines + [""])
+
+
+def _whole(value) -> int | None:
+    return None if value is None else round(value)
 
 
 def main(quick: bool = False) -> None:
