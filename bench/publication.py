@@ -31,6 +31,7 @@ from bench.follow import DROPPER, drop
 
 HERE = Path(__file__).resolve().parent
 TABLES, DIM = 26, 16
+CHUNK_MB = 64.0  # training.stream_chunk_mb's default
 MODEL = {"model": "dlrm", "dataset": "criteo", "loss": "binary_crossentropy", "metrics": ["auc"], "lr_decay_epochs": [],
          "embedding_dim": DIM, "per_worker_batch": 256,
          "steps_per_execution": 10, "follow_data": True, "data_poll_s": 1, "settle_s": 0, "piece_mb": 1.0,
@@ -101,12 +102,13 @@ def during_versions(log: str) -> dict:
             "examples_per_s_without": mean(outside) if outside else None}
 
 
-def run_size(cluster: LoopbackCluster, work: Path, rows: int, size: dict) -> dict:
+def run_size(cluster: LoopbackCluster, work: Path, rows: int, size: dict, chunk_mb: float) -> dict:
     """One follow-mode run at `rows` table rows in all, then a restart that restores its checkpoint."""
     data, output = work / "data", work / "output"
     data.mkdir(parents=True)
-    options = {**MODEL, "table_rows": rows // TABLES, "serving_export_every_s": size["version_every_s"],
-               "stop_when_idle_s": size["drop_every_s"] + 20, "data_dir": str(data), "output_dir": str(output)}
+    options = {**MODEL, "table_rows": rows // TABLES, "stream_chunk_mb": chunk_mb,
+               "serving_export_every_s": size["version_every_s"], "stop_when_idle_s": size["drop_every_s"] + 20,
+               "data_dir": str(data), "output_dir": str(output)}
     arguments = [f"--{key}={value if isinstance(value, bool) else json.dumps(value)}" for key, value in
                  options.items()]
     dropper = subprocess.Popen([PYTHON, "-c", DROPPER, str(data), str(size["files"]), str(size["lines"]),
@@ -142,14 +144,14 @@ def _chief(cluster: LoopbackCluster, arguments: list[str], log_path: Path) -> st
     return text
 
 
-def report(rows: list[dict], size: dict, about: dict) -> str:
+def report(rows: list[dict], size: dict, about: dict, chunk_mb: float) -> str:
     lines = ["# What each task holds, and what a serving version costs, as the table grows", "",
              f"Measured {about['date']} on {about['cores']} cores ({about['cpu']}, {about['memory_gib']} GiB) by "
              f"`python -m bench.publication`: follow-mode dlrm, {TABLES} hashed tables of dimension {DIM} with "
              f"Adagrad slots, 2 workers + 2 ps on loopback; a Criteo file of {size['lines']:,} lines every "
              f"{size['drop_every_s']:g} s ({size['files']} files), a serving version every "
              f"{size['version_every_s']:g} s, a checkpoint every {MODEL['checkpoint_every_s']} s, "
-             f"`stream_chunk_mb` 64. Load average before: {about['load_before']:.2f}.", "",
+             f"`stream_chunk_mb` {chunk_mb:g}. Load average before: {about['load_before']:.2f}.", "",
              "| table rows | table MB | chief peak MB | exporter peak MB | ps peak MB | worker peak MB | version MB | "
              "version s | checkpoint s | restore s | ex/s during a version | ex/s without | freshness p50 / p95 s |",
              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -164,8 +166,9 @@ def report(rows: list[dict], size: dict, about: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(quick: bool = False) -> None:
-    """Runs each table size on a fresh cluster; prints the table, and without --quick writes RESULTS-memory.md."""
+def main(quick: bool = False, chunk_mb: float = CHUNK_MB) -> None:
+    """Runs each table size on a fresh cluster; prints the table, and without --quick writes RESULTS-memory.md
+    (with another --chunk_mb it only prints: a check that a peak is flat once both sizes fill the chunk)."""
     size = SIZES["quick" if quick else "full"]
     about = machine()
     rows = []
@@ -173,11 +176,11 @@ def main(quick: bool = False) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-publication-") as temporary:
             work = Path(temporary)
             with LoopbackCluster(work / "cluster", workers=2, ps=2) as cluster:
-                rows.append(run_size(cluster, work, count, size))
+                rows.append(run_size(cluster, work, count, size, chunk_mb))
         print(json.dumps(rows[-1]), flush=True)
-    text = report(rows, size, about)
+    text = report(rows, size, about, chunk_mb)
     print(text)
-    if not quick:
+    if not quick and chunk_mb == CHUNK_MB:
         write_keeping_notes(HERE / "RESULTS-memory.md", text)
 
 

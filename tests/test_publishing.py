@@ -32,6 +32,14 @@ def wait_for_path(folder, pattern: str, timeout_s: float, process) -> str | None
     return None
 
 
+def niceness(pid: str) -> int | None:
+    """A live process's niceness (/proc/<pid>/stat's 19th field), None once it has ended."""
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16])
+    except (OSError, IndexError):
+        return None
+
+
 def test_a_chief_killed_mid_write_leaves_nothing_half_visible_and_the_next_publishes_first(shared_servers, tmp_path):
     data, output = tmp_path / "data", tmp_path / "output"
     data.mkdir()
@@ -60,6 +68,9 @@ def test_a_chief_killed_mid_write_leaves_nothing_half_visible_and_the_next_publi
         assert wait_for_line(logs[1], "day_1: done", 300, chief), logs[1].read_text()[-3000:]
         writing = wait_for_path(output / "serving", r"\.writing-\d+", 300, chief)  # a version being written
         assert writing, logs[1].read_text()[-3000:]
+        exporters = [line.split(":")[0] for line in processes_mentioning("coordinator.publish.exporter")
+                     if str(output) in line]
+        assert all(niceness(pid) in (10, None) for pid in exporters), exporters  # below training (None: ended)
         chief.send_signal(signal.SIGKILL)
         chief.wait(timeout=30)
         deadline = time.monotonic() + 30

@@ -2,7 +2,9 @@
 
 The process is started in its caller's process group (so `sh kill.sh`, which stops a task's group, stops it too)
 and is killed if its caller dies first (PR_SET_PDEATHSIG): a half-written artifact is under a hidden name, which
-the next start removes. Its log lines go to the caller's log, prefixed with the caller's task.
+the next start removes. It runs at niceness 10: on a host whose cores training uses (a laptop, the chief beside
+workers) a version takes longer and training keeps its pace. Its log lines go to the caller's log, prefixed with
+the caller's task.
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ from cluster.config import PROJECT_ROOT
 from coordinator.publish.request import ExportRequest, ExportResult
 
 PR_SET_PDEATHSIG = 1
+EXPORTER_NICENESS = 10  # a version waits for spare CPU; the workers, ps and chief beside it do not
 
 
-def _die_with_parent() -> None:
+def _background() -> None:
+    """In the exporter, before it runs: killed with its caller, and below training in the CPU's queue."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.nice(EXPORTER_NICENESS)
 
 
 class ExportProcess:
@@ -36,7 +41,7 @@ class ExportProcess:
         self.result_path = self.request_path.with_suffix(".result.json")
         request.save(self.request_path)
         self.process = subprocess.Popen([sys.executable, "-m", "coordinator.publish.exporter", name],
-                                        cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                        cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL, preexec_fn=_background)
 
     def poll(self) -> ExportResult | None:
         """The result once the process has ended, else None."""
