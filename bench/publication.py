@@ -82,7 +82,7 @@ def _clock(line: str, day: datetime.date) -> float | None:
 
 
 def during_versions(log: str) -> dict:
-    """Mean examples/s of the progress lines inside an exporter's run against those outside; only lines whose
+    """Median examples/s of the progress lines inside an exporter's run against those outside; only lines whose
     interval was all training (not the first, nor one after a caught-up line, whose interval holds the wait)."""
     day, lines = datetime.date.today(), log.splitlines()
     writing = []
@@ -97,9 +97,9 @@ def during_versions(log: str) -> dict:
             if not after_wait:  # a line after a wait (or the first) counts the idle time in its rate
                 (inside if any(a <= when <= b for a, b in writing) else outside).append(int(found[2]))
             after_wait = found[3] is not None
-    mean = statistics.mean
-    return {"examples_per_s_during": mean(inside) if inside else None,
-            "examples_per_s_without": mean(outside) if outside else None}
+    median = statistics.median  # not the mean: a line whose interval began late (after a checkpoint) is a spike
+    return {"examples_per_s_during": median(inside) if inside else None,
+            "examples_per_s_without": median(outside) if outside else None, "lines": [len(inside), len(outside)]}
 
 
 def run_size(cluster: LoopbackCluster, work: Path, rows: int, size: dict, chunk_mb: float) -> dict:
