@@ -206,6 +206,11 @@ def test_a_piece_failure_is_told_apart_data_from_lost_task():
     cancelled = piece_failure((4, 0), tf.errors.CancelledError(
         None, None, "The corresponding function is cancelled. Please reschedule the function."), root)
     assert cancelled.cancelled
+    running = tf.errors.CancelledError(None, None, "RemoteExecuteNode::RunAsync [Op:__inference_train_piece_5027]")
+    assert piece_failure((4, 1), running, root) is None  # alone, a lost task's
+    assert piece_failure((4, 1), running, root, cancelling=True).cancelled  # while a data failure's cancel runs
+    assert piece_failure((4, 1), tf.errors.UnavailableError(None, None, "/job:worker/replica:0/task:1 unreachable"),
+                         root, cancelling=True) is None
     ps_lost = tf.errors.NotFoundError(None, None, "Resource localhost/_AnonymousVar3/N10tensorflow3VarE does not "
                                       "exist.")
     assert piece_failure((5, 0), ps_lost, root) is None

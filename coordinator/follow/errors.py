@@ -58,15 +58,24 @@ def is_data_error(error: Exception, data_root: str) -> bool:
     return data_root in text and not (lost_resource(error) and data_root not in text.split("does not exist")[0])
 
 
-def piece_failure(key: tuple[int, int], error: Exception, data_root: str) -> DataFailure | None:
-    """The DataFailure of a piece that failed with `error`, or None when it is not the data's (raise it)."""
-    if isinstance(error, tf.errors.CancelledError) and "cancelled" in str(error).lower() \
-            and "/job:" not in str(error):
+def piece_failure(key: tuple[int, int], error: Exception, data_root: str, *,
+                  cancelling: bool = False) -> DataFailure | None:
+    """The DataFailure of a piece that failed with `error`, or None when it is not the data's (raise it). While
+    `cancelling` (another piece's data failed moments ago: TensorFlow cancels the running closures, which come back
+    as CancelledErrors of any wording, "RemoteExecuteNode::RunAsync" among them) every CancelledError is that."""
+    if is_cancelled(error, cancelling):
         return DataFailure(key, "cancelled", cancelled=True)
     if not is_data_error(error, data_root):
         return None
     corrupt = isinstance(error, (tf.errors.DataLossError, tf.errors.InvalidArgumentError))
     return DataFailure(key, f"cannot be read ({first_line(error)})", corrupt=corrupt)
+
+
+def is_cancelled(error: Exception, cancelling: bool) -> bool:
+    """A closure TensorFlow cancelled (queued, or running while `cancelling`), not a lost task."""
+    if not isinstance(error, tf.errors.CancelledError):
+        return False
+    return cancelling or ("cancelled" in str(error).lower() and "/job:" not in str(error))
 
 
 def removed_data_file(error: BaseException, data_root: str) -> str | None:

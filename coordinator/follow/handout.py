@@ -10,7 +10,8 @@ argument), and a piece holds many steps, as building a dataset per closure has a
 examples and steps it trained, its worker's index, the training metrics, and how many malformed records it
 skipped and where the first of them are; each is waited for on a daemon thread, so the chief's loop never blocks
 on one piece and its exit never waits for one. A piece that fails for its data (coordinator/follow/errors.py)
-comes back as a DataFailure of that piece alone; any other failure (a lost task) is raised.
+comes back as a DataFailure of that piece alone, and the closures TensorFlow cancels for it (for a while after,
+whatever their wording) come back cancelled and are handed out again; any other failure (a lost task) is raised.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from coordinator.follow.errors import is_data_error, piece_failure
+from coordinator.follow.errors import is_cancelled, is_data_error, piece_failure
 from coordinator.follow.quarantine import POSITIONS_PER_PIECE
 from data import contract
 from data.source import SHUFFLE_BUFFER
 
 PIECES_AHEAD_PER_WORKER = 2  # queued or running per worker: a worker that finishes one finds the next waiting
+CANCELLING_S = 60.0  # after a piece's data failed, TensorFlow's cancelling of the other closures comes back this long
 
 
 class Trained(NamedTuple):
@@ -55,6 +57,7 @@ class PieceTrainer:
         self.workers, self.ahead = workers, PIECES_AHEAD_PER_WORKER * workers
         self.running: dict[tuple[int, int], list[concurrent.futures.Future]] = {}  # two once given twice
         self.abandoned: list[concurrent.futures.Future] = []  # a piece's other closure, once one finished
+        self.cancelling_until = 0.0  # monotonic: CancelledErrors before then are a data failure's cancel
         self._train = _piece_function(distribution, model, data, global_batch, seed)
         self._train.get_concrete_function()  # traced now: the model's metrics exist before the first piece runs
 
@@ -77,7 +80,8 @@ class PieceTrainer:
             remote = self.coordinator.schedule(self._train, args=(tf.constant(path), tf.constant(begin, tf.int64),
                                                                   tf.constant(end, tf.int64)))
         except tf.errors.OpError as error:
-            if is_data_error(error, self.data_root):
+            if is_data_error(error, self.data_root) or is_cancelled(error, self.cancelling):
+                self._cancelled_by_data()  # TensorFlow now cancels every closure: the running ones fail cancelled
                 return False
             raise
         self.running.setdefault(key, []).append(_waited(remote))
@@ -95,17 +99,31 @@ class PieceTrainer:
                 for key, closures in self.running.items() if any(future.done() for future in closures)}
         for key, future in done.items():  # a piece's other closure, if any, runs on: the first to finish counts
             self.abandoned += [other for other in self.running.pop(key) if other is not future]
+        errors = {key: future.exception() for key, future in done.items()}
+        if any(error is not None and is_data_error(error, self.data_root) for error in errors.values()):
+            self._cancelled_by_data()  # before the others are told apart: one may be its cancel already
         results, raised = [], []
-        for key, future in done.items():
-            error = future.exception()
+        for key, error in errors.items():
             if error is None:
-                results.append(_trained(key, future.result()))
+                results.append(_trained(key, done[key].result()))
                 continue
-            failure = piece_failure(key, error, self.data_root)
+            failure = piece_failure(key, error, self.data_root, cancelling=self.cancelling)
             results.append(failure) if failure is not None else raised.append(error)
         if raised:
             raise min(raised, key=lambda error: isinstance(error, tf.errors.CancelledError))
         return results
+
+    @property
+    def cancelling(self) -> bool:
+        """Whether TensorFlow may still be cancelling closures for a piece whose data failed."""
+        return time.monotonic() < self.cancelling_until
+
+    def _cancelled_by_data(self) -> None:
+        """A piece's data failed (or a closure came back cancelled by such a failure): TensorFlow cancels the
+        running closures at the next `schedule` (one cancelled closure's error starting another round), so
+        CancelledErrors for a while after are that, not a lost task (TensorFlow's own rule: a lost task also fails
+        with something other than a CancelledError)."""
+        self.cancelling_until = time.monotonic() + CANCELLING_S
 
     def all_finished(self, timeout_s: float) -> list:
         """Waits up to `timeout_s` for every running piece; returns those that finished (the rest keep running)."""
