@@ -1,8 +1,10 @@
 """The rows of a live table changed at or after a step, read on the table's own ps: first how many changed in each
-block of a chunk's rows (one call per shard: a `where` over its stamps, coordinator/changed_rows.py), then the
-blocks that hold changed rows, as few reads as keep each within a chunk of changed rows: a `where` over the range's
-stamps, then gathers of those rows only, so what crosses the wire and what the reader holds is a chunk at most.
-A few changed rows in a 13 M-row shard take two calls, not the 28 of reading it a chunk of rows at a time.
+block of a chunk's rows (one call per shard, its stamps gathered a block at a time, coordinator/changed_rows.py),
+then the blocks that hold changed rows, as few reads as keep each within a chunk of changed rows: a `where` over
+the range's stamps, then gathers of those rows only, so what crosses the wire and what the reader holds is a chunk
+at most, and the ps reads no more than a block of stamps beside its rows (a whole read would copy them while
+training writes). A few changed rows in a 13 M-row shard take two calls, not the 28 of reading it a chunk of rows
+at a time.
 
 A hashed table's shard gives, per changed row, its number, vector, optimizer slots and stamp; a dynamic table's
 partition gives the fields its checkpoint keeps (coordinator/dynamic/checkpoint.py): number, held, id, last step,
@@ -84,9 +86,12 @@ def _counter(part: TrackedPart, stamps_of, lock=None) -> Count:
     @tf.function
     def count(since, block):
         def counted():
-            changed = tf.where(tf.convert_to_tensor(stamps_of()) >= since)[:, 0]
-            blocks = tf.cast((part.rows + block - 1) // block, tf.int32)
-            return tf.math.bincount(tf.cast(changed // block, tf.int32), minlength=blocks, maxlength=blocks)
+            def in_block(index):  # gathered a block at a time: the stamps are never read whole (copied) here
+                local = tf.range(index * block, tf.minimum((index + 1) * block, part.rows), dtype=tf.int64)
+                return tf.reduce_sum(tf.cast(tf.gather(stamps_of(), local) >= since, tf.int32))
+
+            blocks = (part.rows + block - 1) // block
+            return tf.map_fn(in_block, tf.range(blocks), fn_output_signature=tf.int32, parallel_iterations=1)
 
         with tf.device(part.device):
             return counted() if lock is None else lock.execute(counted, exclusive_resource_access=False)
