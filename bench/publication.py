@@ -8,7 +8,7 @@ then the chief is started once more over the same output with one more file, to 
 - each task's peak resident memory (VmHWM, sampled every 0.5 s; an exporter's own from its serving line);
 - seconds and bytes per serving version, seconds per checkpoint and per restore (from the chief's lines);
 - examples/s of the progress lines while an exporter writes a version against those while none does (lines
-  that are not caught up only);
+  that are not caught up only, and none that holds a checkpoint: those are counted apart);
 - freshness p50/p95 (landing to the first version holding all of the file, summary.json).
 """
 
@@ -38,7 +38,7 @@ MODEL = {"model": "dlrm", "dataset": "criteo", "loss": "binary_crossentropy", "m
          "progress_every_s": 2, "checkpoint_every_s": 30}
 SIZES = {"quick": {"rows": [26_000, 260_000], "files": 2, "lines": 2_000, "drop_every_s": 10.0,
                    "version_every_s": 5.0},
-         "full": {"rows": [2_600_000, 26_000_000], "files": 15, "lines": 40_000, "drop_every_s": 20.0,
+         "full": {"rows": [2_600_000, 26_000_000], "files": 30, "lines": 40_000, "drop_every_s": 20.0,
                   "version_every_s": 10.0}}
 LINE_TIME = re.compile(r"^\[chief:0\] (\d\d:\d\d:\d\d) ")
 SERVING = re.compile(r"serving \| version \d+ \| .*? \| ([\d.]+) MB in ([\d.]+) s, (\d+) pieces trained meanwhile, "
@@ -81,25 +81,41 @@ def _clock(line: str, day: datetime.date) -> float | None:
     return datetime.datetime.combine(day, datetime.time.fromisoformat(found[1])).timestamp() if found else None
 
 
+def _windows(lines: list[str], pattern: re.Pattern, seconds_group: int, day: datetime.date) -> list[tuple]:
+    """(begin, end) of each logged piece of work `pattern` matches: its line's time, less the seconds it took."""
+    windows = []
+    for line in lines:
+        found, end = pattern.search(line), _clock(line, day)
+        if found and end is not None:
+            windows.append((end - float(found[seconds_group]), end))
+    return windows
+
+
 def during_versions(log: str) -> dict:
     """Median examples/s of the progress lines inside an exporter's run against those outside; only lines whose
-    interval was all training (not the first, nor one after a caught-up line, whose interval holds the wait)."""
+    interval was all training (not the first, nor one after a caught-up line, whose interval holds the wait), and
+    none whose interval holds a checkpoint (the workers drained, or sharing the ps with its reads: its cost is the
+    checkpoint's, not the exporter's); those are counted apart."""
     day, lines = datetime.date.today(), log.splitlines()
-    writing = []
-    for line in lines:
-        found, end = SERVING.search(line), _clock(line, day)
-        if found and end is not None:
-            writing.append((end - float(found[2]), end))
-    inside, outside, after_wait = [], [], True
+    writing = _windows(lines, SERVING, 2, day)
+    checkpoints = _windows(lines, CHECKPOINT, 1, day)
+    interval = MODEL["progress_every_s"]
+    inside, outside, at_checkpoint, after_wait = [], [], [], True
     for line in lines:
         found, when = PROGRESS.search(line), _clock(line, day)
         if found and when is not None:
-            if not after_wait:  # a line after a wait (or the first) counts the idle time in its rate
+            if after_wait:  # a line after a wait (or the first) counts the idle time in its rate
+                pass
+            elif any(a <= when and when - interval <= b for a, b in checkpoints):
+                at_checkpoint.append(int(found[2]))
+            else:
                 (inside if any(a <= when <= b for a, b in writing) else outside).append(int(found[2]))
             after_wait = found[3] is not None
     median = statistics.median  # not the mean: a line whose interval began late (after a checkpoint) is a spike
     return {"examples_per_s_during": median(inside) if inside else None,
-            "examples_per_s_without": median(outside) if outside else None, "lines": [len(inside), len(outside)]}
+            "examples_per_s_without": median(outside) if outside else None,
+            "examples_per_s_at_checkpoint": median(at_checkpoint) if at_checkpoint else None,
+            "lines": [len(inside), len(outside), len(at_checkpoint)]}
 
 
 def run_size(cluster: LoopbackCluster, work: Path, rows: int, size: dict, chunk_mb: float) -> dict:
@@ -153,15 +169,17 @@ def report(rows: list[dict], size: dict, about: dict, chunk_mb: float) -> str:
              f"{size['version_every_s']:g} s, a checkpoint every {MODEL['checkpoint_every_s']} s, "
              f"`stream_chunk_mb` {chunk_mb:g}. Load average before: {about['load_before']:.2f}.", "",
              "| table rows | table MB | chief peak MB | exporter peak MB | ps peak MB | worker peak MB | version MB | "
-             "version s | checkpoint s | restore s | ex/s during a version | ex/s without | freshness p50 / p95 s |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "version s | checkpoint s | restore s | ex/s during a version | ex/s without | ex/s at a checkpoint | lines "
+             "during / without / at a checkpoint | freshness p50 / p95 s |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
         peak = row["peak_mb"]
         during, without = row["examples_per_s_during"], row["examples_per_s_without"]
         lines.append(f"| {row['rows']:,} | {row['table_mb']:,.0f} | {peak['chief']:,.0f} | {peak['exporter']:,.0f} | "
                      f"{peak['ps']:,.0f} | {peak['worker']:,.0f} | {row['version_mb']:,.0f} | {row['version_s']:.1f} | "
                      f"{row['checkpoint_s']:.1f} | {row['restore_s']:.1f} | "
-                     f"{during or 0:,.0f} | {without or 0:,.0f} | "
+                     f"{during or 0:,.0f} | {without or 0:,.0f} | {row['examples_per_s_at_checkpoint'] or 0:,.0f} | "
+                     f"{' / '.join(map(str, row['lines']))} | "
                      f"{row['freshness_p50_s']:.0f} / {row['freshness_p95_s']:.0f} |")
     return "\n".join(lines) + "\n"
 
