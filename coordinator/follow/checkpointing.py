@@ -1,6 +1,6 @@
 """What the follow loop checkpoints: the model, both optimizers and the ledger as it stands, named by the optimizer
-step (`ckpt-0-<step>`), every `checkpoint_every_s` and for each serving version: a version's is written on a
-thread while the workers train on (`start_beside_training`)."""
+step (`ckpt-0-<step>`), every `checkpoint_every_s` and before each serving version; with deltas, a version's
+checkpoint is written on a thread while the workers train on (`start_beside_training`)."""
 
 from __future__ import annotations
 

@@ -3,16 +3,16 @@ records each piece done, checkpoints where the data stands, writes serving versi
 after idling. What it hands out is schedule.py's, what it checkpoints checkpointing.py's, what it publishes
 publishing.py's.
 
-A periodic checkpoint (every `checkpoint_every_s`) first hands out none and lets the running pieces finish, for
-at most `straggler_after_s`: a slow worker's piece never holds up checkpoints, serving versions, progress lines
-or the heartbeat. Pieces still running then (stragglers) are not done in the checkpoint's ledger, so a run
-resumed from it trains them again, though some of their steps may be in its model. A serving version's checkpoint
-does not pause hand-out: it is written on a thread while pieces run on (each of those is in it as a straggler
-is), and the version starts once it is done, written by an exporter process while the workers go on and checked
-against the checkpoint's own predictions. On SIGTERM the running pieces get at most STOP_WAIT_S (or
-`straggler_after_s`); those that do not finish are left out of the checkpoint likewise; the last version, when a
-run ends idle, is of a checkpoint taken with the pieces finished (checked against the trained model's predictions
-at that moment).
+A checkpoint (every `checkpoint_every_s`, and before each serving version) first hands out none and lets the
+running pieces finish, for at most `straggler_after_s`: a slow worker's piece never holds up checkpoints, serving
+versions, progress lines or the heartbeat. Pieces still running then (stragglers) are not done in the
+checkpoint's ledger, so a run resumed from it trains them again, though some of their steps may be in its model.
+A serving version is written from the checkpoint by an exporter process while the workers go on, checked against
+the trained model's predictions at that moment or, when a closure may still move the model (a straggler, or the
+other closure of a piece given twice), against the checkpoint's own. On SIGTERM the running pieces get at most
+STOP_WAIT_S (or `straggler_after_s`); those that do not finish are left out of the checkpoint likewise. With
+deltas, a version's checkpoint does not pause hand-out: it is written on a thread while pieces run on (each of
+those is in it as a straggler is), and the version starts once it is done.
 """
 
 from __future__ import annotations
@@ -146,16 +146,15 @@ class FollowLoop:
         self.schedule.trained_since_version = False
 
     def _checkpoint(self, *, serve: bool) -> None:
-        """A checkpoint, and a serving version of it when `serve`: then written beside training (hand-out never
-        waits for a version: at 26 M rows a settled checkpoint held the workers 7 s of every version)."""
-        if serve and self.schedule.last_piece is not None:
+        """A checkpoint, and a serving version of it when `serve`: with deltas written beside training."""
+        if serve and self.publishing.deltas is not None and self.schedule.last_piece is not None:
             self._save_beside_training()
         else:
             self._save_and_serve(serve=serve)
 
     def _save_beside_training(self) -> None:
-        """A version's checkpoint, written while the workers train on (and deltas go on being written); the
-        version starts once it is done."""
+        """With deltas, a version is a base for them, not what serves a file first: its checkpoint is written while
+        the workers train on and deltas go on being written; the version starts once it is done."""
         self.step_at_save = self._step()
         self.saving.start_beside_training()
         running = len(self.schedule.trainer.running)
