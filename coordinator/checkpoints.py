@@ -148,14 +148,16 @@ class EpochCheckpoints:
             prefix = self.checkpoint.write(str(self.scratch / position.name))
             tf.io.gfile.rmtree(str(self.scratch))
             return prefix
-        prefix = str(self.directory / position.name)
-        if self.io_device is None:
-            self.checkpoint.write(prefix)
-        else:
-            checkpoint_io.save(self.checkpoint, prefix, device=self.io_device, chunk_bytes=self.chunk_bytes)
+        prefix = self.write_aside(str(self.directory / position.name))
         paths = [p for p in listed_checkpoints(self.directory) if checkpoint_position(p) < position] + [prefix]
         self._record(self._prune(paths))
         return prefix
+
+    def write_aside(self, prefix: str) -> str:
+        """Writes a checkpoint to `prefix`, outside the series: never listed, restored or pruned here."""
+        if self.io_device is None:
+            return self.checkpoint.write(prefix)
+        return checkpoint_io.save(self.checkpoint, prefix, device=self.io_device, chunk_bytes=self.chunk_bytes)
 
     def _prune(self, paths: list[str]) -> list[str]:
         evaluated = set(EvaluationState.load(self.files).evaluated)

@@ -18,6 +18,7 @@ import pytest
 
 import deltakit
 from clusterkit import PYTHON, ROOT, derive_cluster, finish, start_module, wait_for_line
+from coordinator.checkpoints import listed_checkpoints
 from launcher import process
 from test_follow import FOLLOW, Throttle, write_day
 
@@ -120,6 +121,7 @@ def test_deltas_keep_a_late_follower_fresh_through_a_slowed_worker_and_a_killed_
     assert _seconds_between(log, "follow mode: training on", "serving | version 1 ") < DELTAS["serving_export_every_s"]
     assert {f["name"]: f["examples"] for f in last["follow"]["per_file"]} == {
         "day_0": 300, "day_1": 300, "day_2": 300, "day_3": 3000, "day_4": 600}
+    assert last["optimizer_steps"] == last["follow"]["steps"]  # resumed from a settled checkpoint: no step twice
     assert "serving | delta" in again.read_text() and "publishing it first" in again.read_text()
     assert half and not list((output / "serving" / "deltas").glob(".writing-*"))  # the killed chief's half: gone
     assert not any(f"{e['version']}.{e['sequence']}" in half for e in _events(tmp_path))  # never followed
@@ -136,8 +138,7 @@ def test_deltas_keep_a_late_follower_fresh_through_a_slowed_worker_and_a_killed_
     replayed = deltakit.replayed(deltakit.base_tables(base, fields), deltas)
     assert deltakit.differences(at_end, replayed) == []  # rows, slots, ids, held flags, last steps: bit for bit
     (table,) = fields
-    version_1 = re.search(r"serving \| version 1 \| (ckpt-[\d-]+) ", log.read_text()).group(1)
-    first = deltakit.base_tables(str(output / "checkpoints" / version_1), fields)[table]
+    first = deltakit.base_tables(listed_checkpoints(output / "checkpoints")[0], fields)[table]  # the first days'
     expired = set(first["ids"][first["held"]].tolist()) - set(at_end[table]["ids"][at_end[table]["held"]].tolist())
     assert expired  # the first days' ids expired as later days came
 
@@ -171,8 +172,8 @@ def test_versions_between_deltas_are_checkpointed_while_pieces_run_and_replay_to
         chief.wait()
 
     text = log.read_text()
-    beside = re.findall(r"checkpoint (ckpt-[\d-]+) for the next serving version: written while (\d+) pieces? runs? on",
-                        text)
+    beside = re.findall(r"checkpoint (for-serving/ckpt-[\d-]+) for the next serving version: written while (\d+) "
+                        r"pieces? runs? on", text)
     assert any(int(running) > 0 for _, running in beside), text[-3000:]  # the workers were not drained for them
     stopped = re.search(r"stopped as asked: checkpoint (ckpt-[\d-]+) written", text).group(1)
     newest = max(int(p.name) for p in (output / "serving").iterdir() if p.name.isdigit())

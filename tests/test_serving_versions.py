@@ -26,3 +26,29 @@ def test_versions_increase_past_pruned_ones_and_a_half_written_one_is_cleared(tm
     assert versions.newest_trained_through() == {"version": 3, "optimizer_step": 30}
     assert write_one(versions) == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["3", "4"]
+
+
+def _bundle(prefix: str) -> None:
+    for suffix in (".index", ".data-00000-of-00001"):
+        open(prefix + suffix, "w").close()
+
+
+def test_checkpoints_for_serving_keep_the_newest_published_and_go_when_dropped(tmp_path):
+    from coordinator.follow.for_serving import ForServing
+
+    (tmp_path / "for-serving" / "ckpt-0-7_temp").mkdir(parents=True)  # an earlier run's, half written
+    _bundle(str(tmp_path / "ckpt-0-5"))  # a settled checkpoint: never touched
+    aside = ForServing(tmp_path)
+    assert not (tmp_path / "for-serving").exists()
+    first, second, third = (aside.prefix(f"ckpt-0-{n}") for n in (10, 20, 30))
+    for prefix in (first, second, third):
+        _bundle(prefix)
+    assert aside.name("ckpt-0-20") == "for-serving/ckpt-0-20" and aside.holds(second)
+    aside.published(second)  # its version is out: the others go
+    assert sorted(p.name for p in (tmp_path / "for-serving").iterdir()) == [
+        "ckpt-0-20.data-00000-of-00001", "ckpt-0-20.index"]
+    aside.dropped(str(tmp_path / "ckpt-0-5"))  # not one of its own: stays
+    aside.dropped(second)
+    assert list((tmp_path / "for-serving").iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-0-5.data-00000-of-00001", "ckpt-0-5.index",
+                                                          "for-serving"]

@@ -1,6 +1,7 @@
 """What the follow loop checkpoints: the model, both optimizers and the ledger as it stands, named by the optimizer
-step (`ckpt-0-<step>`), every `checkpoint_every_s` and before each serving version; with deltas, a version's
-checkpoint is written on a thread while the workers train on (`start_beside_training`)."""
+step (`ckpt-0-<step>`), every `checkpoint_every_s` with the running pieces settled (a resume reads these); and for
+each serving version, on a thread while the workers train on, a checkpoint of its own (`start_for_version`) in
+output/checkpoints/for-serving/, which no resume reads (for_serving.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 import time
 
 from coordinator.checkpoints import Position
+from coordinator.follow.for_serving import ForServing
 from coordinator.follow.ledger import Ledger
 
 
@@ -21,6 +23,8 @@ class FollowCheckpoints:
         self.log = log
         self.saved_json, self.saved_number = ledger.to_json(), resumed_number
         self.last_save = time.monotonic()
+        self.for_serving = ForServing(checkpoints.directory)
+        self.version_number = resumed_number  # the newest checkpoint for a version is named by it
         self._beside: _Beside | None = None
 
     @property
@@ -47,25 +51,37 @@ class FollowCheckpoints:
 
     @property
     def writing(self) -> bool:
-        """Whether a checkpoint is being written beside training."""
+        """Whether a checkpoint for a serving version is being written beside training."""
         return self._beside is not None
 
-    def start_beside_training(self) -> None:
-        """Starts writing a checkpoint on a thread while pieces run on: of the ledger as it stands now (the pieces
-        running are not done in it, though some of their steps may be in its model, as a straggler's)."""
-        begun = self._begin()
-        self._beside = _Beside(lambda: self.checkpoints.save(begun.position), begun)
+    def start_for_version(self) -> str:
+        """Starts writing, on a thread while pieces run on, the checkpoint of the next serving version: of the
+        ledger as it stands now (the pieces running are not done in it, though some of their steps may be in its
+        model, as a straggler's), into for-serving/, where no resume looks: the run's own checkpoints stay settled,
+        their model and ledger in agreement. Returns its name."""
+        step = int(self.model.optimizer.iterations.numpy())
+        self.version_number = max(step, self.version_number + 1, self.saved_number + 1)
+        position = Position(0, self.version_number)
+        begun = _Begun(time.monotonic(), step, position, self.ledger.done_count(), self.ledger.behind(time.time())[0])
+        snapshot = self.ledger.to_json()
+        prefix = self.for_serving.prefix(position.name)
+        self._beside = _Beside(lambda: self.checkpoints.write_aside(prefix), begun, snapshot)
+        return self.for_serving.name(position.name)
 
-    def written_beside(self, wait: bool = False) -> str | None:
-        """The path of the checkpoint being written beside training once it is done (None until then, or with none
-        being written); with `wait`, waits for it. Its error, if it failed, is raised here."""
+    def written_for_version(self, wait: bool = False) -> ForVersion | None:
+        """The checkpoint for a serving version once it is written (None until then, or with none being written);
+        with `wait`, waits for it. Its error, if it failed, is raised here."""
         if self._beside is None or not self._beside.done(wait):
             return None
         beside, self._beside = self._beside, None
         if beside.error is not None:
             raise beside.error
-        self._end(beside.begun)
-        return beside.path
+        begun = beside.begun
+        self.log.info("checkpoint %s (optimizer step %d) for a serving version: %d files done, %d not yet; written "
+                      "in %.1f s beside training", self.for_serving.name(begun.position.name), begun.step, begun.done,
+                      begun.waiting, time.monotonic() - begun.started)
+        return ForVersion(beside.path, self.for_serving.name(begun.position.name), begun.step,
+                          Ledger.from_json(beside.snapshot))
 
     def _begin(self) -> _Begun:
         step = int(self.model.optimizer.iterations.numpy())
@@ -82,6 +98,17 @@ class FollowCheckpoints:
 
 
 @dataclasses.dataclass(frozen=True)
+class ForVersion:
+    """A checkpoint written for a serving version: its path, its name (relative to output/checkpoints), the step
+    it began at, the ledger as it stood then."""
+
+    path: str
+    name: str
+    number: int
+    ledger: Ledger
+
+
+@dataclasses.dataclass(frozen=True)
 class _Begun:
     """A checkpoint started: when, at which optimizer step, its position, and the files done and not yet in it."""
 
@@ -95,8 +122,8 @@ class _Begun:
 class _Beside:
     """A checkpoint written on a thread: `write()`'s path, or its error, once done."""
 
-    def __init__(self, write, begun: _Begun):
-        self.begun = begun
+    def __init__(self, write, begun: _Begun, snapshot: str):
+        self.begun, self.snapshot = begun, snapshot
         self.path: str | None = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._write, args=(write,), name="checkpoint", daemon=True)

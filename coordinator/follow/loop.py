@@ -3,16 +3,15 @@ records each piece done, checkpoints where the data stands, writes serving versi
 after idling. What it hands out is schedule.py's, what it checkpoints checkpointing.py's, what it publishes
 publishing.py's.
 
-A checkpoint (every `checkpoint_every_s`, and before each serving version) first hands out none and lets the
-running pieces finish, for at most `straggler_after_s`: a slow worker's piece never holds up checkpoints, serving
-versions, progress lines or the heartbeat. Pieces still running then (stragglers) are not done in the
-checkpoint's ledger, so a run resumed from it trains them again, though some of their steps may be in its model.
-A serving version is written from the checkpoint by an exporter process while the workers go on, checked against
-the trained model's predictions at that moment or, when a closure may still move the model (a straggler, or the
-other closure of a piece given twice), against the checkpoint's own. On SIGTERM the running pieces get at most
-STOP_WAIT_S (or `straggler_after_s`); those that do not finish are left out of the checkpoint likewise. With
-deltas, a version's checkpoint does not pause hand-out: it is written on a thread while pieces run on (each of
-those is in it as a straggler is), and the version starts once it is done.
+A checkpoint (every `checkpoint_every_s`) first hands out none and lets the running pieces finish, for at most
+`straggler_after_s`: a slow worker's piece never holds up checkpoints, serving versions, progress lines or the
+heartbeat. Pieces still running then (stragglers) are not done in the checkpoint's ledger, so a run resumed from
+it trains them again, though some of their steps may be in its model. A serving version does not pause hand-out:
+its own checkpoint is written on a thread while pieces run on (each of those is in it as a straggler is, and no
+resume reads it: for_serving.py), then the version is written from it by an exporter process while the workers go
+on, checked against the checkpoint's own predictions. On SIGTERM the running pieces get at most STOP_WAIT_S (or
+`straggler_after_s`); those that do not finish are left out of the checkpoint likewise. When a run ends idle, its
+last version is of a settled checkpoint, checked against the trained model's predictions at that moment.
 """
 
 from __future__ import annotations
@@ -75,7 +74,7 @@ class FollowLoop:
                 time.sleep(BEAT_S)  # nothing to wait on: a quiet beat
             training = self._beat()
             self.publishing.poll()
-            self._publish_written_beside()
+            self._publish_written_for_version()
             if self._save_due():
                 self._checkpoint(serve=self._serve_due())
             if self._idle_long_enough(training):
@@ -146,32 +145,33 @@ class FollowLoop:
         self.schedule.trained_since_version = False
 
     def _checkpoint(self, *, serve: bool) -> None:
-        """A checkpoint, and a serving version of it when `serve`: with deltas written beside training."""
-        if serve and self.publishing.deltas is not None and self.schedule.last_piece is not None:
-            self._save_beside_training()
+        """A settled checkpoint, or, when a version is due, the version's own checkpoint beside training (a settled
+        one held the workers 7 s of every version at 26 M rows); a periodic one due as well comes after it."""
+        if serve and self.schedule.last_piece is not None:
+            self._checkpoint_for_version()
         else:
             self._save_and_serve(serve=serve)
 
-    def _save_beside_training(self) -> None:
-        """With deltas, a version is a base for them, not what serves a file first: its checkpoint is written while
-        the workers train on and deltas go on being written; the version starts once it is done."""
-        self.step_at_save = self._step()
-        self.saving.start_beside_training()
+    def _checkpoint_for_version(self) -> None:
+        """The next version's checkpoint, written while the workers train on (and deltas go on being written); the
+        version starts once it is done."""
+        name = self.saving.start_for_version()
         running = len(self.schedule.trainer.running)
         self.p.run.log.info("checkpoint %s for the next serving version: written while %d piece%s run%s on",
-                            self.saving.name, running, "s" * (running != 1), "s" * (running == 1))
-        self.schedule.trained_since_save = False
+                            name, running, "s" * (running != 1), "s" * (running == 1))
         self.schedule.trained_since_version = False
 
-    def _publish_written_beside(self, wait: bool = False) -> None:
-        """Starts the version of the checkpoint written beside training once it is done (with `wait`, waits)."""
-        checkpoint = self.saving.written_beside(wait)
-        if checkpoint is None:
+    def _publish_written_for_version(self, wait: bool = False) -> None:
+        """Starts the version of the checkpoint written for it once that is done (with `wait`, waits)."""
+        written = self.saving.written_for_version(wait)
+        if written is None:
             return
         reference = self.publishing.reference(self.schedule.last_piece)
-        if reference is not None:  # against the checkpoint's own predictions: pieces ran on while it was written
-            self.publishing.start(checkpoint, self.saving.name, self.saving.saved_number, self.saving.saved_ledger(),
-                                  *reference, against_checkpoint=True)
+        if reference is None:  # the piece's file is gone: the next version takes its reference inputs from a later one
+            self.saving.for_serving.dropped(written.path)
+            return
+        self.publishing.start(written.path, written.name, written.number, written.ledger, *reference,
+                              against_checkpoint=True)  # pieces ran on while it was written: its own predictions
 
     def _step(self) -> int:
         return int(self.p.model.optimizer.iterations.numpy())
@@ -199,7 +199,7 @@ class FollowLoop:
         self.schedule.record(self.schedule.trainer.all_finished(
             max(0.0, wait_s - (time.monotonic() - stop.requested_at))))
         left = len(self.schedule.trainer.running)
-        self.saving.written_beside(wait=True)  # its version is published by the next run
+        self.saving.written_for_version(wait=True)  # not published: the next run publishes what is trained
         said = "not needed (the last one holds every piece done)"
         if self._moved_since_save():
             self._save()
@@ -215,7 +215,7 @@ class FollowLoop:
         run = self.p.run
         run.log.info("no new data for %s (stop_when_idle_s): finishing", duration(run.options.stop_when_idle_s))
         self.publishing.finish()
-        self._publish_written_beside(wait=True)
+        self._publish_written_for_version(wait=True)
         self.publishing.finish()
         if self.schedule.trained_since_save or self.schedule.trained_since_version:
             self._save_and_serve(serve=self.schedule.trained_since_version and not self.publishing.takes_deltas)

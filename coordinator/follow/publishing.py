@@ -1,10 +1,10 @@
 """What the follow loop publishes: a serving version from a checkpoint, every `serving_export_every_s` when something
-new was trained, written by an exporter process beside training (coordinator/publish/) and checked against the
-trained model's predictions at that checkpoint.
+new was trained, written by an exporter process beside training (coordinator/publish/) and checked against that
+checkpoint's predictions (or, from a settled checkpoint, the trained model's at that moment).
 
 Hand-out never waits for a version: the loop starts the exporter and goes on, and each beat asks whether it is
 done. A version due while the previous one is still being written is not queued behind it: the next starts, from
-the newest checkpoint, at the first beat after it is done. With `serving_delta_every_s`, deltas of the newest
+a checkpoint taken for it, at the first beat after it is done. With `serving_delta_every_s`, deltas of the newest
 version come between versions (deltas.py), and a run ends with a delta instead of a version.
 """
 
@@ -22,6 +22,7 @@ import tensorflow as tf
 from cluster.run_files import read_summary, write_summary
 from common.errors import Problem, UserError
 from coordinator import export
+from coordinator.follow.for_serving import ForServing
 from coordinator.follow.ledger import Ledger
 from coordinator.follow.served import freshness_summary, trained_through
 from coordinator.follow.report import duration
@@ -49,11 +50,13 @@ class Publishing:
     """Serving versions of a follow-mode run (into `serving`, a ServingVersions) and the files each first serves."""
 
     def __init__(self, *, run, data, model, serving: ServingVersions, ledger: Ledger, report, task: str,
-                 pieces_done: Callable[[], int], deltas=None):
+                 pieces_done: Callable[[], int], for_serving: ForServing, deltas=None):
         """`pieces_done()`: the pieces trained so far in this run (how many trained while a version was written
-        is said beside it); `deltas`: the run's FollowDeltas, or None."""
+        is said beside it); `for_serving`: where the checkpoints written for versions lie (each goes once it is
+        no longer needed); `deltas`: the run's FollowDeltas, or None."""
         self.run, self.data, self.model, self.serving, self.ledger = run, data, model, serving, ledger
         self.report, self.task, self.pieces_done, self.deltas = report, task, pieces_done, deltas
+        self.for_serving = for_serving
         self.scratch = run.files.output / SCRATCH
         shutil.rmtree(self.scratch, ignore_errors=True)  # a killed run's requests and references
         # nothing served yet: the first version is due as soon as something is trained (the first files would
@@ -153,6 +156,7 @@ class Publishing:
         if result is None:
             self.exporting.process.stop()
             self.exporting.reference.unlink(missing_ok=True)
+            self.for_serving.dropped(self.exporting.process.request.checkpoint)
             self.run.log.warning("version %d was not done in time: stopped (the next run publishes it)",
                                  self.exporting.process.request.version)
             self.exporting = None
@@ -169,7 +173,9 @@ class Publishing:
         if result.error:
             self.run.log.error("serving version %d from %s not written (the next one tries again): %s",
                                exporting.process.request.version, name, result.error)
+            self.for_serving.dropped(exporting.process.request.checkpoint)
             return
+        self.for_serving.published(exporting.process.request.checkpoint)
         if self.deltas is not None:
             self.deltas.based_on(result.version, exporting.process.request.checkpoint,
                                  exporting.process.request.delta_from_step)

@@ -77,14 +77,14 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
                     max_bad_fraction=options.max_bad_fraction)
     schedule = Schedule(ledger=ledger, trainer=trainer, data=data, report=report, watch=watch, intake=intake,
                         straggler_after_s=options.straggler_after_s, newest_first=newest_first)
+    saving = FollowCheckpoints(checkpoints=checkpoints, state=state, model=model, ledger=ledger,
+                               every_s=options.checkpoint_every_s, resumed_number=position.steps, log=log)
     parts = FollowParts(
-        run=run, model=model, report=report, watch=watch, stop=stop, tables=tables, schedule=schedule,
-        saving=FollowCheckpoints(checkpoints=checkpoints, state=state, model=model, ledger=ledger,
-                                 every_s=options.checkpoint_every_s, resumed_number=position.steps, log=log),
+        run=run, model=model, report=report, watch=watch, stop=stop, tables=tables, schedule=schedule, saving=saving,
         publishing=Publishing(run=run, data=data, model=model, ledger=ledger, report=report, task=config.lead.name,
                               serving=ServingVersions(run.files.serving, options.keep_serving_versions),
                               pieces_done=lambda: sum(schedule.pieces_by_worker.values()),
-                              deltas=FollowDeltas.create(run, model, distribution)))
+                              for_serving=saving.for_serving, deltas=FollowDeltas.create(run, model, distribution)))
     with exit_when_a_task_is_lost(log, "lost part of the cluster", "the run resumes from the last checkpoint (pieces "
                                   "done since are trained again)"):
         return FollowLoop(parts).run()
