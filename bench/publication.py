@@ -6,9 +6,10 @@ cluster (2 workers, 2 ps) runs follow-mode DLRM on an empty folder into which a 
 `drop_every_s` (under a hidden name, then renamed), serving versions every `version_every_s`, until it idles out;
 then the chief is started once more over the same output with one more file, to time a restore. Measured:
 - each task's peak resident memory (VmHWM, sampled every 0.5 s; an exporter's own from its serving line);
-- seconds and bytes per serving version, seconds per checkpoint and per restore (from the chief's lines);
-- examples/s of the progress lines while an exporter writes a version against those while none does (lines
-  that are not caught up only, and none that holds a checkpoint: those are counted apart);
+- seconds and bytes per serving version, seconds per version's checkpoint (beside training), per settled
+  checkpoint and per restore (from the chief's lines);
+- examples/s of the progress lines while a version is written (its checkpoint, then its exporter) against those
+  while none is (lines that are not caught up only, and none that holds a settled checkpoint: counted apart);
 - freshness p50/p95 (landing to the first version holding all of the file, summary.json).
 """
 
@@ -43,7 +44,9 @@ SIZES = {"quick": {"rows": [26_000, 260_000], "files": 2, "lines": 2_000, "drop_
 LINE_TIME = re.compile(r"^\[chief:0\] (\d\d:\d\d:\d\d) ")
 SERVING = re.compile(r"serving \| version \d+ \| .*? \| ([\d.]+) MB in ([\d.]+) s, (\d+) pieces trained meanwhile, "
                      r"exporter peak (\d+) MB")
-CHECKPOINT = re.compile(r"checkpoint ckpt-\S+ \(optimizer step \d+\): .*? written in ([\d.]+) s")
+CHECKPOINT = re.compile(r"checkpoint ckpt-\S+ \(optimizer step \d+\): .*? written in ([\d.]+) s")  # settled
+FOR_VERSION = re.compile(r"checkpoint for-serving/\S+ \(optimizer step \d+\) for a serving version: .*? "
+                         r"written in ([\d.]+) s")  # beside training
 RESTORED = re.compile(r"resuming .*? restored in ([\d.]+) s")
 PROGRESS = re.compile(r"follow \| .*? \| ([\d.]+) steps/s \| (\d+) ex/s \| (caught up)?")
 
@@ -92,24 +95,23 @@ def _windows(lines: list[str], pattern: re.Pattern, seconds_group: int, day: dat
 
 
 def during_versions(log: str) -> dict:
-    """Median examples/s of the progress lines inside an exporter's run against those outside; only lines whose
-    interval was all training (not the first, nor one after a caught-up line, whose interval holds the wait), and
-    none whose interval holds a checkpoint (the workers drained, or sharing the ps with its reads: its cost is the
-    checkpoint's, not the exporter's); those are counted apart."""
+    """Median examples/s of the progress lines inside a version's writing (its checkpoint, written beside training,
+    then its exporter's run) against those outside; only lines whose interval was all training (not the first, nor
+    one after a caught-up line, whose interval holds the wait), and none whose interval holds a settled checkpoint
+    (the workers drained: its cost is the checkpoint's, not the version's); those are counted apart."""
     day, lines = datetime.date.today(), log.splitlines()
-    writing = _windows(lines, SERVING, 2, day)
+    writing = _windows(lines, SERVING, 2, day) + _windows(lines, FOR_VERSION, 1, day)
     checkpoints = _windows(lines, CHECKPOINT, 1, day)
     interval = MODEL["progress_every_s"]
     inside, outside, at_checkpoint, after_wait = [], [], [], True
     for line in lines:
         found, when = PROGRESS.search(line), _clock(line, day)
         if found and when is not None:
-            if after_wait:  # a line after a wait (or the first) counts the idle time in its rate
-                pass
-            elif any(a <= when and when - interval <= b for a, b in checkpoints):
-                at_checkpoint.append(int(found[2]))
-            else:
-                (inside if any(a <= when <= b for a, b in writing) else outside).append(int(found[2]))
+            if not after_wait:  # a line after a wait (or the first) counts the idle time in its rate
+                if any(a <= when and when - interval <= b for a, b in checkpoints):
+                    at_checkpoint.append(int(found[2]))
+                else:
+                    (inside if any(a <= when <= b for a, b in writing) else outside).append(int(found[2]))
             after_wait = found[3] is not None
     median = statistics.median  # not the mean: a line whose interval began late (after a checkpoint) is a spike
     return {"examples_per_s_during": median(inside) if inside else None,
@@ -144,10 +146,16 @@ def run_size(cluster: LoopbackCluster, work: Path, rows: int, size: dict, chunk_
                         "worker": max(peak_rss_mib(p) for p in cluster.server_pids("worker"))},
             "version_mb": statistics.mean(float(v[0]) for v in versions),
             "version_s": statistics.mean(float(v[1]) for v in versions), "versions": len(versions),
-            "checkpoint_s": statistics.mean(float(m[1]) for m in map(CHECKPOINT.search, first.splitlines()) if m),
+            "checkpoint_s": _mean_seconds(CHECKPOINT, first), "version_checkpoint_s": _mean_seconds(FOR_VERSION, first),
             "restore_s": float(RESTORED.search(second)[1]),
             "freshness_p50_s": statistics.median(served), "freshness_p95_s": served[int(0.95 * (len(served) - 1))],
             **during_versions(first)}
+
+
+def _mean_seconds(pattern: re.Pattern, log: str) -> float:
+    """The mean of the seconds `pattern`'s lines in `log` give (0 with none)."""
+    seconds = [float(m[1]) for m in map(pattern.search, log.splitlines()) if m]
+    return statistics.mean(seconds) if seconds else 0.0
 
 
 def _chief(cluster: LoopbackCluster, arguments: list[str], log_path: Path) -> str:
@@ -169,15 +177,15 @@ def report(rows: list[dict], size: dict, about: dict, chunk_mb: float) -> str:
              f"{size['version_every_s']:g} s, a checkpoint every {MODEL['checkpoint_every_s']} s, "
              f"`stream_chunk_mb` {chunk_mb:g}. Load average before: {about['load_before']:.2f}.", "",
              "| table rows | table MB | chief peak MB | exporter peak MB | ps peak MB | worker peak MB | version MB | "
-             "version s | checkpoint s | restore s | ex/s during a version | ex/s without | ex/s at a checkpoint | "
-             "lines during / without / at a checkpoint | freshness p50 / p95 s |",
-             "|" + " ---: |" * 15]
+             "version s | its checkpoint s | checkpoint s | restore s | ex/s during a version | ex/s without | "
+             "ex/s at a checkpoint | lines during / without / at a checkpoint | freshness p50 / p95 s |",
+             "|" + " ---: |" * 16]
     for row in rows:
         peak = row["peak_mb"]
         during, without = row["examples_per_s_during"], row["examples_per_s_without"]
         lines.append(f"| {row['rows']:,} | {row['table_mb']:,.0f} | {peak['chief']:,.0f} | {peak['exporter']:,.0f} | "
                      f"{peak['ps']:,.0f} | {peak['worker']:,.0f} | {row['version_mb']:,.0f} | {row['version_s']:.1f} | "
-                     f"{row['checkpoint_s']:.1f} | {row['restore_s']:.1f} | "
+                     f"{row['version_checkpoint_s']:.1f} | {row['checkpoint_s']:.1f} | {row['restore_s']:.1f} | "
                      f"{during or 0:,.0f} | {without or 0:,.0f} | {row['examples_per_s_at_checkpoint'] or 0:,.0f} | "
                      f"{' / '.join(map(str, row['lines']))} | "
                      f"{row['freshness_p50_s']:.0f} / {row['freshness_p95_s']:.0f} |")

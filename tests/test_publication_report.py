@@ -20,6 +20,9 @@ def test_lines_are_split_by_version_and_checkpoint_and_a_line_after_a_wait_is_le
         "exporter peak 1200 MB",
         progress("01:00:16", 600),  # after a caught-up line: left out
         progress("01:00:18", 700),  # without
+        progress("01:00:20", 800),  # inside the checkpoint of the next version, written beside training
+        "[chief:0] 01:00:21 checkpoint for-serving/ckpt-0-130 (optimizer step 129) for a serving version: 4 files "
+        "done, 0 not yet; written in 2.0 s beside training",
     ])
-    assert during_versions(log) == {"examples_per_s_during": 450, "examples_per_s_without": 450,
-                                    "examples_per_s_at_checkpoint": 300, "lines": [2, 2, 1]}
+    assert during_versions(log) == {"examples_per_s_during": 500, "examples_per_s_without": 450,
+                                    "examples_per_s_at_checkpoint": 300, "lines": [3, 2, 1]}
