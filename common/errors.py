@@ -11,6 +11,7 @@ USER_ERROR_EXIT_CODE = 2  # the launcher does not restart a task that exits with
 CLUSTER_UNAVAILABLE_EXIT_CODE = 3  # a task this one needs did not answer; restarting may help
 PREEMPTED_EXIT_CODE = 4  # the chief was asked to stop (SIGTERM), wrote a checkpoint and exited; resumable
 DISK_FULL_EXIT_CODE = 5  # a task found the disk it writes to full; a restart would meet the same wall
+CHIEF_REPLACED_EXIT_CODE = 6  # a ps under Kubernetes saw a new chief: its pod is replaced, holding nothing old
 MAX_VALUE_CHARS = 200  # a value echoed in an error is cut after this many characters
 
 

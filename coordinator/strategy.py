@@ -10,7 +10,7 @@ from cluster.config import ClusterConfig
 from cluster.recommender_options import RECOMMENDER_MODELS
 from cluster.strategies import StrategyName
 from cluster.training_options import TrainingOptions
-from common import net
+from common import fresh_ps, net
 from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE
 from coordinator.placement import BalancedPartitioner
 
@@ -18,7 +18,10 @@ CHIEF_CPU = "/job:chief/replica:0/task:0/device:CPU:0"
 
 
 def wait_for_cluster(config: ClusterConfig, timeout_s: float, log) -> None:
-    """Exits with code 3 naming each silent task: TensorFlow itself would hang on a missing ps or worker."""
+    """Exits with code 3 naming each silent task: TensorFlow itself would hang on a missing ps or worker. Under
+    Kubernetes with an output volume, first waits until every ps serves this chief alone (common/fresh_ps.py)."""
+    if fresh_ps.applies(config):
+        fresh_ps.start_generation(config, timeout_s, log)
     tasks = config.training_tasks(("ps", "worker"))
     log.info("waiting up to %.0f s for %s", timeout_s, ", ".join(f"{t.name}@{t.address}" for t in tasks))
     silent = net.wait_until_listening(tasks, timeout_s)

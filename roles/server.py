@@ -12,6 +12,7 @@ import fire
 from cluster import config as cluster_config
 from cluster import taskspec
 from common import stack_dump
+from common import fresh_ps
 from common.errors import Problem, UserError, exit_on_user_error
 from common.exit_file import record_exit, run_recording_exit
 from common.logs import quiet_tensorflow, task_logger
@@ -83,11 +84,17 @@ def serve(*, role: str, index: int, cluster: str = "cluster.json") -> None:
         raise UserError(Problem("server", str(task.address), f"could not start ({error.message.splitlines()[0]})",
                                 "check that the port is free and the host name is this machine")) from None
     log.info("ready: %s listening on port %d (pid %d)", role, task.address.port, os.getpid())
+    if role == "ps" and fresh_ps.applies(config):  # Kubernetes replaces a chief's pod alone: see common/fresh_ps.py
+        fresh_ps.PsGeneration(config, index, log, exit=_leave).start()
     signal_name = _wait_for_stop_signal()
     log.info("stopping on %s", signal_name)
+    _leave(0)
+
+
+def _leave(code: int) -> None:
     sys.stderr.flush()
-    record_exit(0)
-    os._exit(0)  # the C++ server has no clean shutdown; leaving the process is the only way to stop it
+    record_exit(code)
+    os._exit(code)  # the C++ server has no clean shutdown; leaving the process is the only way to stop it
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from kubeflow_trainer_api.models import JobsetV1alpha2JobSet
 
 from clusterkit import run_module, write_cluster
 from cluster import config as cluster_config
-from common.errors import PREEMPTED_EXIT_CODE, USER_ERROR_EXIT_CODE
+from common.errors import CHIEF_REPLACED_EXIT_CODE, PREEMPTED_EXIT_CODE, USER_ERROR_EXIT_CODE
 from jobsetrules import webhook_problems
 from launcher.backends.kubernetes import jobset, outputs, pods
 from test_kubernetes_config import k8s_document
@@ -123,6 +123,9 @@ def test_healing_and_success_follow_the_launchers_policy(tmp_path):
     exit_rules = {r["action"]: r["onExitCodes"]["values"] for r in chief["podFailurePolicy"]["rules"]
                   if "onExitCodes" in r}
     assert exit_rules == {"FailJob": [USER_ERROR_EXIT_CODE], "Ignore": [PREEMPTED_EXIT_CODE]}
+    ps_rules = {r["action"]: r["onExitCodes"]["values"] for r in jobs["ps"]["template"]["spec"]["podFailurePolicy"][
+        "rules"]}  # a ps that saw a new chief is replaced, not counted (common/fresh_ps.py); no disruption rule
+    assert ps_rules == {"FailJob": [USER_ERROR_EXIT_CODE], "Ignore": [CHIEF_REPLACED_EXIT_CODE]}
     assert chief["template"]["spec"]["terminationGracePeriodSeconds"] == 120
     assert all(r["template"]["spec"]["template"]["spec"]["restartPolicy"] == "Never" for r in jobs.values())
 

@@ -1,6 +1,7 @@
 """The pods of the generated JobSet, run as Kubernetes runs them (tests/kubeletkit.py, tests/jobsetkit.py): each a
 process in its own network namespace under its pod host name, to a trained, evaluated, exported model; a killed
-worker pod and a killed ps pod handled as the manifest's failure policies say; a user error failing the JobSet."""
+worker pod, a killed chief pod (its ps replaced before the new chief connects) and a killed ps pod handled as the
+manifest's failure policies say; a user error failing the JobSet."""
 
 from __future__ import annotations
 
@@ -67,6 +68,10 @@ def test_pods_train_to_an_evaluated_model_through_a_lost_worker_and_a_lost_ps(tm
         assert jobset.run_until(lambda: jobset.jobs[("worker", 1)].pods_started == 2, 30), trace(jobset)
         assert jobset.restarts == 0 and jobset.jobs[("chief", 0)].pods_started == 1  # the worker restarted alone
         assert jobset.run_until(lambda: "train | epoch 2/4" in jobset.log("chief", 0), 300), trace(jobset)
+        jobset.kill("chief", 0)  # its Job replaces it alone; the ps that served it is replaced before it connects
+        assert jobset.run_until(lambda: jobset.log("chief", 0).count("resuming") == 1, 300), trace(jobset)
+        assert jobset.restarts == 0 and jobset.jobs[("ps", 0)].pods_started == 2, trace(jobset)
+        assert jobset.run_until(lambda: "train | epoch 3/4" in jobset.log("chief", 0), 300), trace(jobset)
         assert "train | epoch 4/4" not in jobset.log("chief", 0)
         jobset.kill("ps", 0)
         assert jobset.run_until(lambda: jobset.restarts == 1, 120), trace(jobset)
@@ -78,6 +83,10 @@ def test_pods_train_to_an_evaluated_model_through_a_lost_worker_and_a_lost_ps(tm
     assert read.summary.complete and read.best is not None and read.output == "/opt/pscluster-volume/output"
     events = "\n".join(jobset.events)
     assert "job ps-0 failed (BackoffLimitExceeded): rule ps_lost, RestartJobSet" in events
+    assert "pod of ps-0 exited with 6" in events  # it saw the new chief: replaced, not counted
+    assert events.index("pod of ps-0 exited with 6") < events.index("job ps-0 failed")
+    ps_log = jobset.log("ps", 0)
+    assert "a new chief started (generation" in ps_log and ps_log.count("serving chief generation") >= 3
     assert "resuming after epoch" in jobset.log("chief", 0), trace(jobset)
     output = tmp_path / "volume" / "output"
     summary = json.loads((output / "summary.json").read_text())

@@ -7,7 +7,8 @@ Job is replicatedJob `worker`, Job index = task index, and its pod's host name `
 - exit code 2 (a user error): the Job's podFailurePolicy fails the Job at once (reason PodFailurePolicy), and the
   JobSet rule `user_error` fails the JobSet: nothing is retried;
 - the chief's exit code 4 (asked to stop, checkpoint written) and a pod disruption (preemption, eviction, node
-  drain: condition DisruptionTarget) are Ignored: the Job replaces the pod without counting it;
+  drain: condition DisruptionTarget) are Ignored: the Job replaces the pod without counting it; so is a ps's exit
+  code 6 with an output volume (it saw a new chief, and leaves so as to hold nothing of the old: common/fresh_ps.py);
 - a worker, the chief or the evaluator that fails otherwise is replaced by its own Job (same host name), up to
   `backoffLimit` = launcher.max_restarts times: one worker restarts alone, at Job level, which needs no JobSet
   feature gate (JobSet's `RestartJob` action is alpha and off by default in v0.12: CHANGELOG v0.12.0, #1177);
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from cluster import jsonfile
 from cluster.config import ClusterConfig
-from common.errors import PREEMPTED_EXIT_CODE, USER_ERROR_EXIT_CODE
+from common.errors import CHIEF_REPLACED_EXIT_CODE, PREEMPTED_EXIT_CODE, USER_ERROR_EXIT_CODE
 from launcher.backends.kubernetes import pods
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -37,13 +38,17 @@ ROLES = ("chief", "worker", "ps", "evaluator")
 FINISHING = ("chief", "evaluator")  # what the successPolicy waits for (the launcher's trainer and sidecar)
 
 
-def pod_failure_policy(job: str) -> dict:
-    """Exit 2 fails the Job at once; the chief's exit 4 and disruptions replace the pod without counting it."""
+def pod_failure_policy(config: ClusterConfig, job: str) -> dict:
+    """Exit 2 fails the Job at once; the chief's exit 4, a ps's exit 6 and disruptions replace the pod without
+    counting it."""
     rules = [{"action": "FailJob", "onExitCodes": {"containerName": pods.CONTAINER, "operator": "In",
                                                   "values": [USER_ERROR_EXIT_CODE]}}]
     if job == "chief":
         rules.append({"action": "Ignore", "onExitCodes": {"containerName": pods.CONTAINER, "operator": "In",
                                                           "values": [PREEMPTED_EXIT_CODE]}})
+    if job == "ps" and config.kubernetes.output_volume:  # it saw a new chief (common/fresh_ps.py): a new pod
+        rules.append({"action": "Ignore", "onExitCodes": {"containerName": pods.CONTAINER, "operator": "In",
+                                                          "values": [CHIEF_REPLACED_EXIT_CODE]}})
     if job != "ps":  # a ps lost to a disruption still loses its variables: the JobSet restarts (rule ps_lost)
         rules.append({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})
     return {"rules": rules}
@@ -53,7 +58,7 @@ def replicated_job(config: ClusterConfig, job: str) -> dict:
     count = len(config.jobs[job])
     spec = {"parallelism": 1, "completions": 1, "completionMode": "Indexed",
             "backoffLimit": 0 if job == "ps" else config.launcher.max_restarts,
-            "podFailurePolicy": pod_failure_policy(job), "template": pods.pod_template(config, job)}
+            "podFailurePolicy": pod_failure_policy(config, job), "template": pods.pod_template(config, job)}
     return {"name": job, "replicas": count, "template": {"spec": spec}}
 
 
