@@ -130,7 +130,7 @@ def test_a_worker_killed_mid_piece_and_a_new_run_after_two_more_files(tmp_path):
     data.mkdir()
     write_day(data, "day_0.gz", 6000, 0)  # gzip files are whole pieces: each worker takes one, 188 steps each
     write_day(data, "day_1.gz", 6000, 6000)
-    training = {**FOLLOW, "data_dir": str(data), "output_dir": str(output)}
+    training = {**FOLLOW, "data_dir": str(data), "output_dir": str(output), "serving_export_every_s": 600}
     document = cluster_document(workers=2, ps=1, evaluator=False, logs_dir=str(logs), training=training)
     document["launcher"].update(restart_backoff_s=0.5, poll_s=0.5)
     path = write_cluster(tmp_path, document)
@@ -149,6 +149,10 @@ def test_a_worker_killed_mid_piece_and_a_new_run_after_two_more_files(tmp_path):
         stopped = subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, text=True,
                                  timeout=180)
         assert stopped.returncode == 0, stopped.stderr
+        assert re.search(r"publishing ckpt-\S+ before stopping", (logs / "chief-0.log").read_text())
+        newest = max((p for p in (output / "serving").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+        through = json.loads((newest / "assets.extra" / "trained_through.json").read_text())
+        assert sorted(f["name"] for f in through["files_done"]) == ["day_0.gz", "day_1.gz"]  # served before it stopped
         write_day(data, "day_2", 300, 12000)
         write_day(data, "day_3.gz", 300, 12300)
         document["training"]["stop_when_idle_s"] = 4

@@ -1,7 +1,8 @@
 """What the follow loop checkpoints: the model, both optimizers and the ledger as it stands, named by the optimizer
-step (`ckpt-0-<step>`), every `checkpoint_every_s` with the running pieces settled (a resume reads these); and for
-each serving version, on a thread while the workers train on, a checkpoint of its own (`start_for_version`) in
-output/checkpoints/for-serving/, which no resume reads (for_serving.py)."""
+step (`ckpt-0-<step>`), every `checkpoint_every_s` and before each serving version, with the running pieces settled
+(a resume reads these); with deltas, for each serving version instead, on a thread while the workers train on, a
+checkpoint of its own (`start_for_version`) in output/checkpoints/for-serving/, which no resume reads
+(for_serving.py)."""
 
 from __future__ import annotations
 

@@ -3,15 +3,18 @@ records each piece done, checkpoints where the data stands, writes serving versi
 after idling. What it hands out is schedule.py's, what it checkpoints checkpointing.py's, what it publishes
 publishing.py's.
 
-A checkpoint (every `checkpoint_every_s`) first hands out none and lets the running pieces finish, for at most
-`straggler_after_s`: a slow worker's piece never holds up checkpoints, serving versions, progress lines or the
-heartbeat. Pieces still running then (stragglers) are not done in the checkpoint's ledger, so a run resumed from
-it trains them again, though some of their steps may be in its model. A serving version does not pause hand-out:
-its own checkpoint is written on a thread while pieces run on (each of those is in it as a straggler is, and no
-resume reads it: for_serving.py), then the version is written from it by an exporter process while the workers go
-on, checked against the checkpoint's own predictions. On SIGTERM the running pieces get at most STOP_WAIT_S (or
-`straggler_after_s`); those that do not finish are left out of the checkpoint likewise. When a run ends idle, its
-last version is of a settled checkpoint, checked against the trained model's predictions at that moment.
+A checkpoint (every `checkpoint_every_s`, and before each serving version) first hands out none and lets the
+running pieces finish, for at most `straggler_after_s`: a slow worker's piece never holds up checkpoints, serving
+versions, progress lines or the heartbeat. Pieces still running then (stragglers) are not done in the
+checkpoint's ledger, so a run resumed from it trains them again, though some of their steps may be in its model.
+A serving version is written from the checkpoint by an exporter process while the workers go on, checked against
+the trained model's predictions at that moment or, when a closure may still move the model (a straggler, or the
+other closure of a piece given twice), against the checkpoint's own. With deltas, a version's checkpoint does not
+pause hand-out: it is its own, written on a thread while pieces run on (each of those is in it as a straggler is,
+and no resume reads it: for_serving.py), and the version starts once it is done. On SIGTERM the running pieces
+get at most STOP_WAIT_S (or `straggler_after_s`); those that do not finish are left out of the checkpoint
+likewise, and what that checkpoint trained is published before the chief exits, within the launcher's
+`stop_grace_s`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from coordinator.preemption import exit_preempted
 
 BEAT_S = 1.0  # the loop's pace: pieces finished, SIGTERM, heartbeat, looks at the folder
 STOP_WAIT_S = 20.0  # SIGTERM's longest wait for running pieces (the launcher waits stop_grace_s, 60 s)
+STOP_MARGIN_S = 10.0  # SIGTERM: what a stop leaves of the launcher's stop_grace_s for the exit itself
 
 
 @dataclasses.dataclass
@@ -145,9 +149,11 @@ class FollowLoop:
         self.schedule.trained_since_version = False
 
     def _checkpoint(self, *, serve: bool) -> None:
-        """A settled checkpoint, or, when a version is due, the version's own checkpoint beside training (a settled
-        one held the workers 7 s of every version at 26 M rows); a periodic one due as well comes after it."""
-        if serve and self.schedule.last_piece is not None:
+        """A settled checkpoint, and a version of it when `serve`; with deltas, when a version is due, the version's
+        own checkpoint beside training instead (a periodic one due as well comes after it). Plain versions keep the
+        settled checkpoint: on 2 cores one written beside training took the workers' CPU instead of pausing them
+        (26 M rows: 0.63x the examples/s of a run without versions, against 0.96x; bench/RESULTS-memory.md)."""
+        if serve and self.publishing.deltas is not None and self.schedule.last_piece is not None:
             self._checkpoint_for_version()
         else:
             self._save_and_serve(serve=serve)
@@ -204,11 +210,27 @@ class FollowLoop:
         if self._moved_since_save():
             self._save()
             said = f"{self.saving.name} written"
+        self._publish_before_stopping(stop.requested_at + self.p.run.config.launcher.stop_grace_s - STOP_MARGIN_S)
         self.publishing.write_last_delta()
         self.p.run.log.info("stopped as asked: checkpoint %s %.1f s after SIGTERM; %d piece%s still running will "
                             "be trained again by the next run; exiting", said,
                             time.monotonic() - stop.requested_at, left, "s" * (left != 1))
         exit_preempted()
+
+    def _publish_before_stopping(self, deadline: float) -> None:
+        """SIGTERM: the version being written, then one of the checkpoint just written if no version holds it (with
+        deltas, the last delta does), each given until `deadline` (one left unfinished is stopped: the next run
+        publishes that checkpoint first)."""
+        self.publishing.finish(max(0.0, deadline - time.monotonic()))
+        if self.publishing.takes_deltas or not self.publishing.behind(self.saving.saved_number):
+            return
+        reference = self.publishing.reference(self.schedule.last_piece)
+        if reference is None:
+            return
+        self.p.run.log.info("publishing %s before stopping", self.saving.name)
+        self.publishing.start(self.saving.latest_path(), self.saving.name, self.saving.saved_number,
+                              self.saving.saved_ledger(), *reference, against_checkpoint=self.schedule.trainer.moving)
+        self.publishing.finish(max(0.0, deadline - time.monotonic()))
 
     def _finish(self):
         """Idle for stop_when_idle_s: the last checkpoint and serving version, and the summary says complete."""

@@ -1,11 +1,12 @@
 """What the follow loop publishes: a serving version from a checkpoint, every `serving_export_every_s` when something
-new was trained, written by an exporter process beside training (coordinator/publish/) and checked against that
-checkpoint's predictions (or, from a settled checkpoint, the trained model's at that moment).
+new was trained, written by an exporter process beside training (coordinator/publish/) and checked against the
+trained model's predictions at that checkpoint (or, when the model moved meanwhile, the checkpoint's own).
 
-Hand-out never waits for a version: the loop starts the exporter and goes on, and each beat asks whether it is
-done. A version due while the previous one is still being written is not queued behind it: the next starts, from
-a checkpoint taken for it, at the first beat after it is done. With `serving_delta_every_s`, deltas of the newest
-version come between versions (deltas.py), and a run ends with a delta instead of a version.
+Hand-out never waits for the exporter: the loop starts it and goes on, and each beat asks whether it is done. A
+version due while the previous one is still being written is not queued behind it: the next starts, from the
+newest checkpoint (with deltas, one taken for it), at the first beat after it is done. With
+`serving_delta_every_s`, deltas of the newest version come between versions (deltas.py), and a run ends with a
+delta instead of a version.
 """
 
 from __future__ import annotations
