@@ -63,7 +63,7 @@ class HostOutages:
         reason = f"no answer for {time.monotonic() - silent_since:.0f} s" + (f": {reason}" if reason else "")
         for record in newly:
             record.state = TaskState.LOST
-        outage = self.current.setdefault(host, Outage(host, [], silent_since, self.lead.step))
+        outage = self.current.setdefault(host, Outage(host, [], silent_since, self.lead.last_step))
         outage.tasks += [r.name for r in newly]
         names = ", ".join(r.name for r in newly)
         say, jobs = self.supervisor.say, {r.task.job for r in newly}
@@ -111,7 +111,7 @@ class HostOutages:
         if outage is None:
             return
         now, lead = time.monotonic(), self.lead
-        outage.returned_at, outage.step_at_return = now, None if outage.held_lead else self.lead.step
+        outage.returned_at, outage.step_at_return = now, None if outage.held_lead else lead.last_step
         gone = f"{host} answers again after {now - outage.silent_since:.0f} s without an answer"
         if outage.held_lead:
             self.supervisor.say(f"{gone}")
@@ -120,7 +120,7 @@ class HostOutages:
             self.supervisor.say(f"{gone}; {lead.name} ended meanwhile")
             self.lines.append(f"{host} gone {now - outage.silent_since:.0f} s; {lead.name} ended meanwhile")
         elif outage.step_at_loss is not None and outage.step_at_return == outage.step_at_loss:
-            self.supervisor.say(f"{gone}; {lead.name}'s step has not moved since the loss ({lead.step})")
+            self.supervisor.say(f"{gone}; {lead.name}'s step has not moved since the loss ({lead.last_step})")
             self.recovering.append(outage)  # timed until the step moves, as after a hold
         elif outage.step_at_loss is not None and outage.step_at_return is not None:
             went_on = f"step {outage.step_at_loss} at the loss, {outage.step_at_return} now"

@@ -46,7 +46,8 @@ class TaskRecord:
     restart_at: float = 0.0
     counts_as_restart: bool = True
     started_at: float = 0.0
-    step: int | None = None  # the optimizer step the lead last reported
+    step: int | None = None  # the optimizer step the lead reports now (None outside training: an epoch's end)
+    last_step: int | None = None  # the last step this start of the lead reported, kept through such moments
     waiting: bool = False  # the lead's last heartbeat said it waits for data: it got past its start
     step_changed_at: float = dataclasses.field(default_factory=time.monotonic)
 

@@ -70,7 +70,8 @@ class Supervisor:
         for name, group in by_host.items():
             rows = self.hosts[name].start([r.task for r in group])
             for record, row in zip(group, rows, strict=True):
-                record.state, record.pid, record.exit_code, record.step = TaskState.STARTING, row.pid, None, None
+                record.state, record.pid, record.exit_code = TaskState.STARTING, row.pid, None
+                record.step = record.last_step = None
                 record.waiting = False
                 record.started_at = record.step_changed_at = time.monotonic()
                 self.say(f"{record.name} started on {name} (pid {row.pid})")
@@ -130,6 +131,8 @@ class Supervisor:
         record.waiting = row.waiting
         if row.step != record.step:
             record.step, record.step_changed_at = row.step, time.monotonic()
+        if row.step is not None:
+            record.last_step = row.step
         if not row.running:
             if record.state in (TaskState.RUNNING, TaskState.STARTING, TaskState.LOST):
                 self._exited(record, row.exit_code)

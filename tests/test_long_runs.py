@@ -229,14 +229,42 @@ def test_a_worker_host_back_before_the_step_moved_is_timed_until_training_again(
     supervisor = Supervisor(cluster_config.load(write_cluster(tmp_path, cluster_document(evaluator=False))),
                             said.append)
     lead, worker = supervisor.lead, supervisor.records["worker:1"]
-    lead.state, lead.step, worker.state = TaskState.RUNNING, 160, TaskState.RUNNING
+    lead.state, lead.step, lead.last_step, worker.state = TaskState.RUNNING, 160, 160, TaskState.RUNNING
     supervisor.outages.lost("10.0.0.2", [worker], "")
     supervisor.outages.answered("10.0.0.2")
     assert said[-1].endswith("chief:0's step has not moved since the loss (160)"), said
-    lead.step, lead.step_changed_at = 161, time.monotonic()
+    lead.step, lead.last_step, lead.step_changed_at = 161, 161, time.monotonic()
     supervisor.outages.tick(time.monotonic())
     assert re.match(r"training again \d+ s after 10\.0\.0\.2 answered again \(chief:0 at step 161\)", said[-1]), said
 
+
+
+def test_a_cut_whose_loss_and_return_fall_between_epochs_still_says_training_went_on(tmp_path):
+    """The lead reports no step at an epoch's end (CI, 2026-11-28: a 60 s cut ended as a bare "answers again"):
+    the step it last reported stands for it."""
+    from clusterkit import cluster_document, write_cluster
+
+    from cluster import config as cluster_config
+    from launcher.backends.base import TaskStatus
+    from launcher.records import TaskState
+    from launcher.supervisor import Supervisor
+
+    said: list[str] = []
+    supervisor = Supervisor(cluster_config.load(write_cluster(tmp_path, cluster_document(evaluator=False))),
+                            said.append)
+    lead, worker = supervisor.lead, supervisor.records["worker:1"]
+    lead.state, worker.state = TaskState.RUNNING, TaskState.RUNNING
+
+    def lead_reports(*steps):
+        for step in steps:
+            supervisor._update(lead, TaskStatus(task=lead.name, pid=1, running=True, exit_code=None, uptime_s=1.0,
+                                                last_line="", step=step))
+
+    lead_reports(160, None)
+    supervisor.outages.lost("10.0.0.2", [worker], "")
+    lead_reports(200, None)
+    supervisor.outages.answered("10.0.0.2")
+    assert said[-1].endswith("training went on meanwhile (step 160 at the loss, 200 now)"), said
 
 @pytest.mark.parametrize("model", ["cnn", "dlrm_dynamic"])
 def test_reload_resizes_workers_and_ps_in_a_running_job(tmp_path, model):
