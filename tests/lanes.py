@@ -29,7 +29,7 @@ NO_TESTS_RAN = 5  # pytest's exit code when a lane selected nothing
 # Whole modules of loopback clusters that run in the multihost lane too: that lane mostly waits, and without them
 # it ended some 15 minutes before the main lane (CI, 2026-11-27: 1,207 s against 2,143 s; with the first five of
 # these moved, 1,507 s against 1,856 s).
-MOVED_TO_MULTIHOST_LANE = frozenset({"test_capacity_plan.py", "test_chaos.py", "test_long_epochs.py",
+MOVED_TO_MULTIHOST_LANE = frozenset({"test_capacity_plan.py", "test_chaos.py",
                                      "test_recommender_cluster.py", "test_recommenders.py", "test_follow_deltas.py",
                                      "test_publishing.py"})
 

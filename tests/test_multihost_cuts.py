@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -86,6 +87,7 @@ def detached_run(hosts, directory, document: dict):
         for index in range(len(hosts.addresses)):
             hosts.restore(index)
         subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=300, cwd=ROOT)
+        shutil.copytree(running.logs, directory / "logs", dirs_exist_ok=True)  # kept past the hosts' teardown
         assert processes_mentioning(str(path)) == []
 
 
