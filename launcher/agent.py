@@ -188,7 +188,7 @@ class HostControl:
         _print(firewall_off(cluster_config.load(cluster)))
 
     def drop_connections(self, cluster: str, peers: str, tasks: str = ""):
-        _print(drop_connections(peers.split(",")))
+        _print(drop_connections([peer for peer in peers.split(",") if peer]))
 
     def new_run(self, cluster: str, tasks: str):
         config, selected = self._tasks(cluster, tasks)

@@ -134,6 +134,8 @@ class HostOutages:
         """Closes the connections running tasks kept to tasks whose host was cut: one with data in flight waits
         out TCP's retransmission backoff (after a 60 s cut, some 40 s more) before it carries anything again,
         and a fresh lead's first step would wait with it."""
+        if not returned:  # a held lead that waited for ps alone (an elastic run drops lost workers)
+            return
         holders = {r.host for r in self.supervisor.records.values()
                    if r.state == TaskState.RUNNING and r not in returned}
         for host in sorted(holders):

@@ -7,6 +7,7 @@ import json
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -265,6 +266,26 @@ def test_a_cut_whose_loss_and_return_fall_between_epochs_still_says_training_wen
     lead_reports(200, None)
     supervisor.outages.answered("10.0.0.2")
     assert said[-1].endswith("training went on meanwhile (step 160 at the loss, 200 now)"), said
+
+
+def test_a_lead_held_for_ps_alone_closes_no_connection_when_they_answer(tmp_path):
+    """An elastic run drops its lost workers from what a held lead waits for: with nothing left to reconnect, no
+    host is asked (CI, 2026-11-28: an agent call with no peer failed, and its error was logged)."""
+    from clusterkit import cluster_document, write_cluster
+
+    from cluster import config as cluster_config
+    from launcher.supervisor import Supervisor
+
+    supervisor = Supervisor(cluster_config.load(write_cluster(tmp_path, cluster_document(evaluator=False))),
+                            print)
+    asked: list[list[str]] = []
+    for host in supervisor.hosts.values():
+        host.drop_connections = lambda peers: asked.append(peers) or 0
+    supervisor.outages.reconnect([])
+    assert asked == []
+    empty = subprocess.run([sys.executable, "-m", "launcher.agent", "drop_connections", "--cluster", "unread",
+                            "--peers", ""], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert empty.returncode == 0 and empty.stdout.strip() == "0", empty.stderr
 
 @pytest.mark.parametrize("model", ["cnn", "dlrm_dynamic"])
 def test_reload_resizes_workers_and_ps_in_a_running_job(tmp_path, model):

@@ -71,6 +71,15 @@ def reached_over_ssh(hosts, logs: Path, **launcher) -> dict:
                          "ssh_connect_timeout_s": 3, "restart_backoff_s": 0.5, "poll_s": 0.5, **launcher}}
 
 
+
+def keep_logs(logs: Path, into: Path) -> None:
+    """Copies the run's log files into `into` (pytest's folder), past the hosts' teardown, unless they are there."""
+    into.mkdir(parents=True, exist_ok=True)
+    if logs.resolve() != into.resolve():
+        for log in logs.glob("*.log*"):
+            if log.is_file():
+                shutil.copy2(log, into / log.name)
+
 @contextlib.contextmanager
 def detached_run(hosts, directory, document: dict):
     """`sh run.sh --detach` of `document`, once the chief trains its second epoch; cables restored and `sh kill.sh`
@@ -87,7 +96,7 @@ def detached_run(hosts, directory, document: dict):
         for index in range(len(hosts.addresses)):
             hosts.restore(index)
         subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=300, cwd=ROOT)
-        shutil.copytree(running.logs, directory / "logs", dirs_exist_ok=True)  # kept past the hosts' teardown
+        keep_logs(running.logs, directory / "logs")
         assert processes_mentioning(str(path)) == []
 
 
