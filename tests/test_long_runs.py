@@ -201,15 +201,21 @@ def wait_for_count(path: Path, text: str, count: int, timeout_s: float) -> bool:
     return False
 
 
-def test_a_status_answer_naming_a_task_a_reload_took_out_is_ignored(tmp_path):
-    """Remote hosts answer status in the background: an answer asked before a shrink names tasks that left."""
+def _supervisor(tmp_path, say):
+    """A supervisor of the default loopback cluster (no evaluator), nothing started: for its pure logic."""
     from clusterkit import cluster_document, write_cluster
 
     from cluster import config as cluster_config
-    from launcher.backends.base import TaskStatus
     from launcher.supervisor import Supervisor
 
-    supervisor = Supervisor(cluster_config.load(write_cluster(tmp_path, cluster_document(evaluator=False))), print)
+    return Supervisor(cluster_config.load(write_cluster(tmp_path, cluster_document(evaluator=False))), say)
+
+
+def test_a_status_answer_naming_a_task_a_reload_took_out_is_ignored(tmp_path):
+    """Remote hosts answer status in the background: an answer asked before a shrink names tasks that left."""
+    from launcher.backends.base import TaskStatus
+
+    supervisor = _supervisor(tmp_path, print)
     asked_at = time.monotonic()
     del supervisor.records["worker:1"]  # what `reload.apply` does for a worker the edited file leaves out
     rows = [TaskStatus(task=name, pid=1, running=False, exit_code=4, uptime_s=1.0, last_line="")
@@ -220,15 +226,10 @@ def test_a_status_answer_naming_a_task_a_reload_took_out_is_ignored(tmp_path):
 
 def test_a_worker_host_back_before_the_step_moved_is_timed_until_training_again(tmp_path):
     """A short cut can end before TensorFlow has worked around the lost worker: no claim that training went on."""
-    from clusterkit import cluster_document, write_cluster
-
-    from cluster import config as cluster_config
     from launcher.records import TaskState
-    from launcher.supervisor import Supervisor
 
     said: list[str] = []
-    supervisor = Supervisor(cluster_config.load(write_cluster(tmp_path, cluster_document(evaluator=False))),
-                            said.append)
+    supervisor = _supervisor(tmp_path, said.append)
     lead, worker = supervisor.lead, supervisor.records["worker:1"]
     lead.state, lead.step, lead.last_step, worker.state = TaskState.RUNNING, 160, 160, TaskState.RUNNING
     supervisor.outages.lost("10.0.0.2", [worker], "")
@@ -239,20 +240,14 @@ def test_a_worker_host_back_before_the_step_moved_is_timed_until_training_again(
     assert re.match(r"training again \d+ s after 10\.0\.0\.2 answered again \(chief:0 at step 161\)", said[-1]), said
 
 
-
 def test_a_cut_whose_loss_and_return_fall_between_epochs_still_says_training_went_on(tmp_path):
     """The lead reports no step at an epoch's end (CI, 2026-11-28: a 60 s cut ended as a bare "answers again"):
     the step it last reported stands for it."""
-    from clusterkit import cluster_document, write_cluster
-
-    from cluster import config as cluster_config
     from launcher.backends.base import TaskStatus
     from launcher.records import TaskState
-    from launcher.supervisor import Supervisor
 
     said: list[str] = []
-    supervisor = Supervisor(cluster_config.load(write_cluster(tmp_path, cluster_document(evaluator=False))),
-                            said.append)
+    supervisor = _supervisor(tmp_path, said.append)
     lead, worker = supervisor.lead, supervisor.records["worker:1"]
     lead.state, worker.state = TaskState.RUNNING, TaskState.RUNNING
 
@@ -271,13 +266,7 @@ def test_a_cut_whose_loss_and_return_fall_between_epochs_still_says_training_wen
 def test_a_lead_held_for_ps_alone_closes_no_connection_when_they_answer(tmp_path):
     """An elastic run drops its lost workers from what a held lead waits for: with nothing left to reconnect, no
     host is asked (CI, 2026-11-28: an agent call with no peer failed, and its error was logged)."""
-    from clusterkit import cluster_document, write_cluster
-
-    from cluster import config as cluster_config
-    from launcher.supervisor import Supervisor
-
-    supervisor = Supervisor(cluster_config.load(write_cluster(tmp_path, cluster_document(evaluator=False))),
-                            print)
+    supervisor = _supervisor(tmp_path, print)
     asked: list[list[str]] = []
     for host in supervisor.hosts.values():
         host.drop_connections = lambda peers: asked.append(peers) or 0
@@ -287,6 +276,7 @@ def test_a_lead_held_for_ps_alone_closes_no_connection_when_they_answer(tmp_path
                             "--peers", ""], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert empty.returncode == 0 and empty.stdout.strip() == "0", empty.stderr
 
+
 @pytest.mark.parametrize("model", ["cnn", "dlrm_dynamic"])
 def test_reload_resizes_workers_and_ps_in_a_running_job(tmp_path, model):
     """2 -> 3 -> 1 ps while the CNN, or dlrm with dynamic tables, trains: each change keeps the predictions (and a
@@ -294,8 +284,8 @@ def test_reload_resizes_workers_and_ps_in_a_running_job(tmp_path, model):
     the checkpoints meanwhile."""
     from clusterkit import free_ports, processes_mentioning, wait_for_launcher
 
-    # outlasts the two changes (alone: they were done by step 644 of the CNN, 134 of dlrm), then the shrunk job
-    # trains the rest
+    # outlasts the two changes (alone: they were done by step 644 of the CNN, 134 and 182 of dlrm), then the
+    # shrunk job trains the rest
     steps_per_epoch = {"cnn": 1000, "dlrm_dynamic": 400}[model]
     training = model_training(model, epochs=2, steps_per_epoch=steps_per_epoch, steps_per_execution=2,
                               lr_decay_epochs=[], progress_every_s=2)

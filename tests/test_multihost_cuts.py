@@ -71,7 +71,6 @@ def reached_over_ssh(hosts, logs: Path, **launcher) -> dict:
                          "ssh_connect_timeout_s": 3, "restart_backoff_s": 0.5, "poll_s": 0.5, **launcher}}
 
 
-
 def keep_logs(logs: Path, into: Path) -> None:
     """Copies the run's log files into `into` (pytest's folder), past the hosts' teardown, unless they are there."""
     into.mkdir(parents=True, exist_ok=True)
@@ -79,6 +78,7 @@ def keep_logs(logs: Path, into: Path) -> None:
         for log in logs.glob("*.log*"):
             if log.is_file():
                 shutil.copy2(log, into / log.name)
+
 
 @contextlib.contextmanager
 def detached_run(hosts, directory, document: dict):
