@@ -63,12 +63,14 @@ class Run:
 
 
 def reached_over_ssh(hosts, logs: Path, **launcher) -> dict:
-    """The `hosts` and `launcher` sections for namespace hosts reached over ssh, with quick healing."""
+    """The `hosts` and `launcher` sections for namespace hosts reached over ssh, with quick healing. The launcher
+    looks at its hosts every `poll_s` as users run it (1 s): each look is an ssh call per host, and at 0.5 s a
+    3-host run took 18 % more CPU (38.7 against 32.9 CPU-s), which the suite's other lane waited for."""
     return {"hosts": {a: {"ssh_user": hosts.ssh_user, "workdir": str(hosts.workdir), "python": PYTHON}
                       for a in hosts.addresses},
             "launcher": {"logs_dir": str(logs), "ssh_identity": str(hosts.identity_file),
                          "ssh_known_hosts": str(hosts.known_hosts_file), "ssh_host_keys": "strict",
-                         "ssh_connect_timeout_s": 3, "restart_backoff_s": 0.5, "poll_s": 0.5, **launcher}}
+                         "ssh_connect_timeout_s": 3, "restart_backoff_s": 0.5, **launcher}}
 
 
 def keep_logs(logs: Path, into: Path) -> None:
@@ -170,9 +172,9 @@ def test_ps_host_cut_10s(run):
     ps_cut(run, 10)
 
 
-def test_worker_host_cut_60s(run):
-    worker_cut(run, 60)
+def test_worker_host_cut_30s(run):  # longer than the stall check (20 s) and TCP's retransmission backoff by then
+    worker_cut(run, 30)
 
 
-def test_ps_host_cut_60s(run):
-    ps_cut(run, 60)
+def test_ps_host_cut_30s(run):
+    ps_cut(run, 30)

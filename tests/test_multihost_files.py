@@ -53,9 +53,10 @@ def cluster_file(hosts, directory, name, *, output_dir, logs, training=None, hos
                     "ps": [f"{h[1]}:{next(ports)}"], "evaluator": [f"{h[0]}:{next(ports)}"]},
         "hosts": {address: {"ssh_user": hosts.ssh_user, "workdir": workdir, "python": PYTHON,
                             **(hosts_extra or {}).get(address, {})} for address in h},
+        # poll_s: the launcher's default, as in test_multihost_cuts.reached_over_ssh (an ssh call per host per look)
         "launcher": {"logs_dir": f"{workdir}/{directory.name}/{logs}", "ssh_identity": str(hosts.identity_file),
                      "ssh_known_hosts": str(hosts.known_hosts_file), "ssh_host_keys": "strict",
-                     "ssh_connect_timeout_s": 3, "restart_backoff_s": 0.5, "poll_s": 0.5, **(launcher or {})},
+                     "ssh_connect_timeout_s": 3, "restart_backoff_s": 0.5, **(launcher or {})},
         "training": {"output_dir": output_dir, "epochs": 1, "steps_per_epoch": 20, "lr_decay_epochs": [],
                      **(training or {})},
         "evaluation": {"poll_s": 0.5, "idle_timeout_s": 120},
