@@ -126,7 +126,8 @@ def run_size(cluster: LoopbackCluster, work: Path, rows: int, size: dict, chunk_
     data.mkdir(parents=True)
     options = {**MODEL, "table_rows": rows // TABLES, "stream_chunk_mb": chunk_mb,
                "serving_export_every_s": size["version_every_s"], "stop_when_idle_s": size["drop_every_s"] + 20,
-               "data_dir": str(data), "output_dir": str(output)}
+               "data_dir": str(data), "output_dir": str(output),
+               **({"serving_delta_every_s": size["deltas_every_s"]} if size.get("deltas_every_s") else {})}
     arguments = [f"--{key}={value if isinstance(value, bool) else json.dumps(value)}" for key, value in
                  options.items()]
     dropper = subprocess.Popen([PYTHON, "-c", DROPPER, str(data), str(size["files"]), str(size["lines"]),
@@ -169,12 +170,13 @@ def _chief(cluster: LoopbackCluster, arguments: list[str], log_path: Path) -> st
 
 
 def report(rows: list[dict], size: dict, about: dict, chunk_mb: float) -> str:
+    deltas = f" and serving deltas every {size['deltas_every_s']:g} s" if size.get("deltas_every_s") else ""
     lines = ["# What each task holds, and what a serving version costs, as the table grows", "",
              f"Measured {about['date']} on {about['cores']} cores ({about['cpu']}, {about['memory_gib']} GiB) by "
              f"`python -m bench.publication`: follow-mode dlrm, {TABLES} hashed tables of dimension {DIM} with "
              f"Adagrad slots, 2 workers + 2 ps on loopback; a Criteo file of {size['lines']:,} lines every "
              f"{size['drop_every_s']:g} s ({size['files']} files), a serving version every "
-             f"{size['version_every_s']:g} s, a checkpoint every {MODEL['checkpoint_every_s']} s, "
+             f"{size['version_every_s']:g} s{deltas}, a checkpoint every {MODEL['checkpoint_every_s']} s, "
              f"`stream_chunk_mb` {chunk_mb:g}. Load average before: {about['load_before']:.2f}.", "",
              "| table rows | table MB | chief peak MB | exporter peak MB | ps peak MB | worker peak MB | version MB | "
              "version s | its checkpoint s | checkpoint s | restore s | ex/s during a version | ex/s without | "
@@ -192,13 +194,17 @@ def report(rows: list[dict], size: dict, about: dict, chunk_mb: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(quick: bool = False, chunk_mb: float = CHUNK_MB, control: bool = False) -> None:
+def main(quick: bool = False, chunk_mb: float = CHUNK_MB, control: bool = False, deltas_every_s: float = 0.0) -> None:
     """Runs each table size on a fresh cluster; prints the table, and without --quick writes RESULTS-memory.md
     (with another --chunk_mb it only prints: a check that a peak is flat once both sizes fill the chunk; with
-    --control, half the files and one version an hour, it only prints: examples/s without versions)."""
+    --control, half the files and one version an hour, it only prints: examples/s without versions; with
+    --deltas_every_s, half the files and serving deltas that often, it only prints: deltas mode, whose versions'
+    checkpoints are written beside training)."""
     size = SIZES["quick" if quick else "full"]
     if control:
         size = {**size, "files": size["files"] // 2, "version_every_s": 3600.0}
+    if deltas_every_s:
+        size = {**size, "files": size["files"] // 2, "deltas_every_s": deltas_every_s}
     about = machine()
     rows = []
     for count in size["rows"]:
@@ -209,7 +215,7 @@ def main(quick: bool = False, chunk_mb: float = CHUNK_MB, control: bool = False)
         print(json.dumps(rows[-1]), flush=True)
     text = report(rows, size, about, chunk_mb)
     print(text)
-    if not quick and chunk_mb == CHUNK_MB and not control:
+    if not quick and chunk_mb == CHUNK_MB and not control and not deltas_every_s:
         write_keeping_notes(HERE / "RESULTS-memory.md", text)
 
 

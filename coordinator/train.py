@@ -19,6 +19,7 @@ from common.errors import Problem, UserError, exit_on_user_error
 from common.disk_full import exit_on_full_disk
 from common.exit_file import run_recording_exit
 from common.fields import field_help
+from common.large_buffers import return_large_buffers_at_once
 from common.logs import quiet_tensorflow, task_logger
 from data import preflight
 
@@ -81,6 +82,7 @@ def train(cluster: str = "cluster.json", worker: int | None = None, workers=None
     taskspec.apply_to_this_process(config, task)
     log = task_logger(task.name)
     quiet_tensorflow()
+    return_large_buffers_at_once()  # the chief streams tables a chunk at a time, on several threads
     stack_dump.on_sigusr1()
     from data import bad_records_named  # imports TensorFlow: only after the environment is set
 
