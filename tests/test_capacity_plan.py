@@ -32,28 +32,6 @@ def shipped_on_free_ports(tmp_path, **hosts):
     return write_cluster(tmp_path, document)
 
 
-def test_plan_of_the_shipped_cluster_builds_the_model_measures_loopback_and_sweeps_the_ps(tmp_path):
-    result = plan(shipped_on_free_ports(tmp_path))
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.splitlines()
-    assert lines[0].startswith("capacity plan for") and "model cnn" in lines[0] and "2 worker(s)" in lines[0]
-    assert any(line.startswith("link localhost -> localhost:") and line.endswith("measured") for line in lines)
-    assert any("share the host's memory bandwidth" in line for line in lines)
-    rows = [line for line in lines if line[:7].strip("* ").isdigit()]
-    assert [int(row[:7].strip("* ")) for row in rows][:4] == [1, 2, 3, 4] and "*" in rows[1][:4]
-    assert any(line.startswith("enough ps:") for line in lines)
-    saved = json.loads((tmp_path / "logs" / "capacity-plan.json").read_text())
-    assert saved["ps_hosts"] == ["localhost", "localhost"] and saved["compute_s"] > 0
-    assert any(line.startswith("step on 1 worker + 2 ps here:") for line in lines)
-    assert re.search(r"machine of localhost: \d+ core\(s\), [\d.,]+ GiB available, asked", result.stdout), \
-        result.stdout
-    assert saved["costs"]["cpu_per_ps_s"]["ps"] > 0  # the second ps's CPU counted beside the first's
-    dense_bytes = 2 * 4 * (3 * 3 * 32 + 32 + 26 * 26 * 32 * 128 + 128 + 128 * 10 + 10)  # digits 28x28: conv, dense
-    assert sum(saved["ps_bytes_per_step"]) in (pytest.approx(dense_bytes), pytest.approx(2 * 4 * (
-        3 * 3 * 32 + 32 + 6 * 6 * 32 * 128 + 128 + 128 * 10 + 10)))  # or the 8x8 digits
-    assert not [line for line in result.stderr.splitlines() if any(c in line for c in C_LINES)], result.stderr
-
-
 def test_plan_of_dynamic_tables_says_what_each_ps_holds_at_capacity_and_a_steps_ids(tmp_path):
     path = shipped_on_free_ports(tmp_path)
     document = json.loads(path.read_text())
@@ -183,29 +161,64 @@ def test_plan_measures_a_shaped_link_between_hosts(tmp_path):
     assert 0 < saved["costs"]["transfer_shown"] <= 1.5, saved["costs"]
 
 
-CNN_SPLIT = {"model": "cnn", "dataset": "digits", "min_shard_bytes": 1024}  # kernels split over both ps
+CNN_SPLIT = {"min_shard_bytes": 1024}  # the shipped CNN on digits, its kernels split over both ps
 DLRM_TINY = {"model": "dlrm", "dataset": "synthetic_criteo", "table_rows": 64, "embedding_dim": 4, "bottom_mlp": [8],
              "top_mlp": [8], "per_worker_batch": 32, "synthetic_examples": 1024, "min_shard_bytes": 256}
+SHORT_RUN = {"epochs": 1, "steps_per_epoch": 10, "steps_per_execution": 2, "progress_every_s": 1, "lr_decay_epochs": []}
 
 
-@pytest.mark.cluster
-@pytest.mark.parametrize("training", [CNN_SPLIT, DLRM_TINY], ids=["cnn", "dlrm"])
-def test_the_chief_logs_measured_beside_predicted_on_the_placement_the_plan_worked_out(shared_servers, tmp_path,
-                                                                                        training):
-    cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
-        **training, "output_dir": str(tmp_path / "output"), "epochs": 1, "steps_per_epoch": 10,
-        "steps_per_execution": 2, "progress_every_s": 1, "lr_decay_epochs": []})
-    planned = plan(cluster)  # the ps ports are taken: the probe's sender falls back to a free port
+def planned_then_trained(cluster: Path) -> tuple[subprocess.CompletedProcess, dict, dict]:
+    """`plan` of `cluster` (the ps ports are taken: the probe's sender falls back to a free port), then its chief's
+    run: the plan's output, the plan saved, and the capacity the chief's summary gives beside it."""
+    planned = plan(cluster)
     assert planned.returncode == 0, planned.stderr[-3000:]
     saved = json.loads(plan_file(cluster).read_text())
     chief = run_module("coordinator.train", "--cluster", str(cluster), timeout_s=300)
     assert chief.returncode == 0, chief.stderr[-3000:]
     assert "capacity: predicted" in chief.stderr and "capacity: measured" in chief.stderr, chief.stderr[-3000:]
-    found = json.loads((tmp_path / "output" / "summary.json").read_text())["capacity"]
+    output = Path(json.loads(cluster.read_text())["training"]["output_dir"])
+    found = json.loads((output / "summary.json").read_text())["capacity"]
     # the plan worked the placement out on a model built without a cluster; the chief read the strategy's own
     assert found["ps_bytes_per_step"] == pytest.approx(saved["ps_bytes_per_step"])
-    assert len(set(found["ps_bytes_per_step"])) == 2 or training is DLRM_TINY  # uneven: round-robin is seen
     assert found["measured_steps_per_s"] > 0 and found["compute_s"] == saved["compute_s"]
+    return planned, saved, found
+
+
+@pytest.mark.cluster
+def test_the_shipped_cluster_is_planned_on_loopback_and_its_chief_logs_measured_beside_predicted(shared_servers,
+                                                                                                  tmp_path):
+    """The shipped cluster.json (on the shared servers' ports, a short run): the model built, loopback measured, the
+    ps swept; then the chief trains on the placement the plan worked out (uneven: round-robin is seen)."""
+    document = json.loads((ROOT / "cluster.json").read_text())
+    document["cluster"] = json.loads(shared_servers.read_text())["cluster"]
+    document["launcher"]["logs_dir"] = str(tmp_path / "logs")
+    document["training"].update(CNN_SPLIT, **SHORT_RUN, output_dir=str(tmp_path / "output"))
+    result, saved, found = planned_then_trained(write_cluster(tmp_path, document))
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("capacity plan for") and "model cnn" in lines[0] and "2 worker(s)" in lines[0]
+    assert any(line.startswith("link localhost -> localhost:") and line.endswith("measured") for line in lines)
+    assert any("share the host's memory bandwidth" in line for line in lines)
+    rows = [line for line in lines if line[:7].strip("* ").isdigit()]
+    assert [int(row[:7].strip("* ")) for row in rows][:4] == [1, 2, 3, 4] and "*" in rows[1][:4]
+    assert any(line.startswith("enough ps:") for line in lines)
+    assert saved["ps_hosts"] == ["localhost", "localhost"] and saved["compute_s"] > 0
+    assert any(line.startswith("step on 1 worker + 2 ps here:") for line in lines)
+    assert re.search(r"machine of localhost: \d+ core\(s\), [\d.,]+ GiB available, asked", result.stdout), \
+        result.stdout
+    assert saved["costs"]["cpu_per_ps_s"]["ps"] > 0  # the second ps's CPU counted beside the first's
+    dense_bytes = 2 * 4 * (3 * 3 * 32 + 32 + 26 * 26 * 32 * 128 + 128 + 128 * 10 + 10)  # digits 28x28: conv, dense
+    assert sum(saved["ps_bytes_per_step"]) in (pytest.approx(dense_bytes), pytest.approx(2 * 4 * (
+        3 * 3 * 32 + 32 + 6 * 6 * 32 * 128 + 128 + 128 * 10 + 10)))  # or the 8x8 digits
+    assert not [line for line in result.stderr.splitlines() if any(c in line for c in C_LINES)], result.stderr
+    assert len(set(found["ps_bytes_per_step"])) == 2  # uneven: round-robin is seen
+
+
+@pytest.mark.cluster
+def test_the_chief_of_dlrm_logs_measured_beside_predicted_on_the_placement_the_plan_worked_out(shared_servers,
+                                                                                                tmp_path):
+    cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
+        **DLRM_TINY, **SHORT_RUN, "output_dir": str(tmp_path / "output")})
+    planned_then_trained(cluster)
 
 
 def plan_file(cluster):

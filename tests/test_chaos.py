@@ -70,6 +70,8 @@ def test_scheduled_kills_heal_and_the_run_completes(tmp_path, model):
     assert len(resumed) == 2 and resumed[0] >= 2 and resumed[1] >= 3, resumed  # at most one epoch lost per kill
     for _, name in SCHEDULE:
         assert f"{name.replace('-', ':')} died; restarting" in log, log[-3000:]
+    assert "stopped ps:0, ps:1: they start again with chief:0" in log, log  # no dead chief's tables on them
+    assert log.count("ps:0 started on") >= 2 and log.count("ps:1 started on") >= 3, log  # fresh processes
 
     kept = re.findall(r'all_model_checkpoint_paths: "(ckpt-\d+)"', (output / "checkpoints" / "checkpoint").read_text())
     state = json.loads((output / "checkpoints" / "evaluated.json").read_text())
