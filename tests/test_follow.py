@@ -128,8 +128,8 @@ def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(share
 def test_a_worker_killed_mid_piece_and_a_new_run_after_two_more_files(tmp_path):
     data, logs, output = tmp_path / "data", tmp_path / "logs", tmp_path / "output"
     data.mkdir()
-    write_day(data, "day_0.gz", 6000, 0)  # gzip files are whole pieces: each worker takes one, 188 steps each
-    write_day(data, "day_1.gz", 6000, 6000)
+    write_day(data, "day_0.gz", 3000, 0)  # gzip files are whole pieces: each worker takes one, 94 steps each
+    write_day(data, "day_1.gz", 3000, 3000)
     training = {**FOLLOW, "data_dir": str(data), "output_dir": str(output), "serving_export_every_s": 600}
     document = cluster_document(workers=2, ps=1, evaluator=False, logs_dir=str(logs), training=training)
     document["launcher"].update(restart_backoff_s=0.5, poll_s=0.5)
@@ -141,9 +141,9 @@ def test_a_worker_killed_mid_piece_and_a_new_run_after_two_more_files(tmp_path):
         assert wait_for_line(logs / "chief-0.log", "day_1.gz: started", 240)  # both pieces handed out
         slow = process.PidRecord.read(logs / "worker-1.pid").pid
         with Throttle(slow, share=0.1):  # worker 1 at a tenth of the speed: the other piece ends first
-            assert wait_for_line(logs / "chief-0.log", "done, 6000 examples", 300)
-            wait_for_steps(output, 190)  # more than the other piece's 188: worker 1 has taken steps of its own
-            assert (logs / "chief-0.log").read_text().count("done, 6000 examples") == 1
+            assert wait_for_line(logs / "chief-0.log", "done, 3000 examples", 300)
+            wait_for_steps(output, 96)  # more than the other piece's 94: worker 1 has taken steps of its own
+            assert (logs / "chief-0.log").read_text().count("done, 3000 examples") == 1
             os.killpg(slow, signal.SIGKILL)
         assert wait_for_pattern(logs / "chief-0.log", r"files 2/2 done", 300)
         stopped = subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, text=True,
@@ -153,8 +153,8 @@ def test_a_worker_killed_mid_piece_and_a_new_run_after_two_more_files(tmp_path):
         newest = max((p for p in (output / "serving").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
         through = json.loads((newest / "assets.extra" / "trained_through.json").read_text())
         assert sorted(f["name"] for f in through["files_done"]) == ["day_0.gz", "day_1.gz"]
-        write_day(data, "day_2", 300, 12000)
-        write_day(data, "day_3.gz", 300, 12300)
+        write_day(data, "day_2", 300, 6000)
+        write_day(data, "day_3.gz", 300, 6300)
         document["training"]["stop_when_idle_s"] = 4
         write_cluster(tmp_path, document)
         again = subprocess.run(["sh", str(ROOT / "run.sh"), "--detach", str(path)], capture_output=True,
@@ -166,9 +166,9 @@ def test_a_worker_killed_mid_piece_and_a_new_run_after_two_more_files(tmp_path):
     assert "worker:1 died; restarting" in launcher_log and "followed the data: 4 of 4 files" in launcher_log
     summary = json.loads((output / "summary.json").read_text())
     per_file = {f["name"]: f["examples"] for f in summary["follow"]["per_file"]}
-    assert per_file == {"day_0.gz": 6000, "day_1.gz": 6000, "day_2": 300, "day_3.gz": 300}  # none skipped
+    assert per_file == {"day_0.gz": 3000, "day_1.gz": 3000, "day_2": 300, "day_3.gz": 300}  # none skipped
     redone = summary["optimizer_steps"] - summary["follow"]["steps"]
-    assert 0 < redone < 188  # the steps worker 1 took before it died stay in the model; its piece ran again whole
+    assert 0 < redone < 94  # the steps worker 1 took before it died stay in the model; its piece ran again whole
     status = subprocess.run(["sh", str(ROOT / "run.sh"), "status", str(path)], capture_output=True, text=True,
                             timeout=60)
     assert "files done 4/4" in status.stdout and "freshness" in status.stdout, status.stdout
@@ -180,7 +180,7 @@ def test_a_frozen_worker_holds_up_no_checkpoint_or_version_and_its_piece_goes_to
     lines and the heartbeat go on while it stays stopped."""
     data, output, log = tmp_path / "data", tmp_path / "output", tmp_path / "chief.log"
     data.mkdir()
-    rows = {f"day_{i}.gz": 3000 for i in range(12)}  # whole pieces of 94 steps
+    rows = {f"day_{i}.gz": 3000 for i in range(8)}  # whole pieces of 94 steps
     for i, name in enumerate(rows):
         write_day(data, name, 3000, 3000 * i)
     cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
@@ -192,7 +192,7 @@ def test_a_frozen_worker_holds_up_no_checkpoint_or_version_and_its_piece_goes_to
         wait_for_steps(output, 250)  # past the first pieces: both workers are in the middle of one
         with Frozen(worker):
             before = len(log.read_text())
-            assert wait_for_pattern(log, r"files 12/12 done", 300), log.read_text()[-3000:]
+            assert wait_for_pattern(log, r"files 8/8 done", 300), log.read_text()[-3000:]
             assert wait_for_pattern(log, r"serving \| version", 120, after=before)  # one while worker 1 is slow
             progress = json.loads((output / "progress.json").read_text())
             eased_at, while_slow = time.time(), log.read_text()[before:]

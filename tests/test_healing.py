@@ -59,21 +59,6 @@ def completed_summary(tmp_path) -> dict:
     return summary
 
 
-def test_killed_worker_is_replaced_and_the_run_completes(detached_run, tmp_path):
-    path, logs = detached_run
-    assert wait_for_line(logs / "chief-0.log", "split into", 180)  # the model is built; epoch 1 begins
-    time.sleep(1.0)
-    kill_task(logs, "worker-1")
-    log = wait_for_launcher(logs)
-    assert "worker:1 died; restarting" in log or "worker:1 exited with code" in log, log
-    assert "tasks: chief:0 exited" in log
-    status = json.loads((logs / "status.json").read_text())
-    assert {row["task"]: row["restarts"] for row in status["tasks"]}["worker:1"] == 1
-    summary = completed_summary(tmp_path)
-    assert 300 <= summary["optimizer_steps"] <= 300 + 1  # at-least-once: up to steps_per_execution per failure
-    assert processes_mentioning(str(path)) == []
-
-
 @pytest.mark.parametrize("detached_run", [DYNAMIC_DLRM], indirect=True, ids=["dlrm with dynamic tables"])
 def test_killed_ps_restarts_ps_and_chief_losing_at_most_an_epoch(detached_run, tmp_path):
     """The lost ps held a partition of each dynamic table (its index, rows and slots): all come back from ckpt-1."""
@@ -88,19 +73,6 @@ def test_killed_ps_restarts_ps_and_chief_losing_at_most_an_epoch(detached_run, t
     assert summary["optimizer_steps"] == 300
     assert "export check: largest difference between trained and exported predictions" in chief_log
     assert all(summary["ps_report"][ps]["ids_held"] > 0 for ps in ("ps:0", "ps:1"))
-    assert processes_mentioning(str(path)) == []
-
-
-def test_killed_chief_is_restarted_and_resumes(detached_run, tmp_path):
-    path, logs = detached_run
-    assert wait_for_line(logs / "chief-0.log", f"train | epoch 1/{EPOCHS}", 240)
-    kill_task(logs, "chief-0")
-    log = wait_for_launcher(logs)
-    assert "chief:0 died; restarting" in log or "chief:0 exited with code" in log, log
-    assert "stopped ps:0, ps:1: they start again with chief:0" in log, log  # no dead chief's tables on them
-    assert "resuming after epoch 1" in (logs / "chief-0.log").read_text()
-    assert log.count("ps:0 started on") == log.count("ps:1 started on") == 2, log  # fresh processes
-    completed_summary(tmp_path)
     assert processes_mentioning(str(path)) == []
 
 
@@ -133,9 +105,9 @@ def test_an_epoch_longer_than_the_timeouts_that_advances_is_never_restarted(tmp_
     """Issue 18: Keras scheduled a whole epoch at once and waited for it with no batch hook, so no heartbeat was
     written after its first few dozen steps and the watchdog restarted the chief; an epoch outliving the stall
     and idle timeouts must show progress all along, its second half included."""
-    steps = 2000
+    steps = 1200  # some 14 s at the 87 steps/s of an idle machine: twice both timeouts
     training = {"epochs": 1, "steps_per_epoch": steps, "steps_per_execution": 1, "progress_every_s": 2}
-    path, run = _foreground_run(tmp_path, training, {"poll_s": 0.5, "idle_timeout_s": 10}, stall_timeout_s=6)
+    path, run = _foreground_run(tmp_path, training, {"poll_s": 0.5, "idle_timeout_s": 7}, stall_timeout_s=6)
     output = run.communicate(timeout=600)[1]
     assert run.returncode == 0, output[-3000:]
     assert "stall" not in output and "restarting" not in output, output[-3000:]
@@ -146,12 +118,12 @@ def test_an_epoch_longer_than_the_timeouts_that_advances_is_never_restarted(tmp_
     assert [step for step in shown if steps // 2 <= step < steps], f"no progress line in the epoch's second half " \
         f"(steps shown: {shown}): batch hooks stopped once Keras had scheduled the epoch"
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
-    assert summary["train_seconds"] > 10 and summary["optimizer_steps"] == steps  # it outlived both timeouts
+    assert summary["train_seconds"] > 7 and summary["optimizer_steps"] == steps  # it outlived both timeouts
     assert processes_mentioning(str(path)) == []
 
 
 def test_a_frozen_chief_is_detected_restarted_and_the_run_completes(tmp_path):
-    training = {"epochs": 2, "steps_per_epoch": 400, "steps_per_execution": 1}
+    training = {"epochs": 2, "steps_per_epoch": 250, "steps_per_execution": 1}  # frozen some 230 steps in at most
     path, run = _foreground_run(tmp_path, training, stall_timeout_s=6)
     try:
         assert wait_for_line(tmp_path / "logs" / "chief-0.log", "first step done", 240, process=run)
@@ -180,11 +152,19 @@ def test_sigkill_of_the_pid_status_shows_heals_and_leaves_no_orphan(detached_run
     time.sleep(1.5)  # one more status write
     status = subprocess.run(["sh", str(ROOT / "run.sh"), "status", str(path)], capture_output=True, text=True,
                             timeout=120).stdout
+    assert status.startswith("running for "), status
+    for name in ("chief:0", "worker:0", "worker:1", "ps:0", "ps:1", "evaluator:0"):
+        assert any(line.startswith(name) and " running " in line for line in status.splitlines()), status
+    assert re.search(rf"^epoch \d+/{EPOCHS} \| step \d+/{EPOCHS * 100} \| steps per s [\d.]+", status, re.M), status
     shown = int(next(line for line in status.splitlines() if line.startswith("worker:1")).split()[2])
     os.kill(shown, signal.SIGKILL)  # exactly what a user would do
     log = wait_for_launcher(logs)
     assert "worker:1 died; restarting" in log, log
-    completed_summary(tmp_path)
+    assert "tasks: chief:0 exited" in log
+    status = json.loads((logs / "status.json").read_text())
+    assert {row["task"]: row["restarts"] for row in status["tasks"]}["worker:1"] == 1
+    summary = completed_summary(tmp_path)
+    assert 300 <= summary["optimizer_steps"] <= 300 + 1  # at-least-once: up to steps_per_execution per failure
     ports = [int(a.split(":")[1]) for job in ("worker", "ps") for a in json.loads(path.read_text())["cluster"][job]]
     assert processes_mentioning(str(path)) == [] and _listening(ports) == []
 

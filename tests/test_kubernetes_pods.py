@@ -21,7 +21,7 @@ from netns import skip_or_fail
 from test_kubernetes_config import k8s_document
 
 pytestmark = [pytest.mark.multihost, pytest.mark.cluster]
-TRAINING = {"epochs": 4, "steps_per_epoch": 1000, "steps_per_execution": 1, "lr_decay_epochs": [],
+TRAINING = {"epochs": 4, "steps_per_epoch": 500, "steps_per_execution": 1, "lr_decay_epochs": [],
             "per_worker_batch": 16}
 
 

@@ -113,22 +113,15 @@ def test_run_sh_trains_evaluates_and_exports(tmp_path):
     assert "nothing to stop" in sh("kill.sh", str(path)).stderr
 
 
-def test_status_while_detached_and_kill_stops_launcher_and_tasks(tmp_path):
+def test_kill_sh_stops_a_detached_launcher_and_its_tasks_and_status_then_says_finished(tmp_path):
+    """(`sh run.sh status` of a detached run in training: tests/test_healing.py's status-then-SIGKILL test.)"""
     training = {"epochs": 20, "steps_per_epoch": 100, "steps_per_execution": 1, "output_dir": str(tmp_path / "out")}
     path = write_cluster(tmp_path, cluster_document(logs_dir=str(tmp_path / "logs"), training=training))
     servers = cluster_config.load(path).tasks(("ps", "worker"))
     started = sh("run.sh", "--detach", str(path))
     assert started.returncode == 0 and "running in the background" in started.stderr, started.stderr
     try:
-        assert wait_for_line(tmp_path / "logs" / "chief-0.log", "train | epoch 1/20", 240)
-        time.sleep(1.5)  # one more status write
-        status = sh("run.sh", "status", str(path))
-        assert status.returncode == 0, status.stderr
-        assert status.stdout.startswith("running for ")
-        for name in ("chief:0", "worker:0", "worker:1", "ps:0", "ps:1", "evaluator:0"):
-            assert any(line.startswith(name) and " running " in line for line in status.stdout.splitlines()), \
-                status.stdout
-        assert re.search(r"^epoch \d+/20 \| step \d+/2000 \| steps per s [\d.]+", status.stdout, re.M), status.stdout
+        assert wait_for_line(tmp_path / "logs" / "launcher.log", "evaluator:0 started", 240)
     finally:
         down = sh("kill.sh", str(path))
     assert down.returncode == 0, down.stderr
