@@ -222,7 +222,8 @@ def reload_sizes(slurm, path: str, **changes) -> subprocess.CompletedProcess:
 
 
 def test_reload_resizes_workers_and_ps_on_the_nodes_the_allocation_holds(slurm, tmp_path):
-    path = cluster_file(tmp_path, {"chief": 1, "worker": 1, "ps": 1}, {"epochs": 2, "steps_per_epoch": 2000,
+    # both changes were done by step 242 and 710 in two runs (the first progress line starts them); the rest trains
+    path = cluster_file(tmp_path, {"chief": 1, "worker": 1, "ps": 1}, {"epochs": 2, "steps_per_epoch": 1000,
                         "steps_per_execution": 2, "progress_every_s": 2}, slurm={"nodes": 3})
     logs, chief_log = tmp_path / "logs", tmp_path / "logs" / "chief-0.log"
     started = sh(slurm, str(ROOT / "run.sh"), "--detach", path)
