@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 
 import pytest
@@ -22,6 +21,7 @@ from clusterkit import (PYTHON, ROOT, cluster_document, derive_cluster, finish, 
 from cluster import config as cluster_config
 from launcher import process
 from launcher.supervisor import Supervisor
+from throttling import Throttle
 
 pytestmark = pytest.mark.cluster
 
@@ -258,38 +258,6 @@ class Frozen:
 
     def __exit__(self, *exc) -> None:
         os.killpg(self.pid, signal.SIGCONT)
-
-
-class Throttle:
-    """Holds a process group to about `share` of the time by SIGSTOP and SIGCONT: a CPU limit any user can set."""
-
-    def __init__(self, pid: int, share: float, period_s: float = 0.2):
-        self.pid, self.share, self.period_s = pid, share, period_s
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> "Throttle":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopped.set()
-        self.thread.join()
-        self._signal(signal.SIGCONT)
-
-    def _signal(self, number: int) -> bool:
-        try:
-            os.killpg(self.pid, number)
-            return True
-        except ProcessLookupError:  # killed meanwhile
-            return False
-
-    def _run(self) -> None:
-        while not self.stopped.is_set() and self._signal(signal.SIGCONT):
-            self.stopped.wait(self.share * self.period_s)
-            if self.stopped.is_set() or not self._signal(signal.SIGSTOP):
-                return
-            self.stopped.wait((1 - self.share) * self.period_s)
 
 
 def wait_for_steps(output, steps: int, timeout_s: float = 240) -> None:

@@ -20,7 +20,8 @@ import deltakit
 from clusterkit import PYTHON, ROOT, derive_cluster, finish, start_module, wait_for_line
 from coordinator.checkpoints import listed_checkpoints
 from launcher import process
-from test_follow import FOLLOW, Throttle, write_day
+from test_follow import FOLLOW, write_day
+from throttling import Throttle
 
 pytestmark = pytest.mark.cluster
 
