@@ -95,9 +95,9 @@ def test_a_node_set_down_is_lost_and_a_time_limit_warns_the_chief_then_ends_as_t
         slurm.run(["scontrol", "update", f"nodename={n[2]}", "state=down", "reason=taken-away-by-the-test"])
         assert wait_for_line(logs / "launcher.log", f"{n[2]} lost", 30), (logs / "launcher.log").read_text()
         assert "worker:1" in statuses(logs) and wait_until(lambda: statuses(logs)["worker:1"] == "lost", 10)
-        # the rest only waits for the time limit: the worker left runs a twentieth of the time meanwhile, and the
+        # the rest only waits for the time limit: the worker left runs a tenth of the time meanwhile, and the
         # cluster's CPU goes to the tests beside this one (tests/lanes.py)
-        with Throttle(server_pid(str(tmp_path), "worker", 0), share=0.05):
+        with Throttle(server_pid(str(tmp_path), "worker", 0), share=0.1):
             assert wait_for_line(logs / "launcher.log", "Slurm warns its time limit is 10 s away", 150), (
                 logs / "launcher.log").read_text()
             assert wait_for_line(logs / "launcher.log", "run failed: job", 120), (logs / "launcher.log").read_text()
