@@ -190,7 +190,7 @@ def submitted(slurm, tmp_path, path: str, *options: str) -> str:
 
 
 def test_the_exported_sbatch_script_runs_as_written_and_again_with_and_without_fresh(slurm, tmp_path):
-    path = cluster_file(tmp_path, {"chief": 1, "worker": 2, "ps": 1, "evaluator": 1},
+    path = cluster_file(tmp_path, {"chief": 1, "worker": 1, "ps": 1, "evaluator": 1},  # two workers: the test above
                         {"epochs": 2, "steps_per_epoch": 20}, slurm={"nodes": 3, "time_limit": "10:00"})
     output = submitted(slurm, tmp_path, path)
     first = assert_trained_and_evaluated(tmp_path / "output")
