@@ -10,6 +10,7 @@ then the chief is started once more over the same output with one more file, to 
   checkpoint and per restore (from the chief's lines);
 - examples/s of the progress lines while a version is written (its checkpoint, then its exporter) against those
   while none is (lines that are not caught up only, and none that holds a settled checkpoint: counted apart);
+- examples/s of a file (median), from its first piece handed out to its last done: every pause it met counts;
 - freshness p50/p95 (landing to the first version holding all of the file, summary.json).
 """
 
@@ -150,7 +151,15 @@ def run_size(cluster: LoopbackCluster, work: Path, rows: int, size: dict, chunk_
             "checkpoint_s": _mean_seconds(CHECKPOINT, first), "version_checkpoint_s": _mean_seconds(FOR_VERSION, first),
             "restore_s": float(RESTORED.search(second)[1]),
             "freshness_p50_s": statistics.median(served), "freshness_p95_s": served[int(0.95 * (len(served) - 1))],
-            **during_versions(first)}
+            **file_rates(summary), **during_versions(first)}
+
+
+def file_rates(summary: dict) -> dict:
+    """The median examples/s of the files, each from when its first piece was handed out to when its last was
+    done: every pause of hand-out it met (a settled checkpoint, a version) is in it, as a progress line's is not."""
+    rates = [f["examples"] / (f["done"] - f["started"]) for f in summary["follow"]["per_file"]
+             if f["examples"] and f["started"] and f["done"] and f["done"] > f["started"]]
+    return {"file_examples_per_s": round(statistics.median(rates)) if rates else None, "files_timed": len(rates)}
 
 
 def _mean_seconds(pattern: re.Pattern, log: str) -> float:
@@ -180,8 +189,9 @@ def report(rows: list[dict], size: dict, about: dict, chunk_mb: float) -> str:
              f"`stream_chunk_mb` {chunk_mb:g}. Load average before: {about['load_before']:.2f}.", "",
              "| table rows | table MB | chief peak MB | exporter peak MB | ps peak MB | worker peak MB | version MB | "
              "version s | its checkpoint s | checkpoint s | restore s | ex/s during a version | ex/s without | "
-             "ex/s at a checkpoint | lines during / without / at a checkpoint | freshness p50 / p95 s |",
-             "|" + " ---: |" * 16]
+             "ex/s at a checkpoint | lines during / without / at a checkpoint | ex/s of a file | "
+             "freshness p50 / p95 s |",
+             "|" + " ---: |" * 17]
     for row in rows:
         peak = row["peak_mb"]
         during, without = row["examples_per_s_during"], row["examples_per_s_without"]
@@ -189,33 +199,36 @@ def report(rows: list[dict], size: dict, about: dict, chunk_mb: float) -> str:
                      f"{peak['ps']:,.0f} | {peak['worker']:,.0f} | {row['version_mb']:,.0f} | {row['version_s']:.1f} | "
                      f"{row['version_checkpoint_s']:.1f} | {row['checkpoint_s']:.1f} | {row['restore_s']:.1f} | "
                      f"{during or 0:,.0f} | {without or 0:,.0f} | {row['examples_per_s_at_checkpoint'] or 0:,.0f} | "
-                     f"{' / '.join(map(str, row['lines']))} | "
+                     f"{' / '.join(map(str, row['lines']))} | {row['file_examples_per_s'] or 0:,.0f} | "
                      f"{row['freshness_p50_s']:.0f} / {row['freshness_p95_s']:.0f} |")
     return "\n".join(lines) + "\n"
 
 
-def main(quick: bool = False, chunk_mb: float = CHUNK_MB, control: bool = False, deltas_every_s: float = 0.0) -> None:
+def main(quick: bool = False, chunk_mb: float = CHUNK_MB, control: bool = False, deltas_every_s: float = 0.0,
+         rows: int = 0) -> None:
     """Runs each table size on a fresh cluster; prints the table, and without --quick writes RESULTS-memory.md
     (with another --chunk_mb it only prints: a check that a peak is flat once both sizes fill the chunk; with
     --control, half the files and one version an hour, it only prints: examples/s without versions; with
     --deltas_every_s, half the files and serving deltas that often, it only prints: deltas mode, whose versions'
-    checkpoints are written beside training)."""
+    checkpoints are written beside training; with --rows, that table size alone, and it only prints)."""
     size = SIZES["quick" if quick else "full"]
     if control:
         size = {**size, "files": size["files"] // 2, "version_every_s": 3600.0}
     if deltas_every_s:
         size = {**size, "files": size["files"] // 2, "deltas_every_s": deltas_every_s}
+    if rows:
+        size = {**size, "rows": [rows]}
     about = machine()
-    rows = []
+    measured = []
     for count in size["rows"]:
         with tempfile.TemporaryDirectory(prefix="bench-publication-") as temporary:
             work = Path(temporary)
             with LoopbackCluster(work / "cluster", workers=2, ps=2) as cluster:
-                rows.append(run_size(cluster, work, count, size, chunk_mb))
-        print(json.dumps(rows[-1]), flush=True)
-    text = report(rows, size, about, chunk_mb)
+                measured.append(run_size(cluster, work, count, size, chunk_mb))
+        print(json.dumps(measured[-1]), flush=True)
+    text = report(measured, size, about, chunk_mb)
     print(text)
-    if not quick and chunk_mb == CHUNK_MB and not control and not deltas_every_s:
+    if not quick and chunk_mb == CHUNK_MB and not control and not deltas_every_s and not rows:
         write_keeping_notes(HERE / "RESULTS-memory.md", text)
 
 

@@ -1,6 +1,7 @@
-"""The publication bench tells progress lines inside a version, outside one and at a checkpoint apart."""
+"""The publication bench tells progress lines inside a version, outside one and at a checkpoint apart, and times
+each file from its first piece to its last."""
 
-from bench.publication import during_versions
+from bench.publication import during_versions, file_rates
 
 
 def progress(clock: str, examples_per_s: int, caught_up: bool = False) -> str:
@@ -26,3 +27,11 @@ def test_lines_are_split_by_version_and_checkpoint_and_a_line_after_a_wait_is_le
     ])
     assert during_versions(log) == {"examples_per_s_during": 500, "examples_per_s_without": 450,
                                     "examples_per_s_at_checkpoint": 300, "lines": [3, 2, 1]}
+
+
+def test_a_files_rate_counts_every_pause_from_its_first_piece_to_its_last():
+    files = [{"examples": 4000, "started": 100.0, "done": 102.0},  # 2,000 ex/s
+             {"examples": 4000, "started": 110.0, "done": 118.0},  # 500: a pause in the middle counts
+             {"examples": 4000, "started": 120.0, "done": 121.0},  # 4,000
+             {"examples": 0, "started": None, "done": None}]  # nothing trained: not timed
+    assert file_rates({"follow": {"per_file": files}}) == {"file_examples_per_s": 2000, "files_timed": 3}
