@@ -52,3 +52,24 @@ def test_checkpoints_for_serving_keep_the_newest_published_and_go_when_dropped(t
     assert list((tmp_path / "for-serving").iterdir()) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-0-5.data-00000-of-00001", "ckpt-0-5.index",
                                                           "for-serving"]
+
+
+def test_rows_read_from_a_bundle_are_the_rows_asked_whatever_chunks_they_fall_in(tmp_path):
+    """The export check's and the evaluator's reads: scattered rows and runs, across the slices a table was stored in
+    and the windows they are read in, come back as numpy takes them."""
+    import numpy as np
+    import tensorflow as tf
+
+    from coordinator.publish.partial import read_rows
+    from coordinator.streaming.bundle import BundleReader, BundleWriter
+    from coordinator.streaming.rows import slice_spec
+
+    table = np.random.default_rng(0).random([1000, 4], dtype=np.float32)
+    writer = BundleWriter(str(tmp_path / "bundle"))
+    for begin, end in ((0, 300), (300, 700), (700, 1000)):  # stored as three slices
+        writer.add("table", tf.constant(table[begin:end]), slice_spec([1000, 4], begin, end))
+    reader = BundleReader(writer.finish())
+    wanted = np.array([0, 1, 2, 5, 299, 300, 301, 650, 699, 700, 998, 999], np.int64)
+    for chunk_bytes in (16, 16 * 100, 16 * 1000):  # a row, 100 rows and the whole table a window
+        assert np.array_equal(read_rows(reader, "table", wanted, chunk_bytes).numpy(), table[wanted])
+    assert read_rows(reader, "table", np.array([], np.int64)).shape == [0, 4]

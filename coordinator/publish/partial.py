@@ -12,25 +12,30 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.ops import io_ops
 
 from coordinator.dynamic.exported import dynamic_tables
 from coordinator.row_source import id_stand_ins, stand_ins
 from coordinator.streaming.bundle import BundleReader
-from coordinator.streaming.rows import CHUNK_BYTES, chunk_rows, row_ranges, slice_spec
+from coordinator.streaming.rows import CHUNK_BYTES, chunk_rows, nbytes, row_ranges
 from coordinator.tables import rows_read_by_lookup
 
 
-def read_rows(reader: BundleReader, key: str, rows: np.ndarray) -> tf.Tensor:
-    """Rows `rows` (sorted, distinct) of `key`, read in one op as runs of consecutive rows."""
-    shape = list(reader.shapes[key])
+def read_rows(reader: BundleReader, key: str, rows: np.ndarray, chunk_bytes: int = CHUNK_BYTES) -> tf.Tensor:
+    """Rows `rows` (sorted, distinct) of `key`, read a window of at most a chunk of rows at a time (the first to the
+    last wanted row in it) and gathered from it. Not one read per run of rows: TensorFlow reads every stored slice
+    a requested slice touches whole, so 64 single rows of a 64 MB chunk cost 64 reads of it (0.90 s, against
+    0.015 s for the chunk once)."""
+    shape, dtype = list(reader.shapes[key]), reader.dtypes[key]
     if not len(rows):
-        return tf.zeros([0, *shape[1:]], reader.dtypes[key])
-    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
-    runs = [(int(run[0]), int(run[-1]) + 1) for run in np.split(rows, breaks)]
-    with tf.device(reader.device):
-        parts = io_ops.restore_v2(reader.prefix, [key] * len(runs), [slice_spec(shape, a, b) for a, b in runs],
-                                  [reader.dtypes[key]] * len(runs))
+        return tf.zeros([0, *shape[1:]], dtype)
+    per_window = chunk_rows(nbytes(shape[1:], dtype), chunk_bytes)
+    parts, start = [], 0
+    while start < len(rows):
+        first = int(rows[start])
+        end = int(np.searchsorted(rows, first + per_window, side="left"))
+        window = reader.rows(key, first, int(rows[end - 1]) + 1)
+        parts.append(tf.gather(window, rows[start:end] - first))
+        start = end
     return tf.concat(parts, axis=0)
 
 
@@ -51,7 +56,7 @@ class BundleRows:
 
     def fetch(self, chunk_bytes: int) -> None:
         self.rows = np.array(sorted(self.asked), dtype=np.int64)
-        self.values = read_rows(self.reader, self.key, self.rows)
+        self.values = read_rows(self.reader, self.key, self.rows, chunk_bytes)
 
 
 class BundleIds:
@@ -90,7 +95,7 @@ class BundleIds:
         rows, found = np.concatenate(rows), np.concatenate(found)
         order = np.argsort(found, kind="stable")  # by id, for the lookups' binary search
         self.found = found[order]
-        self.values = tf.gather(read_rows(self.reader, vectors_key, rows), order)
+        self.values = tf.gather(read_rows(self.reader, vectors_key, rows, chunk_bytes), order)
 
 
 class PartialModel:
