@@ -128,7 +128,8 @@ def run_size(cluster: LoopbackCluster, work: Path, rows: int, size: dict, chunk_
     options = {**MODEL, "table_rows": rows // TABLES, "stream_chunk_mb": chunk_mb,
                "serving_export_every_s": size["version_every_s"], "stop_when_idle_s": size["drop_every_s"] + 20,
                "data_dir": str(data), "output_dir": str(output),
-               **({"serving_delta_every_s": size["deltas_every_s"]} if size.get("deltas_every_s") else {})}
+               **({"serving_delta_every_s": size["deltas_every_s"]} if size.get("deltas_every_s") else {}),
+               **({"serving_checkpoint": "beside"} if size.get("beside") else {})}
     arguments = [f"--{key}={value if isinstance(value, bool) else json.dumps(value)}" for key, value in
                  options.items()]
     dropper = subprocess.Popen([PYTHON, "-c", DROPPER, str(data), str(size["files"]), str(size["lines"]),
@@ -205,12 +206,13 @@ def report(rows: list[dict], size: dict, about: dict, chunk_mb: float) -> str:
 
 
 def main(quick: bool = False, chunk_mb: float = CHUNK_MB, control: bool = False, deltas_every_s: float = 0.0,
-         rows: int = 0) -> None:
+         rows: int = 0, beside: bool = False) -> None:
     """Runs each table size on a fresh cluster; prints the table, and without --quick writes RESULTS-memory.md
     (with another --chunk_mb it only prints: a check that a peak is flat once both sizes fill the chunk; with
     --control, half the files and one version an hour, it only prints: examples/s without versions; with
     --deltas_every_s, half the files and serving deltas that often, it only prints: deltas mode, whose versions'
-    checkpoints are written beside training; with --rows, that table size alone, and it only prints)."""
+    checkpoints are written beside training; with --beside, versions' checkpoints beside training without deltas too
+(`serving_checkpoint`), and it only prints; with --rows, that table size alone, and it only prints)."""
     size = SIZES["quick" if quick else "full"]
     if control:
         size = {**size, "files": size["files"] // 2, "version_every_s": 3600.0}
@@ -218,6 +220,8 @@ def main(quick: bool = False, chunk_mb: float = CHUNK_MB, control: bool = False,
         size = {**size, "files": size["files"] // 2, "deltas_every_s": deltas_every_s}
     if rows:
         size = {**size, "rows": [rows]}
+    if beside:
+        size = {**size, "beside": True}
     about = machine()
     measured = []
     for count in size["rows"]:
@@ -228,7 +232,7 @@ def main(quick: bool = False, chunk_mb: float = CHUNK_MB, control: bool = False,
         print(json.dumps(measured[-1]), flush=True)
     text = report(measured, size, about, chunk_mb)
     print(text)
-    if not quick and chunk_mb == CHUNK_MB and not control and not deltas_every_s and not rows:
+    if not quick and chunk_mb == CHUNK_MB and not control and not deltas_every_s and not rows and not beside:
         write_keeping_notes(HERE / "RESULTS-memory.md", text)
 
 

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 FOLLOWED_DATASETS = ("criteo", "tfrecord")  # file sources whose files can be trained one by one as they land
 SMALLEST_PIECE_MB = 0.01
 BACKLOG_ORDERS = ("oldest", "newest")
+SERVING_CHECKPOINTS = ("beside", "settled")
 
 
 def _pattern(value: Any) -> bool:
@@ -48,6 +49,9 @@ CHECKS = {
     "serving_delta_every_s": Check(lambda v: (is_number(v) and v == 0) or seconds(v),
                                    f"must be 0 or a positive number of seconds, at most {MAX_SECONDS}",
                                    "use e.g. 10, or 0 to write no deltas"),
+    "serving_checkpoint": Check(lambda v: v in SERVING_CHECKPOINTS, f"must be one of {', '.join(SERVING_CHECKPOINTS)}",
+                                "use beside (hand-out never pauses for a version) or settled (the workers drain "
+                                "for its checkpoint)"),
     "straggler_after_s": seconds_check("20"),
     "keep_serving_versions": Check(int_in(1, INT32_MAX), f"must be an integer from 1 to {INT32_MAX}",
                                    "use e.g. 5"),
@@ -75,6 +79,10 @@ def follow_problems(options: TrainingOptions, prefix: str) -> list[Problem]:
     if options.steps_per_epoch is not None:
         problems.append(Problem(f"{prefix}steps_per_epoch", options.steps_per_epoch, "follow mode has no epochs: "
                                 "it trains each file once as it lands", "use null"))
+    if options.serving_checkpoint == "settled" and options.serving_delta_every_s:
+        problems.append(Problem(f"{prefix}serving_checkpoint", "settled", "cannot be a delta's base: with "
+                                "serving_delta_every_s a version's checkpoint is its own, kept while its version is "
+                                "the newest", "use beside, or serving_delta_every_s 0"))
     if options.dataset == "tfrecord" and not options.tfrecord_features and options.tfrecord_num_classes is None:
         problems.append(Problem(f"{prefix}tfrecord_num_classes", None, "cannot be counted from data that has not "
                                 "landed yet", "give the number of classes"))

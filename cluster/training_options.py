@@ -148,13 +148,18 @@ class TrainingOptions:
                                                 "output/serving/deltas for the newest version's apply_delta "
                                                 "signature (python -m coordinator.publish.follower); a run ends "
                                                 "with one; 0 writes none")
+    serving_checkpoint: str = _option("beside", "follow_data: a serving version's checkpoint: beside (its own, "
+                                                "written while the workers train on, so hand-out never pauses for "
+                                                "a version; without deltas, the tables' rows without their "
+                                                "optimizer slots) or settled (the workers drain for it, as for a "
+                                                "periodic checkpoint; not with serving deltas)")
     keep_serving_versions: int = _option(5, "follow_data: newest serving versions kept")
-    straggler_after_s: float = _option(20.0, "follow_data: a checkpoint (and so a serving version) waits at most "
-                                             "this many seconds for the running pieces, handing out none, then is "
-                                             "written without those still running (not done in it: a run resumed "
-                                             "from it trains them again); a piece running this long, and 4 times "
-                                             "what its bytes took in earlier pieces, is given to another worker as "
-                                             "well (the first to finish counts)")
+    straggler_after_s: float = _option(20.0, "follow_data: a settled checkpoint (every one a resume reads) waits "
+                                             "at most this many seconds for the running pieces, handing out none, "
+                                             "then is written without those still running (not done in it: a run "
+                                             "resumed from it trains them again); a piece running this long, and 4 "
+                                             "times what its bytes took in earlier pieces, is given to another "
+                                             "worker as well (the first to finish counts)")
     embedding_dim: int = _option(16, "dlrm, wide_deep: width of each categorical feature's embedding")
     table_rows: int | tuple[int, ...] = _option(clicks.DEFAULT_TABLE_ROWS, "dlrm, wide_deep: rows (hash buckets) "
                                                 "of every table, or a list, one per categorical feature (26 for "

@@ -21,6 +21,7 @@ import tensorflow as tf
 from cluster.run_files import EvaluationState, RunFiles
 from common.errors import Problem, UserError
 from coordinator.streaming import checkpoint_io
+from coordinator.streaming.entries import SLOT
 from coordinator.streaming.rows import CHUNK_BYTES
 
 PREFIX = "ckpt-"
@@ -95,6 +96,12 @@ def leftovers(directory: Path) -> list[Path]:
     return found
 
 
+def not_a_slot(key: str) -> bool:
+    """Whether checkpoint key `key` is not an optimizer's slot: neither a TF1-style optimizer's (the tables' own,
+    under the variable) nor one of the Keras optimizer's variables (saved under `optimizer/`, as named here)."""
+    return SLOT not in key and not key.startswith("optimizer/")
+
+
 class EpochCheckpoints:
     """Writes, lists, restores and prunes checkpoints; with `io_device` (ParameterServerStrategy: the chief's CPU)
     through that device a chunk of rows at a time (coordinator/streaming/), so ps never write files and no
@@ -153,11 +160,14 @@ class EpochCheckpoints:
         self._record(self._prune(paths))
         return prefix
 
-    def write_aside(self, prefix: str) -> str:
-        """Writes a checkpoint to `prefix`, outside the series: never listed, restored or pruned here."""
+    def write_aside(self, prefix: str, *, table_slots: bool = True) -> str:
+        """Writes a checkpoint to `prefix`, outside the series: never listed, restored or pruned here. Without
+        `table_slots` (one to serve from) a streamed save leaves out the tables' optimizer slots (a dynamic
+        table's, saved with its rows, stay)."""
         if self.io_device is None:
             return self.checkpoint.write(prefix)
-        return checkpoint_io.save(self.checkpoint, prefix, device=self.io_device, chunk_bytes=self.chunk_bytes)
+        return checkpoint_io.save(self.checkpoint, prefix, device=self.io_device, chunk_bytes=self.chunk_bytes,
+                                  tables=None if table_slots else not_a_slot)
 
     def _prune(self, paths: list[str]) -> list[str]:
         evaluated = set(EvaluationState.load(self.files).evaluated)

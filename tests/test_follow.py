@@ -1,7 +1,7 @@
 """Follow mode on real servers: files trained once each as they land, a half-written file left alone until whole, a
-chief killed and resumed, a worker killed mid-piece, a stop and a new `sh run.sh` after more files landed, serving
-versions loaded by another process as TensorFlow Serving would, a stalled worker that holds nothing up, and a chief
-that ends at once on an error while a long piece runs."""
+chief killed and resumed, versions' checkpoints beside training, a worker killed mid-piece, a stop and a new `sh run.sh`
+after more files landed, serving versions loaded by another process as TensorFlow Serving would, a stalled worker that
+holds nothing up, and a chief that ends at once on an error while a long piece runs."""
 
 from __future__ import annotations
 
@@ -123,6 +123,43 @@ def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(share
     assert "it has not trained on" in (tmp_path / "evaluator.log").read_text()
     # how many checkpoints have data landed after them depends on the machine's speed (one on a loaded CI machine)
     assert len(read_scalars(output / "tensorboard" / "validation")["auc"]) >= 1
+
+
+def test_versions_checkpointed_beside_training_never_drain_the_workers_and_a_resume_reads_settled_ones(
+        shared_servers, tmp_path):
+    """`serving_checkpoint` beside: each version's checkpoint is its own, taken while pieces run on, and no resume
+    reads it: a new run resumes from the settled checkpoint the last one ended with."""
+    data, output, logs = tmp_path / "data", tmp_path / "output", [tmp_path / "chief-0.log", tmp_path / "chief-1.log"]
+    data.mkdir()
+    rows = {"day_0": 600, "day_1": 2400, "day_2": 300}
+    write_day(data, "day_0", 600, 0)
+    cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
+        **FOLLOW, "data_dir": str(data), "output_dir": str(output), "serving_checkpoint": "beside",
+        "checkpoint_every_s": 600, "serving_export_every_s": 2, "keep_serving_versions": 2})
+    chief = start_module("coordinator.train", "--cluster", str(cluster), "--stop_when_idle_s", "4", log_path=logs[0])
+    try:
+        assert wait_for_line(logs[0], "serving | version", 300, chief), logs[0].read_text()[-3000:]
+        write_day(data, "day_1", 2400, 600)
+        assert finish(chief, timeout_s=600) == [0], logs[0].read_text()[-3000:]
+        write_day(data, "day_2", 300, 3000)
+        chief = start_module("coordinator.train", "--cluster", str(cluster), "--stop_when_idle_s", "4",
+                             log_path=logs[1])
+        assert finish(chief, timeout_s=600) == [0], logs[1].read_text()[-3000:]
+    finally:
+        finish(chief, timeout_s=1)
+    first, second = logs[0].read_text(), logs[1].read_text()
+    published = re.findall(r"serving \| version \d+ \| (\S+) \|", first)
+    beside = re.findall(r"checkpoint (for-serving/ckpt-[\d-]+) for the next serving version: written while", first)
+    settled = re.findall(r"checkpoint (ckpt-[\d-]+) \(optimizer step \d+\): \d+ files done", first)
+    assert set(published) & set(beside), first[-3000:]
+    assert set(published) - set(beside) <= {settled[-1]}, first[-3000:]  # only the run's end drained the workers
+    assert re.search(rf"resuming .* from {settled[-1]} ", second), second[:3000]  # never from a version's own
+    summary = json.loads((output / "summary.json").read_text())
+    assert {f["name"]: f["examples"] for f in summary["follow"]["per_file"]} == rows  # every example once
+    assert summary["optimizer_steps"] == summary["follow"]["steps"]  # and no piece trained twice into the model
+    assert all(f["served_version"] for f in summary["follow"]["per_file"])
+    newest = max(int(p.name) for p in (output / "serving").iterdir())
+    assert load_in_another_process(output / "serving" / str(newest))["largest"] < 1e-5
 
 
 def test_a_worker_killed_mid_piece_and_a_new_run_after_two_more_files(tmp_path):

@@ -17,8 +17,8 @@ def test_follow_mode_takes_its_defaults_and_a_fixed_run_is_untouched():
     assert (options.follow_pattern, options.data_poll_s, options.stop_when_idle_s, options.piece_mb,
             options.serving_export_every_s, options.keep_serving_versions, options.straggler_after_s) == (
         "*", 10.0, 0.0, 16.0, 600.0, 5, 20.0)
-    assert (options.settle_s, options.unfinished_after_s, options.backlog_order, options.max_bad_fraction) == \
-        (30.0, 600.0, "oldest", 0.5)
+    assert (options.settle_s, options.unfinished_after_s, options.backlog_order, options.max_bad_fraction,
+            options.serving_checkpoint) == (30.0, 600.0, "oldest", 0.5, "beside")
     assert not parse_training_options({}).follow_data
     assert parse_evaluation_options({}).progressive_examples == 10_000
 
@@ -42,6 +42,8 @@ def test_follow_mode_takes_its_defaults_and_a_fixed_run_is_untouched():
     ({**CLICKS, "unfinished_after_s": "1h"}, "unfinished_after_s = '1h': must be 0 or a positive number"),
     ({**CLICKS, "backlog_order": "fifo"}, "backlog_order = 'fifo': must be one of oldest, newest"),
     ({**CLICKS, "max_bad_fraction": 1.5}, "max_bad_fraction = 1.5: must be a fraction from 0 to 1"),
+    ({**CLICKS, "serving_checkpoint": "drained"}, "serving_checkpoint = 'drained': must be one of beside, settled"),
+    ({**CLICKS, "serving_checkpoint": "settled", "serving_delta_every_s": 10}, "cannot be a delta's base"),
 ])
 def test_each_follow_mistake_is_one_line(raw, expected):
     with pytest.raises(UserError) as raised:

@@ -47,7 +47,7 @@ def test_a_chief_killed_mid_write_leaves_nothing_half_visible_and_the_next_publi
     write_day(data, "day_0", 400, 0)
     cluster = derive_cluster(shared_servers, tmp_path, training={
         **FOLLOW, **TINY_CHUNKS, "data_dir": str(data), "output_dir": str(output), "checkpoint_every_s": 3,
-        "serving_export_every_s": 3, "keep_serving_versions": 3})
+        "serving_export_every_s": 3, "keep_serving_versions": 3, "serving_checkpoint": "settled"})
     logs = [tmp_path / f"chief-{n}.log" for n in range(3)]
     chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=logs[0])
     try:

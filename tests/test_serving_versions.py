@@ -73,3 +73,37 @@ def test_rows_read_from_a_bundle_are_the_rows_asked_whatever_chunks_they_fall_in
     for chunk_bytes in (16, 16 * 100, 16 * 1000):  # a row, 100 rows and the whole table a window
         assert np.array_equal(read_rows(reader, "table", wanted, chunk_bytes).numpy(), table[wanted])
     assert read_rows(reader, "table", np.array([], np.int64)).shape == [0, 4]
+
+
+def test_a_checkpoint_to_serve_from_holds_the_tables_rows_without_their_optimizer_slots(tmp_path):
+    """Half the bytes of a version's own checkpoint with Adagrad: the rows a version reads, not the slots only a
+    resume needs, whichever optimizer keeps them (the tables' own TF1-style one, or the Keras one under
+    `optimizer/`); small values keep theirs (a few bytes)."""
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras
+
+    from coordinator.checkpoints import not_a_slot
+    from coordinator.streaming import checkpoint_io
+    from coordinator.streaming.bundle import BundleReader
+
+    hashed, own = tf.Variable(tf.random.uniform([512, 8])), tf.Variable(tf.random.uniform([512, 8]))  # 16 KB each
+    dense = tf.Variable(tf.ones([4]))
+    tables_optimizer, optimizer = tf_keras.optimizers.legacy.Adagrad(0.1), tf_keras.optimizers.Adagrad(0.1)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.gather(hashed, [3, 7])) + tf.reduce_sum(tf.gather(own, [1])) + tf.reduce_sum(dense)
+    gradients = tape.gradient(loss, [hashed, own, dense])
+    tables_optimizer.apply_gradients([(gradients[0], hashed)])
+    optimizer.apply_gradients(zip(gradients[1:], [own, dense]))
+    model = tf.train.Checkpoint(hashed=hashed, own=own, dense=dense, embedding_optimizer=tables_optimizer)
+    root = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    chunk = 8 << 10  # a variable over 2 KB is a table
+    every = BundleReader(checkpoint_io.save(root, str(tmp_path / "resume"), chunk_bytes=chunk))
+    serving = BundleReader(checkpoint_io.save(root, str(tmp_path / "serve"), chunk_bytes=chunk, tables=not_a_slot))
+
+    rows = {f"model/{name}/.ATTRIBUTES/VARIABLE_VALUE": table for name, table in (("hashed", hashed), ("own", own))}
+    slots = {key for key, shape in every.shapes.items() if shape == [512, 8]} - set(rows)
+    assert len(slots) == 2, sorted(every.shapes)  # one per table, one optimizer each
+    assert set(serving.shapes) == set(every.shapes) - slots
+    for key, table in rows.items():
+        assert np.array_equal(serving.whole(key).numpy(), table.numpy())

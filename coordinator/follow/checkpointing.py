@@ -1,8 +1,9 @@
 """What the follow loop checkpoints: the model, both optimizers and the ledger as it stands, named by the optimizer
-step (`ckpt-0-<step>`), every `checkpoint_every_s` and before each serving version, with the running pieces settled
-(a resume reads these); with deltas, for each serving version instead, on a thread while the workers train on, a
-checkpoint of its own (`start_for_version`) in output/checkpoints/for-serving/, which no resume reads
-(for_serving.py)."""
+step (`ckpt-0-<step>`), every `checkpoint_every_s` and when a run ends, with the running pieces settled (a resume
+reads these; with `serving_checkpoint` settled, every serving version is written from one of them); and by default,
+for each serving version, on a thread while the workers train on, a checkpoint of its own
+(`start_for_version`: without deltas, the tables' rows without their optimizer slots) in
+output/checkpoints/for-serving/, which no resume reads (for_serving.py)."""
 
 from __future__ import annotations
 
@@ -55,18 +56,20 @@ class FollowCheckpoints:
         """Whether a checkpoint for a serving version is being written beside training."""
         return self._beside is not None
 
-    def start_for_version(self) -> str:
+    def start_for_version(self, *, table_slots: bool) -> str:
         """Starts writing, on a thread while pieces run on, the checkpoint of the next serving version: of the
         ledger as it stands now (the pieces running are not done in it, though some of their steps may be in its
         model, as a straggler's), into for-serving/, where no resume looks: the run's own checkpoints stay settled,
-        their model and ledger in agreement. Returns its name."""
+        their model and ledger in agreement. Without `table_slots`, the tables' rows without their optimizer slots
+        (all a version needs: half the bytes with Adagrad). Returns its name."""
         step = int(self.model.optimizer.iterations.numpy())
         self.version_number = max(step, self.version_number + 1, self.saved_number + 1)
         position = Position(0, self.version_number)
         begun = _Begun(time.monotonic(), step, position, self.ledger.done_count(), self.ledger.behind(time.time())[0])
         snapshot = self.ledger.to_json()
         prefix = self.for_serving.prefix(position.name)
-        self._beside = _Beside(lambda: self.checkpoints.write_aside(prefix), begun, snapshot)
+        self._beside = _Beside(lambda: self.checkpoints.write_aside(prefix, table_slots=table_slots), begun,
+                              snapshot)
         return self.for_serving.name(position.name)
 
     def written_for_version(self, wait: bool = False) -> ForVersion | None:

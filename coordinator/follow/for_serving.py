@@ -1,8 +1,8 @@
-"""Checkpoints written for the serving versions of a run with deltas, in output/checkpoints/for-serving/: beside
-training, so hand-out never drains for a version, and where no resume looks, so a resumed run's model and ledger
-agree (such a checkpoint may hold steps of pieces its ledger has not done). Each is kept while its version is
-written and, once published, while that version is the newest (the base its deltas replay on); a run's start
-removes what an earlier one left.
+"""Checkpoints written for the serving versions of a follow-mode run (`serving_checkpoint` beside, the default), in
+output/checkpoints/for-serving/: beside training, so hand-out never drains for a version, and where no resume looks, so
+a resumed run's model and ledger agree (such a checkpoint may hold steps of pieces its ledger has not done; without
+deltas it lacks the tables' optimizer slots). Each is kept while its version is written and, once published, while that
+version is the newest (the base its deltas replay on); a run's start removes what an earlier one left.
 """
 
 from __future__ import annotations

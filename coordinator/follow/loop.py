@@ -3,18 +3,18 @@ records each piece done, checkpoints where the data stands, writes serving versi
 after idling. What it hands out is schedule.py's, what it checkpoints checkpointing.py's, what it publishes
 publishing.py's.
 
-A checkpoint (every `checkpoint_every_s`, and before each serving version) first hands out none and lets the
-running pieces finish, for at most `straggler_after_s`: a slow worker's piece never holds up checkpoints, serving
-versions, progress lines or the heartbeat. Pieces still running then (stragglers) are not done in the
-checkpoint's ledger, so a run resumed from it trains them again, though some of their steps may be in its model.
-A serving version is written from the checkpoint by an exporter process while the workers go on, checked against
-the trained model's predictions at that moment or, when a closure may still move the model (a straggler, or the
-other closure of a piece given twice), against the checkpoint's own. With deltas, a version's checkpoint does not
-pause hand-out: it is its own, written on a thread while pieces run on (each of those is in it as a straggler is,
-and no resume reads it: for_serving.py), and the version starts once it is done. On SIGTERM the running pieces
-get at most STOP_WAIT_S (or `straggler_after_s`); those that do not finish are left out of the checkpoint
-likewise, and what that checkpoint trained is published before the chief exits, within the launcher's
-`stop_grace_s`.
+A checkpoint (every `checkpoint_every_s`) first hands out none and lets the running pieces finish, for at most
+`straggler_after_s`: a slow worker's piece never holds up checkpoints, serving versions, progress lines or the
+heartbeat. Pieces still running then (stragglers) are not done in the checkpoint's ledger, so a run resumed from it
+trains them again, though some of their steps may be in its model. A serving version is written from a checkpoint by
+an exporter process while the workers go on. Its checkpoint (`serving_checkpoint`) is its own, written on a thread
+while pieces run on (each of those is in it as a straggler is, and no resume reads it: for_serving.py; without
+deltas, the tables' rows without their optimizer slots), so hand-out never pauses for a version, which is checked
+against that checkpoint's own predictions; a version due with a periodic checkpoint (without deltas), the last one
+when a run ends idle and the one on SIGTERM are of a settled checkpoint, checked against the trained model's
+predictions at that moment, as is every version with `serving_checkpoint` settled. On SIGTERM the running pieces get
+at most STOP_WAIT_S (or `straggler_after_s`); those that do not finish are left out of the checkpoint likewise,
+and what that checkpoint trained is published before the chief exits, within the launcher's `stop_grace_s`.
 """
 
 from __future__ import annotations
@@ -111,8 +111,7 @@ class FollowLoop:
                               *reference)
 
     def _save_due(self) -> bool:
-        return not self.saving.writing and ((self.schedule.trained_since_save and self.saving.due())
-                                            or self._serve_due())
+        return not self.saving.writing and (self._periodic_due() or self._serve_due())
 
     def _serve_due(self) -> bool:
         return self.schedule.trained_since_version and self.publishing.due()
@@ -149,20 +148,31 @@ class FollowLoop:
         self.schedule.trained_since_version = False
 
     def _checkpoint(self, *, serve: bool) -> None:
-        """A settled checkpoint, and a version of it when `serve`; with deltas, when a version is due, the version's
-        own checkpoint beside training instead (a periodic one due as well comes after it). Plain versions keep the
-        settled checkpoint: on 2 cores one written beside training took the workers' CPU instead of pausing them,
-        even without the tables' optimizer slots (26 M rows: files trained at 0.74x and 0.80x the examples/s of a
-        run without versions, against 0.84x settled; freshness p95 48-53 s against 42; bench/RESULTS-memory.md)."""
-        if serve and self.publishing.deltas is not None and self.schedule.last_piece is not None:
+        """A settled checkpoint, and a version of it when `serve`; with versions' checkpoints beside training (the
+        default), when a version is due and no periodic checkpoint with it, the version's own checkpoint instead, so
+        hand-out never pauses for a version (a periodic one due meanwhile comes after it)."""
+        if serve and self.schedule.last_piece is not None and self._beside() and not self._serve_from_settled():
             self._checkpoint_for_version()
         else:
             self._save_and_serve(serve=serve)
 
+    def _beside(self) -> bool:
+        """Whether a version's checkpoint is its own, written beside training (`serving_checkpoint`; a delta's base
+        always is)."""
+        return self.p.run.options.serving_checkpoint == "beside" or self.publishing.deltas is not None
+
+    def _periodic_due(self) -> bool:
+        return self.schedule.trained_since_save and self.saving.due()
+
+    def _serve_from_settled(self) -> bool:
+        """Whether a version due comes from the periodic checkpoint due with it (one checkpoint, not two); with
+        deltas never: a version's base is its own checkpoint, kept while the version is the newest."""
+        return self.publishing.deltas is None and self._periodic_due()
+
     def _checkpoint_for_version(self) -> None:
         """The next version's checkpoint, written while the workers train on (and deltas go on being written); the
         version starts once it is done."""
-        name = self.saving.start_for_version()
+        name = self.saving.start_for_version(table_slots=self.publishing.deltas is not None)  # a delta's base: whole
         running = len(self.schedule.trainer.running)
         self.p.run.log.info("checkpoint %s for the next serving version: written while %d piece%s run%s on",
                             name, running, "s" * (running != 1), "s" * (running == 1))

@@ -3,8 +3,9 @@ new was trained, written by an exporter process beside training (coordinator/pub
 trained model's predictions at that checkpoint (or, when the model moved meanwhile, the checkpoint's own).
 
 Hand-out never waits for the exporter: the loop starts it and goes on, and each beat asks whether it is done. A
-version due while the previous one is still being written is not queued behind it: the next starts, from the
-newest checkpoint (with deltas, one taken for it), at the first beat after it is done. With
+version due while the previous one is still being written is not queued behind it: the next one's checkpoint is
+taken at the first beat after it is done (settled, or beside training: `serving_checkpoint`), and that version starts
+once its checkpoint is written. With
 `serving_delta_every_s`, deltas of the newest version come between versions (deltas.py), and a run ends with a
 delta instead of a version.
 """

@@ -11,6 +11,7 @@ rows and its slots, read together), or one small value (under a quarter of a chu
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import tensorflow as tf
 from tensorflow.python.eager import context
@@ -24,9 +25,11 @@ class CheckpointMismatch(ValueError):
     """A checkpoint lacks a key of the live objects, or holds it with another shape."""
 
 
-def save(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES) -> str:
-    """Writes `root` (a tf.train.Checkpoint) as the bundle `prefix`; returns `prefix`."""
-    entries = saved(root, chunk_bytes=chunk_bytes)
+def save(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES,
+         tables: Callable[[str], bool] | None = None) -> str:
+    """Writes `root` (a tf.train.Checkpoint) as the bundle `prefix`; returns `prefix`. With `tables`, only the
+    tables whose key it accepts (e.g. not optimizer slots: a checkpoint to serve from, never to resume)."""
+    entries = saved(root, chunk_bytes=chunk_bytes, tables=tables)
     writer = BundleWriter(prefix, device=device)
     try:
         writer.add(GRAPH_KEY, tf.constant(entries.graph))

@@ -25,6 +25,7 @@ from coordinator.streaming.rows import CHUNK_BYTES, RowGroup, RowSlice, nbytes
 
 GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 ATTRIBUTES = "/.ATTRIBUTES/"
+SLOT = "/.OPTIMIZER_SLOT/"  # in the key of a slot a (TF1-style) optimizer keeps for a variable
 
 
 @dataclasses.dataclass
@@ -75,8 +76,9 @@ class _Part:
     offset: int
 
 
-def saved(root, *, chunk_bytes: int = CHUNK_BYTES) -> Saved:
-    """The entries of `root`; nothing is read yet."""
+def saved(root, *, chunk_bytes: int = CHUNK_BYTES, tables: Callable[[str], bool] | None = None) -> Saved:
+    """The entries of `root`; nothing is read yet. With `tables`, only the tables whose key it accepts (every small
+    value, and every object that streams itself, stays)."""
     serialized, _, _, proto = save_util.serialize_graph_view(graph_view.ObjectGraphView(root))[:4]
     small, parts, others, streamed = [], [], collections.defaultdict(dict), []
     for trackable, tensors in serialized.items():
@@ -94,10 +96,10 @@ def saved(root, *, chunk_bytes: int = CHUNK_BYTES) -> Saved:
             else:
                 others[id(owner)][key] = (owner, value)
     variables = [p for p in parts if isinstance(p, _Part)]
-    tables = [p for p in variables if _is_table(p.variable, chunk_bytes)]
+    wanted = [p for p in variables if _is_table(p.variable, chunk_bytes) and (tables is None or tables(p.key))]
     small += [_variable_entry(p) for p in variables if not _is_table(p.variable, chunk_bytes)]
     small += [entry for values in others.values() for entry in _tensor_entries(values)]
-    return Saved(proto.SerializeToString(), small, _grouped(tables), streamed)
+    return Saved(proto.SerializeToString(), small, _grouped(wanted), streamed)
 
 
 def _local_name(key: str) -> str:
