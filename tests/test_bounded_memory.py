@@ -1,5 +1,5 @@
 """No process holds a whole table (issue 39): a DLRM whose table is larger than the chief's memory cap is trained,
-checkpointed, exported (three formats) and resumed with the chief (and the exporter it starts) inside that cap,
+checkpointed, exported (three formats, on a thread of the chief) and resumed with the chief inside that cap,
 and each ps capped at its own share of the table plus two chunks: real servers, cgroup caps (as root)."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ MB = 1 << 20
 ROWS_PER_TABLE, DIM, TABLES = 700_000, 16, 26
 TABLE_BYTES = ROWS_PER_TABLE * DIM * TABLES * 4  # 1.2 GB; SGD keeps no slot
 CHUNK_MB = 16
-CHIEF_CAP = int(0.9 * TABLE_BYTES)  # the chief and its exporter together: an attempt to hold the table is killed
-# (their own memory, page cache aside, peaked at 723 MB here: the table is the smallest that leaves ~280 MB spare)
+CHIEF_CAP = int(0.9 * TABLE_BYTES)  # the chief, which exports too: an attempt to hold the table is killed
+# (with its exporter a process of its own, the two peaked at 723 MB here, page cache aside: ~280 MB spare)
 PS_MARGIN = 256 * MB  # a ps's own buffers beyond its share and two chunks: gRPC's, a step's rows, the allocator's
 # (measured here: 112 MB training, 215 MB training after a streamed restore, with a 952 MB share)
 

@@ -5,8 +5,9 @@ The model is built once as a template (tables as one-row placeholders, template.
 weights, and is written in each format with its tables streamed from the checkpoint (saved_model.py,
 keras_files.py), under a hidden name renamed into place at the end: a reader never sees half of one. The check
 runs the written SavedModel's weights on the reference inputs, reading only the rows they look up (partial.py),
-and compares with the trained model's predictions the caller saved. The chief runs it as a process of its own
-(so hand-out never waits and the chief's memory stays flat); the evaluator calls `export_checkpoint` in-process.
+and compares with the trained model's predictions the caller saved. The follow loop runs it as a process of its
+own for each serving version (so hand-out never waits and the chief's memory stays flat); the chief's export of
+output/model at the end of a fixed-data run and the evaluator's best_model call `answer` in-process.
 """
 
 from __future__ import annotations
@@ -197,6 +198,21 @@ def _bytes(directory: Path) -> int:
     return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
 
 
+def answer(request: ExportRequest, log) -> ExportResult:
+    """What `request` asks, written; or its error, logged (`fatal` when trying again cannot help)."""
+    try:
+        return export_checkpoint(request, log)
+    except UserError as error:
+        log.error("%s", error.problems[0].text())
+        return ExportResult(error=error.problems[0].text(), fatal=True)
+    except (KeyError, ValueError) as error:  # the checkpoint does not hold this model
+        log.error("writing %s from %s failed: %s", request.kind, Path(request.checkpoint).name, error)
+        return ExportResult(error=f"{type(error).__name__}: {error}", fatal=True)
+    except Exception as error:  # noqa: BLE001 - a full disk, a file gone, a TensorFlow error: the next try may succeed
+        log.error("writing %s from %s failed: %s", request.kind, Path(request.checkpoint).name, error)
+        return ExportResult(error=f"{type(error).__name__}: {error}")
+
+
 def main(request_path: str) -> int:
     """The exporter process: writes what the request asks, its result beside the request; 2 when it cannot."""
     from common.logs import import_tensorflow_quietly, quiet_tensorflow, task_logger
@@ -209,19 +225,9 @@ def main(request_path: str) -> int:
     import_tensorflow_quietly()
     quiet_tensorflow()
     stack_dump.on_sigusr1()
-    try:
-        result = export_checkpoint(request, log)
-    except UserError as error:
-        ExportResult(error=error.problems[0].text(), fatal=True).save(result_path)
-        log.error("%s", error.problems[0].text())
-        return 2
-    except (KeyError, ValueError) as error:  # the checkpoint does not hold this model
-        ExportResult(error=f"{type(error).__name__}: {error}", fatal=True).save(result_path)
-        log.error("writing %s from %s failed: %s", request.kind, Path(request.checkpoint).name, error)
-        return 2
-    except Exception as error:  # noqa: BLE001 - a full disk, a file gone, a TensorFlow error: the next try may succeed
-        ExportResult(error=f"{type(error).__name__}: {error}").save(result_path)
-        log.error("writing %s from %s failed: %s", request.kind, Path(request.checkpoint).name, error)
+    result = answer(request, log)
+    if result.error:
+        result.save(result_path)
         return 2
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
     dataclasses.replace(result, peak_rss_mb=round(peak_mb, 1)).save(result_path)

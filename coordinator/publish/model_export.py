@@ -1,10 +1,12 @@
-"""The end of a fixed-data run: output/model written from the last checkpoint by an exporter process, while the
-chief keeps its heartbeat (an export is not a stall), and checked against the trained model's predictions."""
+"""The end of a fixed-data run: output/model written from the last checkpoint on a thread of the chief (training is
+over: nothing waits on it, and a process of its own would load TensorFlow once more), while the chief keeps its
+heartbeat (an export is not a stall), and checked against the trained model's predictions."""
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -13,7 +15,6 @@ import numpy as np
 from common.errors import Problem, UserError
 from coordinator import export
 from coordinator.publish import exporter
-from coordinator.publish.process import ExportProcess
 from coordinator.publish.request import MODEL, ExportRequest, ExportResult
 
 SCRATCH = ".exports"  # under output_dir: the request and reference predictions of an export being written
@@ -27,21 +28,27 @@ def remove_leftovers(run) -> None:
 
 
 def export_model(run, checkpoint: str, raw, trained, *, beat: Callable[[], None]) -> ExportResult:
-    """Writes checkpoint `checkpoint` of TrainingRun `run` to output/model (h5, SavedModel, .keras), checked
-    against `trained`, the trained model's predictions on raw inputs `raw`; `beat` runs every BEAT_EVERY_S."""
+    """Writes checkpoint `checkpoint` of TrainingRun `run` to output/model (h5, SavedModel, .keras) a chunk of each
+    table at a time, checked against `trained`, the trained model's predictions on raw inputs `raw`; `beat` runs
+    every BEAT_EVERY_S."""
     scratch = run.files.output / SCRATCH
     scratch.mkdir(parents=True, exist_ok=True)
     reference = scratch / "reference-model.npz"
     np.savez(reference, predictions=trained, **export.saved_inputs(raw))
-    process = ExportProcess(ExportRequest(kind=MODEL, checkpoint=checkpoint, destination=str(run.files.model_dir),
-                                          options=dataclasses.asdict(run.options), reference=str(reference),
-                                          task=run.config.lead.name), scratch)
+    request = ExportRequest(kind=MODEL, checkpoint=checkpoint, destination=str(run.files.model_dir),
+                            options=dataclasses.asdict(run.options), reference=str(reference),
+                            task=run.config.lead.name)
+    answered: list[ExportResult] = []
+    writer = threading.Thread(target=lambda: answered.append(exporter.answer(request, run.log)), daemon=True,
+                              name="export")  # its own thread: no strategy or variable scope of training's
+    writer.start()
     try:
-        while (result := process.wait(BEAT_EVERY_S)) is None:
+        while writer.is_alive():
             beat()
+            writer.join(BEAT_EVERY_S)
     finally:
-        process.stop()
         reference.unlink(missing_ok=True)
+    result = answered[0] if answered else ExportResult(error="the export ended without a result (see the log above)")
     if result.error:
         fix = ("keep the checkpoints and logs and report it" if result.fatal else
                "fix what it names and run `sh run.sh` again: the finished run exports from its last checkpoint")
