@@ -33,7 +33,7 @@ from bench.follow import DROPPER, drop
 
 HERE = Path(__file__).resolve().parent
 TABLES, DIM = 26, 16
-CHUNK_MB = 64.0  # training.stream_chunk_mb's default
+CHUNK_MB = 16.0  # training.stream_chunk_mb's default
 MODEL = {"model": "dlrm", "dataset": "criteo", "loss": "binary_crossentropy", "metrics": ["auc"], "lr_decay_epochs": [],
          "embedding_dim": DIM, "per_worker_batch": 256,
          "steps_per_execution": 10, "follow_data": True, "data_poll_s": 1, "settle_s": 0, "piece_mb": 1.0,

@@ -97,10 +97,10 @@ class TrainingOptions:
     max_shards: int | None = _option(None, "MinSizePartitioner: most shards per variable; null means one per ps")
     checkpoint_every_s: float = _option(600.0, "parameter_server: seconds between checkpoints within an epoch (at "
                                                "most this much work is lost to a failure); 0 saves at epoch ends only")
-    stream_chunk_mb: float = _option(64.0, "parameter_server: the most of a table (its rows and their optimizer "
+    stream_chunk_mb: float = _option(16.0, "parameter_server: the most of a table (its rows and their optimizer "
                                            "slots) the chief, the evaluator or an exporter holds at a time: tables "
-                                           "are checkpointed, restored, exported and evaluated in chunks of about "
-                                           "this many MB")
+                                           "(any weight over a quarter of this) are checkpointed, restored, "
+                                           "exported and evaluated in chunks of about this many MB")
     keep_checkpoints: int = _option(3, "newest checkpoints kept (older ones go once the evaluator has read them)")
     keep_unevaluated_checkpoints: int = _option(10, "older checkpoints kept for an evaluator that has not read them "
                                                     "yet, at most this many (the newest); older ones are deleted "

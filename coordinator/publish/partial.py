@@ -4,8 +4,8 @@ This is how an export is checked, and a checkpoint scored, without putting a tab
 runs once with every table replaced by a stand-in that notes what is asked for (rows of a hashed table, ids of a
 dynamic one) and answers zeros; those rows are read from the bundle (a dynamic table's ids found by scanning its
 ids a chunk at a time); then it runs again with the stand-ins answering. A placeholder no table layer of the
-toolkit's reads a row at a time (a large dense weight, a Keras Embedding) is read whole, with a warning. A model
-with no table placeholder runs once, on its weights read whole.
+toolkit's reads a row at a time (a large dense weight, a Keras Embedding) is read whole, with a warning when it is
+larger than a chunk. A model with no table placeholder runs once, on its weights read whole.
 """
 
 from __future__ import annotations
@@ -119,9 +119,9 @@ class PartialModel:
             key = keys.get(weight.ref())
             if weight.ref() in streamed or key is None:
                 continue  # read a row at a time, or no value in the bundle (the template's)
-            if weight.ref() in placed_refs and log is not None:
-                log.warning("%s is read whole (%s): no table lookup reads it a row at a time", weight.name,
-                            reader.shapes[key])
+            if weight.ref() in placed_refs and log is not None and _over_a_chunk(reader, key, chunk_bytes):
+                log.warning("%s is read whole (%s, over a chunk of training.stream_chunk_mb): no table lookup "
+                            "reads it a row at a time", weight.name, reader.shapes[key])
             weight.assign(reader.whole(key))
         for layer in dynamic_tables(inner):
             layer.reset_index()
@@ -144,3 +144,7 @@ class PartialModel:
             for stand_in in [*rows.values(), *ids.values()]:
                 stand_in.fetch(self.chunk_bytes)
             return model(inputs, training=False).numpy()
+
+
+def _over_a_chunk(reader: BundleReader, key: str, chunk_bytes: int) -> bool:
+    return nbytes(list(reader.shapes[key]), reader.dtypes[key]) > chunk_bytes

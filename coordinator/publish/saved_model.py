@@ -20,7 +20,7 @@ import tensorflow as tf
 from coordinator.dynamic.exported import dynamic_tables, state_keys
 from coordinator.streaming.bundle import BundleReader, BundleWriter, remove_bundle
 from coordinator.streaming.entries import GRAPH_KEY, full_names, variable_keys
-from coordinator.streaming.rows import CHUNK_BYTES, chunk_rows, nbytes, row_ranges, slice_spec
+from coordinator.streaming.rows import CHUNK_BYTES, chunk_rows, is_table, nbytes, row_ranges, slice_spec
 
 VARIABLES = "variables"
 
@@ -39,7 +39,7 @@ def from_checkpoint(reader: BundleReader, key: str) -> Filling:
     shape = list(reader.shapes[key])
 
     def chunks(chunk_bytes: int):
-        if not shape or nbytes(shape, reader.dtypes[key]) <= chunk_bytes // 4:
+        if not is_table(shape, reader.dtypes[key], chunk_bytes):
             yield None, None, reader.whole(key)
             return
         for begin, end in row_ranges(shape[0], chunk_rows(nbytes(shape[1:], reader.dtypes[key]), chunk_bytes)):

@@ -19,7 +19,7 @@ from coordinator import input_contract, models, recommenders
 from coordinator.dynamic.exported import dynamic_tables
 from coordinator.publish.saved_model import training_keys
 from coordinator.raw_export import servable
-from coordinator.streaming.rows import CHUNK_BYTES, nbytes
+from coordinator.streaming.rows import CHUNK_BYTES, is_table
 
 
 @contextlib.contextmanager
@@ -31,7 +31,7 @@ def table_placeholders(chunk_bytes: int = CHUNK_BYTES):
     def creator(next_creator, **kwargs):
         shape = tf.TensorShape(kwargs.get("shape"))
         dtype = tf.as_dtype(kwargs.get("dtype") or tf.float32)
-        if shape.rank and shape.is_fully_defined() and nbytes(shape.as_list(), dtype) > chunk_bytes // 4:
+        if shape.rank and shape.is_fully_defined() and is_table(shape.as_list(), dtype, chunk_bytes):
             kwargs.update(initial_value=tf.zeros([1, *shape.as_list()[1:]], dtype),
                           shape=tf.TensorShape([None, *shape.as_list()[1:]]))
             variable = next_creator(**kwargs)

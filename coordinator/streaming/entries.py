@@ -21,7 +21,7 @@ from tensorflow.python.checkpoint import graph_view, save_util
 from tensorflow.python.distribute.sharded_variable import ShardedVariable
 from tensorflow.python.training.saving import saveable_object
 
-from coordinator.streaming.rows import CHUNK_BYTES, RowGroup, RowSlice, nbytes
+from coordinator.streaming.rows import CHUNK_BYTES, RowGroup, RowSlice, is_table
 
 GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 ATTRIBUTES = "/.ATTRIBUTES/"
@@ -96,8 +96,8 @@ def saved(root, *, chunk_bytes: int = CHUNK_BYTES, tables: Callable[[str], bool]
             else:
                 others[id(owner)][key] = (owner, value)
     variables = [p for p in parts if isinstance(p, _Part)]
-    wanted = [p for p in variables if _is_table(p.variable, chunk_bytes) and (tables is None or tables(p.key))]
-    small += [_variable_entry(p) for p in variables if not _is_table(p.variable, chunk_bytes)]
+    wanted = [p for p in variables if _is_table(p, chunk_bytes) and (tables is None or tables(p.key))]
+    small += [_variable_entry(p) for p in variables if not _is_table(p, chunk_bytes)]
     small += [entry for values in others.values() for entry in _tensor_entries(values)]
     return Saved(proto.SerializeToString(), small, _grouped(wanted), streamed)
 
@@ -116,8 +116,8 @@ def _shards(key: str, sharded: ShardedVariable) -> list[_Part]:
     return found
 
 
-def _is_table(variable: tf.Variable, chunk_bytes: int) -> bool:
-    return variable.shape.rank >= 1 and nbytes(variable.shape.as_list(), variable.dtype) > chunk_bytes // 4
+def _is_table(part: _Part, chunk_bytes: int) -> bool:
+    return is_table(part.variable.shape.as_list(), part.variable.dtype, chunk_bytes)
 
 
 def _variable_entry(part: _Part) -> SmallEntry:

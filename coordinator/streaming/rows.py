@@ -1,7 +1,9 @@
 """Row ranges of tables: how many rows make a chunk, and the slice specs TensorFlow's bundles name them by.
 
 CHUNK_BYTES is the bound every streamed path keeps: a process that reads or writes a table holds at most a chunk
-of its rows at a time (and, while batching small variables into one write, at most one more chunk).
+of its rows at a time (and, while batching small variables into one write, at most one more chunk). A value over a
+quarter of a chunk is a table (`is_table`): streamed by rows, never read whole where a checkpoint is written,
+restored or exported.
 """
 
 from __future__ import annotations
@@ -12,13 +14,19 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-CHUNK_BYTES = 64 << 20  # 64 MiB, `training.stream_chunk_mb`'s default: a few hundred ms of transfer
+CHUNK_BYTES = 16 << 20  # 16 MiB, `training.stream_chunk_mb`'s default: the chief's peak stays flat as tables grow
 MB = 1 << 20
 
 
 def chunk_bytes_of(options) -> int:
     """The chunk TrainingOptions `options` ask for (`stream_chunk_mb`), in bytes."""
     return max(1, round(options.stream_chunk_mb * MB))
+
+
+def is_table(shape: Sequence[int], dtype, chunk_bytes: int = CHUNK_BYTES) -> bool:
+    """Whether a value of `shape` and `dtype` is a table, streamed a chunk of rows at a time: over a quarter of a
+    chunk."""
+    return len(shape) >= 1 and nbytes(shape, dtype) > chunk_bytes // 4
 
 
 def chunk_rows(row_bytes: int, chunk_bytes: int = CHUNK_BYTES) -> int:
