@@ -1,6 +1,7 @@
 """No process holds a whole table (issue 39): a DLRM whose table is larger than the chief's memory cap is trained,
 checkpointed, exported (three formats, on a thread of the chief) and resumed with the chief inside that cap,
-and each ps capped at its own share of the table plus two chunks: real servers, cgroup caps (as root)."""
+and each ps capped at its own share of the table plus two chunks; a chief killed while it writes output/model
+leaves no model a reader could open: real servers, cgroup caps (as root)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,19 @@ def _servers(path, document, caps: dict, logs) -> list:
     return started
 
 
+def _writing_begun(writing, chief, timeout_s: float = 600) -> bool:
+    """Whether a file under `writing` holds bytes before `chief` ends (polled every 50 ms)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and chief.poll() is None:
+        try:
+            if any(f.is_file() and f.stat().st_size for f in writing.rglob("*")):
+                return True
+        except OSError:  # a file went between the listing and its stat
+            pass
+        time.sleep(0.05)
+    return False
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="memory cgroups need root")
 def test_a_table_larger_than_the_chiefs_cap_trains_checkpoints_exports_and_resumes_under_it(tmp_path):
     training = {"model": "dlrm", "dataset": "synthetic_criteo", "table_rows": ROWS_PER_TABLE, "embedding_dim": DIM,
@@ -69,23 +83,32 @@ def test_a_table_larger_than_the_chiefs_cap_trains_checkpoints_exports_and_resum
     caps = {name: MemoryCap(f"pscluster-test-{name.replace(':', '')}-{tag}", 64 << 30) for name in ("ps:0", "ps:1")}
     chief_cap = MemoryCap(f"pscluster-test-chief-{tag}", CHIEF_CAP)
     servers = []
+    output = tmp_path / "output"
     try:
         for epochs in (1, 2):  # the second run resumes the first's checkpoint on ps started afresh (a healed ps)
             servers = _servers(path, document, caps, tmp_path / "logs")
             log = tmp_path / f"chief-{epochs}.log"
             chief = start_module("coordinator.train", "--cluster", str(path), "--epochs", str(epochs), log_path=log,
                                  preexec_fn=chief_cap.preexec)
-            code = finish(chief, timeout_s=900)[0]
+            if epochs == 1:  # killed while it writes output/model: a reader finds no model, never half of one
+                assert _writing_begun(output / ".model.writing", chief), log.read_text(errors="replace")[-3000:]
+                chief.send_signal(signal.SIGKILL)
+                code = finish(chief, timeout_s=30)[0]
+                assert code == -signal.SIGKILL and not (output / "model").exists()
+            else:
+                code = finish(chief, timeout_s=900)[0]
+                assert code == 0, log.read_text(errors="replace")[-3000:]
             text = log.read_text(errors="replace")
-            assert code == 0 and chief_cap.oom_kills() == 0, text[-3000:]
+            assert chief_cap.oom_kills() == 0, text[-3000:]
             assert all(cap.oom_kills() == 0 for cap in caps.values()), {n: c.peak_bytes() for n, c in caps.items()}
             for server in servers:
                 server.send_signal(signal.SIGTERM)
             finish(*servers, timeout_s=30)
             servers = []
         assert "resuming after epoch 1" in text and "export check" in text
-        summary = json.loads((tmp_path / "output" / "summary.json").read_text())
+        summary = json.loads((output / "summary.json").read_text())
         assert set(summary["model"]) == {"h5", "saved_model", "keras"}
+        assert not (output / ".model.writing").exists()  # what the killed writer left went at the next start
         peaks = {"chief": chief_cap.peak_bytes(), **{name: cap.peak_bytes() for name, cap in caps.items()}}
         print("peaks MB", {name: round(peak / MB) for name, peak in peaks.items()}, "table MB", TABLE_BYTES // MB)
         assert peaks["chief"] < TABLE_BYTES
@@ -93,4 +116,4 @@ def test_a_table_larger_than_the_chiefs_cap_trains_checkpoints_exports_and_resum
         finish(*servers, timeout_s=5)
         for cap in [chief_cap, *caps.values()]:
             cap.remove()
-        shutil.rmtree(tmp_path / "output", ignore_errors=True)  # 2 GB checkpoints and 6 GB of exports
+        shutil.rmtree(output, ignore_errors=True)  # 2 GB checkpoints and 6 GB of exports
