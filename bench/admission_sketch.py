@@ -1,6 +1,6 @@
 """How often the admission sketch lets an id in early: ids seen once each, at loads around the sketch's width.
 
-`.venv/bin/python -m bench.admission_sketch` feeds one partition's AdmissionSketch (coordinator/dynamic/sketch.py,
+`.venv/bin/python -m bench.admission_sketch` feeds one partition's AdmissionSketch (tables/dynamic/sketch.py,
 4096 wide, its smallest) windows of distinct ids seen once each (never again: junk traffic), `load` times the width
 per window of `admit_window_steps` steps, and counts the ids it admits at `admit_after` 2 and 3 over the windows
 after the first (the sketch then holds the halved counts of earlier windows, as it does in a long run). Any
@@ -17,7 +17,7 @@ import fire  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from coordinator.dynamic.sketch import MIN_WIDTH, AdmissionSketch  # noqa: E402
+from tables.dynamic.sketch import MIN_WIDTH, AdmissionSketch  # noqa: E402
 
 LOADS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from coordinator.dynamic.layer import DynamicTables
-from coordinator.sparse import make_embedding_optimizer
+from tables.dynamic.layer import DynamicTables
+from tables.sparse import make_embedding_optimizer
 
 FEATURES = 2
 

@@ -7,7 +7,7 @@ tables of dimension 16), at two table sizes ten times apart:
   batches scheduled on both workers, alternated twice), the cost of tracking changed rows;
 - `follow, deltas` and `follow, no deltas`: follow mode on an empty folder into which a file is dropped every
   `drop_every_s` (hidden name, then renamed), full versions every `version_every_s`, and deltas every
-  `delta_every_s` or none; a follower (coordinator/publish/follower.py, a process of its own) keeps a model
+  `delta_every_s` or none; a follower (online/publish/follower.py, a process of its own) keeps a model
   fresh meanwhile. Reported: median bytes and seconds per full version and per delta (the chief's log), rows
   per delta against the table's, examples/s (first piece started to last file done) with deltas against
   without, and freshness at the follower: from a file landing to the follower serving a version or delta that
@@ -60,7 +60,7 @@ def following(cluster: LoopbackCluster, work: Path, size: dict, table_rows: int,
     data.mkdir(parents=True)
     alone = work / "follower"  # the follower as a user runs it: the file alone, no toolkit on its path
     alone.mkdir()
-    shutil.copy(ROOT / "coordinator" / "publish" / "follower.py", alone / "follower.py")
+    shutil.copy(ROOT / "online" / "publish" / "follower.py", alone / "follower.py")
     dropper = subprocess.Popen([PYTHON, "-c", DROPPER, str(data), str(size["files"]), str(size["rows"]),
                                 str(size["drop_every_s"])], cwd=ROOT, stdin=subprocess.DEVNULL)
     follower = subprocess.Popen([PYTHON, str(alone / "follower.py"), "--serving", str(output / "serving"),

@@ -21,9 +21,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from bench.dynamic_run import rss_mib, server_pids  # noqa: E402
-from coordinator.dynamic.layer import DynamicTables  # noqa: E402
-from coordinator.placement import BalancedPartitioner  # noqa: E402
-from coordinator.sparse import LeanAdagrad  # noqa: E402
+from tables.dynamic.layer import DynamicTables  # noqa: E402
+from tables.placement import BalancedPartitioner  # noqa: E402
+from tables.sparse import LeanAdagrad  # noqa: E402
 
 CHUNK = 100_000
 

@@ -23,9 +23,9 @@ import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
 from bench.embedding_run import Meter  # noqa: E402
-from coordinator import recommenders  # noqa: E402
-from coordinator.dynamic.report import table_stats, table_report  # noqa: E402
-from coordinator.placement import BalancedPartitioner  # noqa: E402
+from models import recommenders  # noqa: E402
+from tables.dynamic.report import table_stats, table_report  # noqa: E402
+from tables.placement import BalancedPartitioner  # noqa: E402
 from data import synthetic_criteo  # noqa: E402
 from data.criteo_layout import CATEGORICAL_FEATURES  # noqa: E402
 

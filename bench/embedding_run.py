@@ -22,9 +22,9 @@ import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
 from bench import socket_bytes  # noqa: E402
-from coordinator import recommenders  # noqa: E402
-from coordinator.placement import BalancedPartitioner  # noqa: E402
-from coordinator.shard_report import shard_report  # noqa: E402
+from models import recommenders  # noqa: E402
+from tables.placement import BalancedPartitioner  # noqa: E402
+from tables.shard_report import shard_report  # noqa: E402
 from data import synthetic_criteo  # noqa: E402
 from data.criteo_layout import CATEGORICAL_FEATURES  # noqa: E402
 

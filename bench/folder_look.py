@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from coordinator.follow.landing import Landing
-from coordinator.follow.ledger import Ledger
+from online.follow.landing import Landing
+from online.follow.ledger import Ledger
 from data.pieces import Piece
 from data.whole_files import verdict_of, text_missing
 

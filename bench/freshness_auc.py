@@ -11,7 +11,7 @@ ids it knows. The oracle AUC (the true logits) is the ceiling.
 Each setting, on one loopback cluster (2 workers, 2 ps): a warm-up run trains `warm_files` files and ends with a
 version; the run is started again in follow mode with deltas every `delta_every_s` and no full version after the
 one a resumed run publishes first, while a file lands every `drop_every_s` (hidden name, then renamed) and a judge
-process (coordinator/publish/follower.py's Follower) scores each file the moment it lands with the model it
+process (online/publish/follower.py's Follower) scores each file the moment it lands with the model it
 follows, then catches up.
 """
 
@@ -95,7 +95,7 @@ def judge(data: str, serving: str, out: str, expected: int, rows: int, timeout_s
     a JSON line per file into `out`. The files there when it starts are the warm-up's, not scored."""
     import tensorflow as tf
 
-    from coordinator.publish.follower import Follower
+    from online.publish.follower import Follower
 
     data, follower = Path(data), Follower(serving, log=lambda _: None)
     seen = {path.name for path in data.glob("part-*")}

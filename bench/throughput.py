@@ -24,11 +24,11 @@ from bench.cluster import PYTHON, ROOT, LoopbackCluster, median_after_first
 
 SINGLE_PROCESS = """
 import sys, time, json, tensorflow as tf, tf_keras
-from coordinator import models
+from models import zoo
 from data import synthetic
 steps, epochs, spe = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 source = synthetic.load()
-model = models.cnn(source.input_shape, source.num_classes)
+model = zoo.cnn(source.input_shape, source.num_classes)
 model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"], steps_per_execution=spe)
 class Timer(tf_keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None): self.t = time.monotonic()

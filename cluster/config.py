@@ -16,7 +16,8 @@ from cluster.evaluation_options import EvaluationOptions, parse_evaluation_optio
 from cluster.settings import (LAUNCHER_CHECKS, SLURM_CHECKS, HostSettings, LauncherSettings, SlurmSettings,
                               check_gpus_suffice, check_signal_fits, parse_hosts)
 from cluster.strategies import Strategy, StrategyName, strategy_named
-from cluster.training_options import TrainingOptions, parse_training_options
+from cluster.training_options import TrainingOptions
+from cluster.training_parse import parse_training_options
 from common.errors import Problem, UserError
 from common.fields import parse_section
 

@@ -1,5 +1,5 @@
 """What a dynamic table costs on a ps beside its rows and optimizer slots: the one account that the capacity plan
-(coordinator/table_memory.py), the per-ps report (Partition.nbytes, coordinator/shard_report.py) and
+(tables/memory.py), the per-ps report (Partition.nbytes, tables/shard_report.py) and
 docs/dynamic-embeddings.md give.
 
 Per row of capacity: its bookkeeping (owner id 8 bytes, generation 4, last step 8, a place in the queue of free rows

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cluster.strategies import StrategyName
+from cluster.training_options import TrainingOptions
 from common.errors import Problem
 from common.fields import INT32_MAX, MAX_SECONDS, Check, int_in, is_number, seconds, seconds_check
-
-if TYPE_CHECKING:
-    from cluster.training_options import TrainingOptions
 
 FOLLOWED_DATASETS = ("criteo", "tfrecord")  # file sources whose files can be trained one by one as they land
 SMALLEST_PIECE_MB = 0.01

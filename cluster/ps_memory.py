@@ -1,6 +1,6 @@
 """What each ps holds at its peak, from the options alone: the account `sh run.sh` and `plan` hold against memory.
 
-A recommender's tables (dlrm, wide_deep) are split evenly over the ps (coordinator/placement.py): hashed ones
+A recommender's tables (dlrm, wide_deep) are split evenly over the ps (tables/placement.py): hashed ones
 `table_rows` rows for each categorical feature, a dynamic one `embedding_capacity` rows for all; a row holds
 `embedding_dim` float32 values (wide_deep: one more, its wide part), and as many again per slot of the table
 optimizer (adagrad 1, ftrl 2, sgd 0). A dynamic table's rows also carry their bookkeeping, admission sketch and id
@@ -22,7 +22,7 @@ from cluster import dynamic_table_memory as memory
 
 MIB = 1 << 20
 GIB = 1 << 30
-MAX_SHARD_BYTES = 256 * MIB  # coordinator/placement.py's (a test checks they agree)
+MAX_SHARD_BYTES = 256 * MIB  # tables/placement.py's (a test checks they agree)
 BUFFER_BYTES = 256 * MIB  # a ps's own buffers beyond its share and two chunks (tests/test_bounded_memory.py)
 SERVER_BYTES = 600 * MIB  # a ps server at rest: Python and TensorFlow (559 MiB resident measured, TF 2.21)
 SLOTS = {"adagrad": 1, "ftrl": 2, "sgd": 0}  # slot values per table value (tf_keras' legacy optimizers)

@@ -84,7 +84,7 @@ class RunFiles:
 
     @property
     def quarantine(self) -> Path:
-        """Follow mode's report of data not trained (coordinator/follow/quarantine.py)."""
+        """Follow mode's report of data not trained (online/follow/quarantine.py)."""
         return self.output / "quarantine.jsonl"
 
     @property

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cluster import data_options, follow_checks
 from cluster import dynamic_table_options as tables
@@ -12,12 +12,10 @@ from cluster.training_names import (COLLECTIVE_NAMES, CONVOLUTIONAL_MODELS, LOOP
                                     MAX_SIDE, METRIC_NAMES, MODEL_NAMES, ONE_HOT_LABEL_METRICS, ONE_HOT_LOSSES,
                                     OPTIMIZER_NAMES, RESIZED_DATASETS, SEED_LIMIT, SPARSE_LABEL_METRICS,
                                     TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY, USER_MODEL_PATTERN)
+from cluster.training_options import TrainingOptions
 from common.errors import Problem
 from common.fields import (INT32_MAX, MAX_SECONDS, Check, int_in, is_number, optional_positive_int, positive_int,
                            positive_number, seconds, seconds_check)
-
-if TYPE_CHECKING:
-    from cluster.training_options import TrainingOptions
 
 
 def _model_name(value: Any) -> bool:

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
 
 from cluster import dynamic_table_options as tables
 from cluster import recommender_options as clicks
-from cluster.training_checks import CHECKS, cross_field_problems
 from cluster.training_names import (IMAGE_SIZE, SYNTHETIC_EXAMPLES, SYNTHETIC_SHAPE, TFRECORD_IMAGE_KEY,
                                     TFRECORD_LABEL_KEY, VALIDATION_FRACTION)
-from common.errors import UserError
-from common.fields import parse_or_raise
 
 
 def _option(default, help_text: str):
@@ -146,7 +142,7 @@ class TrainingOptions:
     serving_delta_every_s: float = _option(0.0, "follow_data: seconds between serving deltas, the rows changed "
                                                 "since the last one and the dense weights, written to "
                                                 "output/serving/deltas for the newest version's apply_delta "
-                                                "signature (python -m coordinator.publish.follower); a run ends "
+                                                "signature (python -m online.publish.follower); a run ends "
                                                 "with one; 0 writes none")
     serving_checkpoint: str = _option("beside", "follow_data: a serving version's checkpoint: beside (its own, "
                                                 "written while the workers train on, so hand-out never pauses for "
@@ -194,20 +190,3 @@ class TrainingOptions:
 
 
 FIELD_NAMES = tuple(f.name for f in dataclasses.fields(TrainingOptions))
-
-
-def parse_training_options(raw: Mapping[str, Any], field_prefix: str = "training.") -> TrainingOptions:
-    """Builds TrainingOptions from a mapping, raising one UserError that lists every bad field."""
-    options = parse_or_raise(TrainingOptions, clicks.with_click_defaults(raw), CHECKS, field_prefix)
-    problems = cross_field_problems(options, field_prefix)
-    if problems:
-        raise UserError(problems)
-    return options
-
-
-def with_overrides(options: TrainingOptions, overrides: Mapping[str, Any]) -> TrainingOptions:
-    """Applies command-line overrides on top of the file's options, validating them the same way."""
-    listed = ("lr_decay_epochs", "metrics")  # Fire turns `--metrics accuracy` into a plain string
-    overrides = {k: [v] if k in listed and not isinstance(v, (list, tuple)) else v for k, v in overrides.items()}
-    merged = {**dataclasses.asdict(options), **overrides}
-    return parse_training_options(merged, field_prefix="--")

@@ -58,8 +58,8 @@ def cpu_of(pids: dict[str, list[int]]) -> dict[str, float]:
 def measure(config, pids: dict[str, list[int]], log) -> dict:
     """Warms up, then times TIMED_EPOCHS epochs of about TARGET_S in all; CPU per step of each role in `pids`."""
     from coordinator import strategy
-    from coordinator.compiled import build_compiled
-    from coordinator.input_contract import source_for_model
+    from models.compiled import build_compiled
+    from models.sources import source_for_model
 
     options = config.training
     source = source_for_model(options, PROJECT_ROOT)

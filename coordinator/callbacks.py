@@ -9,8 +9,8 @@ from pathlib import Path
 import tf_keras
 
 from cluster.training_options import TrainingOptions
-from coordinator.checkpoints import EpochCheckpoints, Position
-from coordinator.preemption import Preempted, StopRequest
+from models.checkpoints import EpochCheckpoints, Position
+from common.preemption import Preempted, StopRequest
 
 
 def learning_rate_at(options: TrainingOptions, epoch: int) -> float:

@@ -7,11 +7,11 @@ from cluster.run_files import RunFiles, RunSummary, read_summary
 from cluster.same_run import batch_workers
 from cluster.training_options import TrainingOptions
 from coordinator import capacity_watch, setup, strategy
-from coordinator.compiled import ps_report
-from coordinator.dynamic.report import table_report
-from coordinator.lost_tasks import exit_when_a_task_is_lost
+from models.compiled import ps_report
+from tables.dynamic.report import table_report
+from common.lost_tasks import exit_when_a_task_is_lost
 from coordinator.pacing import CHUNKS_AHEAD_PER_WORKER, SchedulePacing
-from coordinator.preemption import StopRequest
+from common.preemption import StopRequest
 
 BATCH_NOTE = ("batch {global_batch} per step (per_worker_batch {per_worker} x {workers} workers); each step runs "
               "on one worker, which computes all {global_batch} examples, and the workers take steps in turn")
@@ -24,9 +24,9 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     `checkpoint_every_s` within epochs, so a failure costs at most that much work.
     """
     summary = read_summary(RunFiles(config.path(options.output_dir)))
-    if options.follow_data:  # ends the process, whatever its pieces are doing (coordinator/follow/errors.py)
-        from coordinator.follow.errors import ends_at_once
-        from coordinator.follow.run import run_following
+    if options.follow_data:  # ends the process, whatever its pieces are doing (online/follow/errors.py)
+        from online.follow.errors import ends_at_once
+        from coordinator.following import run_following
         with ends_at_once(log, data_root=str(config.path(options.data_dir))):
             run_following(config, options, log, batch_workers=batch_workers(config, summary and summary.workers))
     stop = StopRequest(log).install()

@@ -18,21 +18,21 @@ from cluster.run_files import (Phase, RunFiles, RunStatus, RunSummary, TrainingP
 from cluster.same_run import differences
 from cluster.training_options import TrainingOptions
 from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, PREEMPTED_EXIT_CODE, Problem, UserError
-from coordinator import export
-from coordinator.compiled import build_compiled, with_table_stats
-from coordinator.dynamic.checkpoint import held_difference_streamed, state_prefix
-from coordinator.input_contract import source_for_model
-from coordinator.dynamic.report import dynamic_layers
-from coordinator.publish.model_export import export_model, remove_leftovers
-from coordinator.publish.template import Template
+from models import export
+from models.compiled import build_compiled, with_table_stats
+from tables.dynamic.checkpoint import held_difference_streamed, state_prefix
+from models.sources import source_for_model
+from tables.dynamic.report import dynamic_layers
+from online.publish.model_export import export_model, remove_leftovers
+from online.publish.template import Template
 from coordinator.strategy import CHIEF_CPU
-from coordinator.streaming.bundle import BundleReader
-from coordinator.streaming.entries import variable_keys
-from coordinator.raw_export import raw_description
+from tables.streaming.bundle import BundleReader
+from tables.streaming.entries import variable_keys
+from models.raw_export import raw_description
 from coordinator.callbacks import Checkpointing, EpochEndedEarly, FirstStepReport, StepDecay
-from coordinator.checkpoints import EpochCheckpoints, Position
-from coordinator.preemption import Preempted, StopRequest, exit_preempted
-from coordinator.streaming.rows import chunk_bytes_of
+from models.checkpoints import EpochCheckpoints, Position
+from common.preemption import Preempted, StopRequest, exit_preempted
+from tables.streaming.rows import chunk_bytes_of
 from coordinator.progress import ProgressReport
 from data import skipped
 

@@ -18,11 +18,11 @@ import numpy as np
 import tensorflow as tf
 
 from cluster.training_options import TrainingOptions
-from coordinator.compiled import build_compiled
-from coordinator.pooling import table_ids
-from coordinator.dynamic.partition import COLOCATED_SCOPE
-from coordinator.shard_report import shard_report
-from coordinator.sparse import SparseDenseModel
+from models.compiled import build_compiled
+from tables.pooling import table_ids
+from tables.dynamic.partition import COLOCATED_SCOPE
+from tables.shard_report import shard_report
+from tables.sparse import SparseDenseModel
 from coordinator.strategy import partitioner_for
 from data import contract
 

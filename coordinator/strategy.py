@@ -12,7 +12,7 @@ from cluster.strategies import StrategyName
 from cluster.training_options import TrainingOptions
 from common import fresh_ps, net
 from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE
-from coordinator.placement import BalancedPartitioner
+from tables.placement import BalancedPartitioner
 
 CHIEF_CPU = "/job:chief/replica:0/task:0/device:CPU:0"
 

@@ -13,7 +13,8 @@ from cluster import config as cluster_config
 from cluster import taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.strategies import StrategyName
-from cluster.training_options import FIELD_NAMES, TrainingOptions, with_overrides
+from cluster.training_options import FIELD_NAMES, TrainingOptions
+from cluster.training_parse import with_overrides
 from common import stack_dump
 from common.errors import Problem, UserError, exit_on_user_error
 from common.disk_full import exit_on_full_disk

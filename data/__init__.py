@@ -77,7 +77,7 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
     `schema` holds tfrecord_features as `schema` and numeric_features and categorical_features as `numeric` and
     `categorical` (tfrecord of any schema). A "package.module:function" name is a user's dataset function.
     `synthetic_drift`: (new ids, id lifetime, period examples) of synthetic_criteo's ids born and dying;
-    `declared_inputs` (a user model's, coordinator/input_contract.py's declared_by) decides how a dataset
+    `declared_inputs` (a user model's, models/input_contract.py's declared_by) decides how a dataset
     function's features of unknown length are batched.
     """
     if ":" in name:
@@ -106,7 +106,7 @@ def load_source(name: str, data_dir: str | None = None, seed: int = 0, *, base_d
 
 def source_for(options, base_dir: Path, declared_inputs=None):
     """The DataSource TrainingOptions `options` describe; a relative data_dir starts at `base_dir`, as in preflight;
-    `declared_inputs`: see load_source (the coordinator's callers pass input_contract.declared_by(options.model))."""
+    `declared_inputs`: see load_source (the coordinator's callers pass models.sources.declared_by(options.model))."""
     return load_source(options.dataset, options.data_dir, options.seed, base_dir=base_dir,
                        one_hot=options.loss in ONE_HOT_LOSSES, augment=options.augment,
                        skip_corrupt=options.skip_corrupt, image_size=options.image_size,

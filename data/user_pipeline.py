@@ -170,7 +170,7 @@ def load(spec: str, *, num_classes: int | None = None, one_hot: bool = False,
          declared_inputs=None) -> PipelineSource:
     """The PipelineSource of the function `spec` names, its splits called once each to learn their features and
     sizes; mistakes are one line each (UserError). With `declared_inputs` (the inputs a user model declares, from
-    coordinator/input_contract.py's declared_by), they decide how features of unknown length are batched
+    models/input_contract.py's declared_by), they decide how features of unknown length are batched
     (data/unknown_lengths.py)."""
     function = user_model.load(spec, field=FIELD, returning="a tf.data.Dataset")
     wrong = _signature_problem(spec, function)

@@ -4,7 +4,7 @@ Each check returns None for a whole file, or what is missing. A plain text file 
 writer stopped mid-line is not done); a gzip file must hold complete gzip streams to its last byte (a cut
 stream has no end marker; bytes that do not inflate make it unreadable); a TFRecord file must be whole records
 to its last byte (each record's length field leads exactly to the next). These are checked once the file's size
-and time stood still for `settle_s` (see coordinator/follow/landing.py), so a writer that pauses at a line or
+and time stood still for `settle_s` (see online/follow/landing.py), so a writer that pauses at a line or
 record boundary is not taken for done; a Verdict says what the follow loop does with the file.
 """
 

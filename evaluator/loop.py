@@ -15,12 +15,12 @@ from cluster.run_files import (BestRecord, EvaluationState, RunFiles, read_progr
 from cluster.training_options import TrainingOptions
 from common.errors import Problem, UserError
 from common.proc import has_live_thread
-from coordinator import export
-from coordinator.checkpoints import checkpoint_epoch, checkpoint_position, checkpoint_step, listed_checkpoints
-from coordinator.publish.exporter import export_checkpoint, remove_leftovers
-from coordinator.publish.request import BEST, ExportRequest
-from coordinator.publish.template import Template
-from coordinator.streaming.rows import chunk_bytes_of
+from models import export
+from models.checkpoints import checkpoint_epoch, checkpoint_position, checkpoint_step, listed_checkpoints
+from online.publish.exporter import export_checkpoint, remove_leftovers
+from online.publish.request import BEST, ExportRequest
+from online.publish.template import Template
+from tables.streaming.rows import chunk_bytes_of
 from evaluator.progressive import FixedValidation, ProgressiveValidation
 from evaluator.scoring import scores
 
@@ -38,7 +38,7 @@ def metrics_line(label: str, metrics: dict) -> str:
 class SidecarEvaluator:
     """Evaluates every checkpoint the coordinator writes, exactly once, on the validation split.
 
-    What the trainer must save (coordinator/checkpoints.py and the run summary of cluster/run_files.py):
+    What the trainer must save (models/checkpoints.py and the run summary of cluster/run_files.py):
     `ckpt-<epoch>` (and, within epochs, `ckpt-<epoch>-<steps>`) prefixes named in the `checkpoint` state file of
     OUTPUT/checkpoints, each holding `model` and `optimizer` (whose step places the TensorBoard point), and
     OUTPUT/summary.json whose status becomes

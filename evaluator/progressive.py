@@ -1,6 +1,6 @@
 """Progressive validation (follow mode): each checkpoint is scored on the newest data it has not trained on yet.
 
-Which data a checkpoint has trained on is in its own data ledger (coordinator/follow/ledger.py); which data exists is
+Which data a checkpoint has trained on is in its own data ledger (online/follow/ledger.py); which data exists is
 in the newest checkpoint's ledger (the files the chief had taken by then). A checkpoint is scored on the pieces
 that are not done in its ledger, newest file first, up to `progressive_examples` examples: the model as it
 stood, on data that came after. The newest checkpoint usually has trained on everything known; it waits until
@@ -13,8 +13,8 @@ import os
 
 import tensorflow as tf
 
-from coordinator.checkpoints import stored_text
-from coordinator.follow.ledger import CHECKPOINT_NAME, Ledger
+from models.checkpoints import stored_text
+from online.follow.ledger import CHECKPOINT_NAME, Ledger
 from data.pieces import WHOLE, Piece
 
 

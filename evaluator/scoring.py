@@ -1,4 +1,4 @@
-"""A checkpoint's scores on a data set, with its tables read only where the data looks (coordinator/publish/partial.py).
+"""A checkpoint's scores on a data set, with its tables read only where the data looks (online/publish/partial.py).
 
 A model whose weights were all read whole evaluates as Keras does (`evaluate`); one whose tables stand in is
 run on groups of GROUP_EXAMPLES examples (each group's rows read from the checkpoint, then scored), its loss and

@@ -44,10 +44,10 @@ def _evaluate_once(config: ClusterConfig, log, *, checkpoint: str | None, model:
                    output_json: str | None) -> None:
     import tf_keras
 
-    from coordinator.compiled import CUSTOM_OBJECTS
-    from coordinator.publish.template import Template
-    from coordinator.streaming.rows import chunk_bytes_of
-    from coordinator.input_contract import source_for_model
+    from models.compiled import CUSTOM_OBJECTS
+    from online.publish.template import Template
+    from tables.streaming.rows import chunk_bytes_of
+    from models.sources import source_for_model
     from evaluator.loop import metrics_line
     from evaluator.scoring import scores
 
@@ -89,7 +89,7 @@ def evaluate(cluster: str = "cluster.json", checkpoint: str | None = None, model
                                 "load a serving version (output/serving/<version>) with tf.saved_model.load and "
                                 "score it on files of your choice"))
     log = _prepare_process(config)
-    from coordinator.input_contract import data_for_model
+    from models.sources import data_for_model
     from data import bad_records_named
     from evaluator.loop import SidecarEvaluator
 

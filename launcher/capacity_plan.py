@@ -138,7 +138,7 @@ def plan(config: ClusterConfig, say) -> list[str]:
     """Builds the model, reads its bytes per ps, measures or takes links, compute and step costs; returns the
     report lines."""
     from coordinator import step_traffic  # TensorFlow: only once the environment is set
-    from coordinator.input_contract import source_for_model
+    from models.sources import source_for_model
 
     options = config.training
     workers, ps = hosts_of(config, "worker"), hosts_of(config, "ps")
@@ -172,13 +172,14 @@ def plan(config: ClusterConfig, say) -> list[str]:
 def table_lines(options, model, created, ids, layout: capacity.Layout) -> list[str]:
     """With dynamic tables: what each configured ps holds at full capacity against its host's free memory, and
     the ids a step looks up and inserts."""
-    from coordinator import step_traffic, table_memory
+    from coordinator import step_traffic
+    from tables import memory
 
-    if not table_memory.dynamic_layers(model):
+    if not memory.dynamic_layers(model):
         return []
     count = len(layout.ps_hosts)
     shards = step_traffic.placed(created, step_traffic.partitioner_for(options, count), count)
-    held, lines = table_memory.per_ps(model, lambda variable: shards[variable.ref()]), []
+    held, lines = memory.per_ps(model, lambda variable: shards[variable.ref()]), []
     for index, share in sorted(held.items()):
         host = layout.ps_hosts[index]
         machine = layout.machines.get(host)
@@ -190,7 +191,7 @@ def table_lines(options, model, created, ids, layout: capacity.Layout) -> list[s
                      f"{share.bookkeeping_bytes / 2 ** 20:,.1f} MiB = "
                      f"{share.total / 2 ** 20:,.1f} MiB{free}")
     if ids:
-        lookups, distinct, new = table_memory.ids_per_step(ids)
+        lookups, distinct, new = memory.ids_per_step(ids)
         lines.append(f"dynamic tables per step: {lookups:,.0f} ids looked up ({distinct:,.0f} distinct), about "
                      f"{new:,.0f} not seen in the batches before (inserts, until the tables hold what your data "
                      f"repeats), in {len(ids)} sampled batches")

@@ -64,7 +64,7 @@ def summary_lines(outputs: RunOutputs, where: str, wall_s: float, lead_failed: s
 NOT_TRAINED_WORDS = (("skipped_records", "records skipped"), ("quarantined_files", "files quarantined"),
                      ("bad_files", "files bad"), ("lost_files", "files lost"), ("untrained_bytes", "bytes of them"),
                      ("unfinished_files", "taken unfinished"), ("changed_files", "changed after taken"),
-                     ("io_errors", "I/O errors"))  # summary.json follow.problems, as coordinator/follow/report says
+                     ("io_errors", "I/O errors"))  # summary.json follow.problems, as online/follow/report says
 
 
 def _follow_lines(summary, output: str) -> list[str]:

@@ -22,12 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import deltakit  # noqa: E402
 from cluster.config import PROJECT_ROOT  # noqa: E402
-from cluster.training_options import parse_training_options  # noqa: E402
-from coordinator.changed_rows import step_clock, track_changes  # noqa: E402
-from coordinator.compiled import build_compiled  # noqa: E402
-from coordinator.placement import BalancedPartitioner  # noqa: E402
-from coordinator.publish.deltas import DeltaFiles, DeltaSource, write_delta  # noqa: E402
-from coordinator.streaming import checkpoint_io  # noqa: E402
+from cluster.training_parse import parse_training_options  # noqa: E402
+from tables.changed_rows import step_clock, track_changes  # noqa: E402
+from models.compiled import build_compiled  # noqa: E402
+from tables.placement import BalancedPartitioner  # noqa: E402
+from online.publish.deltas import DeltaFiles, DeltaSource, write_delta  # noqa: E402
+from tables.streaming import checkpoint_io  # noqa: E402
 from data import contract, source_for  # noqa: E402
 
 CHIEF_CPU = "/job:chief/replica:0/task:0/device:CPU:0"

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from coordinator.dynamic.guard import is_held
-from coordinator.publish import delta_format as names
+from tables.dynamic.guard import is_held
+from online.publish import delta_format as names
 
 DYNAMIC_BASE = {names.HELD: "row_held", names.IDS: "row_ids", names.LAST_SEEN: "row_last_seen",
                 names.VECTORS: "row_vectors"}
@@ -18,7 +18,7 @@ DYNAMIC_BASE = {names.HELD: "row_held", names.IDS: "row_ids", names.LAST_SEEN: "
 
 def live_tables(model, tracked) -> dict[str, dict[str, np.ndarray]]:
     """Every tracked table of `model` as the delta fields name them, read whole: {table: {field: array}}."""
-    from coordinator.publish.deltas import DeltaSource
+    from online.publish.deltas import DeltaSource
 
     source, optimizer = DeltaSource(model, tracked), model.embedding_optimizer
     found = {}

@@ -47,8 +47,8 @@ def argparse_helps(source: str, where: str) -> list[HelpText]:
 
 def help_texts() -> list[HelpText]:
     """Every `--help` text of the commands the docs give."""
-    follower = docskit.ROOT / "coordinator" / "publish" / "follower.py"
-    return _fire_helps() + argparse_helps(follower.read_text(), "coordinator.publish.follower")
+    follower = docskit.ROOT / "online" / "publish" / "follower.py"
+    return _fire_helps() + argparse_helps(follower.read_text(), "online.publish.follower")
 
 
 def flat(text: str) -> str:

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import docskit
+from common.layers import LAYERS
 
 SECTION_IN_WORDS = re.compile(r"(?:the )?(README|[\w-]+\.md)'s ([A-Z][\w ,&-]*?) (?:section|table)")
 SECTION_IN_PAGE = re.compile(r"the ([\w-]+(?: [\w-]+){0,3}) (?:section|table) (?:in|of) the (README|[\w-]+\.md)\b")
@@ -78,7 +79,5 @@ def _page_named(name: str) -> Path | None:
 
 def code_sources() -> dict[str, str]:
     """The project's Python modules and the schema, by their path from the project root."""
-    paths = [docskit.SCHEMA_PATH, *sorted(path for folder in ("common", "cluster", "data", "coordinator", "evaluator",
-                                                                "launcher", "roles", "bench")
-                                          for path in (docskit.ROOT / folder).rglob("*.py"))]
+    paths = [docskit.SCHEMA_PATH, *sorted(path for folder in LAYERS for path in (docskit.ROOT / folder).rglob("*.py"))]
     return {str(path.relative_to(docskit.ROOT)): path.read_text() for path in paths}

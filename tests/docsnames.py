@@ -1,5 +1,5 @@
 """Python names and project files the docs give, for tests/test_docs_agree.py: `from x import y`, `import x`,
-dotted names such as `coordinator.compiled.CUSTOM_OBJECTS` and paths such as `coordinator/dynamic/exported.py` in
+dotted names such as `models.compiled.CUSTOM_OBJECTS` and paths such as `tables/dynamic/exported.py` in
 code blocks and inline code must exist. Read statically (the project's modules are parsed, never imported, so no
 TensorFlow); another package's top-level module must be installed."""
 
@@ -12,8 +12,9 @@ import re
 from pathlib import Path
 
 import docskit
+from common.layers import LAYERS
 
-PACKAGES = ("common", "cluster", "data", "coordinator", "evaluator", "launcher", "roles", "bench")
+PACKAGES = LAYERS
 FOLDERS = (*PACKAGES, "tests", "docs")
 DOTTED = re.compile(rf"(?<![\w./<-])((?:{'|'.join(PACKAGES)})(?:\.[A-Za-z_]\w*)+)(?![\w/-])")
 IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+\(?([\w\s,]+?)\)?|import\s+([\w.]+)(?:\s+as\s+\w+)?)"
@@ -129,7 +130,7 @@ def other_loading_objects(text: str) -> list[str]:
 
 
 def copied_modules(text: str) -> dict[str, Path]:
-    """Project modules a page has you copy elsewhere and import by their file's name (`coordinator/publish/
+    """Project modules a page has you copy elsewhere and import by their file's name (`online/publish/
     follower.py` -> `follower`), from the paths its inline code names."""
     paths = [span for span in docskit.code_texts(text) if PATH.match(span) and span.endswith(".py")]
     return {Path(span).stem: docskit.ROOT / span for span in paths if (docskit.ROOT / span).is_file()}

@@ -14,12 +14,12 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from coordinator.dynamic.layer import DynamicTables
-from coordinator.dynamic.mixing import partition_of
-from coordinator.pooling import MeanPooled
-from coordinator.placement import BalancedPartitioner
-from coordinator.sparse import LeanAdagrad
-from coordinator.streaming import checkpoint_io
+from tables.dynamic.layer import DynamicTables
+from tables.dynamic.mixing import partition_of
+from tables.pooling import MeanPooled
+from tables.placement import BalancedPartitioner
+from tables.sparse import LeanAdagrad
+from tables.streaming import checkpoint_io
 
 CHIEF_CPU = "/job:chief/replica:0/task:0/device:CPU:0"
 CHUNK = 64 << 10  # bytes: the 4000-row tables here go in several chunks

@@ -1,4 +1,4 @@
-"""Exports written the way the chief and the evaluator write them (coordinator/publish/), from a checkpoint of a model
+"""Exports written the way the chief and the evaluator write them (online/publish/), from a checkpoint of a model
 trained in this process, and loaded back in every format: the shared steps of the export tests."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import tensorflow as tf
 import tf_keras
 
 from cluster.config import PROJECT_ROOT
-from cluster.training_options import parse_training_options
-from coordinator import export
-from coordinator.compiled import CUSTOM_OBJECTS, build_compiled
-from coordinator.publish.exporter import export_checkpoint
-from coordinator.publish.request import MODEL, ExportRequest
-from coordinator.streaming import checkpoint_io
+from cluster.training_parse import parse_training_options
+from models import export
+from models.compiled import CUSTOM_OBJECTS, build_compiled
+from online.publish.exporter import export_checkpoint
+from online.publish.request import MODEL, ExportRequest
+from tables.streaming import checkpoint_io
 from data import source_for
 
 LOG = logging.getLogger("exportkit")
@@ -57,8 +57,8 @@ def _as_dict(options) -> dict:
 def formats_of(serve, inner, placed, checkpoint: str, directory, *, chunk_bytes: int) -> dict:
     """Template `serve` (around `inner`, with table placeholders `placed`) written in each format from `checkpoint`
     a chunk at a time, and loaded back: {format: loaded model}."""
-    from coordinator.publish import keras_files, saved_model
-    from coordinator.streaming.bundle import BundleReader
+    from online.publish import keras_files, saved_model
+    from tables.streaming.bundle import BundleReader
 
     fillings = saved_model.load_weights(inner, placed, BundleReader(checkpoint))
     directory.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from cluster import config as cluster_config  # noqa: E402
 from cluster import taskspec  # noqa: E402
-from cluster.training_options import parse_training_options  # noqa: E402
+from cluster.training_parse import parse_training_options  # noqa: E402
 
 STEPS_TO_EPOCH_END, STEPS_INTO_NEXT_EPOCH = 4, 2
 STEPS = STEPS_TO_EPOCH_END + STEPS_INTO_NEXT_EPOCH
@@ -43,14 +43,14 @@ def build(run, distribution, fused_tables: bool):
     """The case's model as the chief builds it (build_compiled's recommender branch), with its table layout."""
     import tf_keras
 
-    from coordinator import models, recommenders
+    from models import recommenders, zoo
 
     options = run.options
     tf_keras.utils.set_random_seed(options.seed)
     with distribution.scope():
         return recommenders.build_and_compile(
             options.model, dataclasses.replace(recommenders.from_training(options), fused_tables=fused_tables),
-            models.make_optimizer(options), features=run.source.feature_spec, metric_names=options.metrics,
+            zoo.make_optimizer(options), features=run.source.feature_spec, metric_names=options.metrics,
             steps_per_execution=options.steps_per_execution)
 
 
@@ -65,7 +65,7 @@ def train_step(model, distribution):
 def save(model, distribution, series: dict, batches: list, inputs, out: Path) -> None:
     import numpy as np
 
-    from coordinator.checkpoints import Position
+    from models.checkpoints import Position
 
     step, left = train_step(model, distribution), iter(batches)
     for _ in range(STEPS_TO_EPOCH_END):
@@ -90,7 +90,8 @@ def restore(model, series: dict, inputs, out: Path) -> None:
 def main(phase: str, cluster: str, directory: str, cases_json: str) -> None:
     config = cluster_config.load(cluster)
     taskspec.apply_to_this_process(config, config.task("chief", 0))
-    from coordinator import export, setup, strategy
+    from models import export
+    from coordinator import setup, strategy
 
     cases = json.loads(cases_json)
     options = [parse_training_options(case["training"]) for case in cases]

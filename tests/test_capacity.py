@@ -298,8 +298,9 @@ def test_a_step_waits_for_two_round_trips_and_its_share_of_the_dispatch():
 
 
 def test_dynamic_tables_at_capacity_per_ps_rows_slots_and_index(tmp_path):
-    from cluster.training_options import parse_training_options
-    from coordinator import step_traffic, table_memory
+    from cluster.training_parse import parse_training_options
+    from coordinator import step_traffic
+    from tables import memory as table_memory
     from cluster import dynamic_table_memory as memory
     from data import source_for
 
@@ -319,7 +320,7 @@ def test_dynamic_tables_at_capacity_per_ps_rows_slots_and_index(tmp_path):
 
 
 def test_ids_per_step_counts_lookups_distinct_ids_and_ids_new_to_the_sample():
-    from coordinator.table_memory import ids_per_step
+    from tables.memory import ids_per_step
 
     batches = [np.array([[1, 2], [2, 3]]), np.array([[3, 4], [5, 5]]), np.array([[1, 6], [7, 8]])]
     assert ids_per_step(batches) == (4.0, pytest.approx(10 / 3), 2.5)  # new: {4, 5} then {6, 7, 8}

@@ -11,7 +11,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from cluster.run_files import EvaluationState, RunFiles
-from coordinator.checkpoints import EpochCheckpoints, listed_checkpoints
+from models.checkpoints import EpochCheckpoints, listed_checkpoints
 from evaluator.loop import SidecarEvaluator
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from cluster.crosschecks import best_metric_problems
 from cluster.evaluation_options import EvaluationOptions
-from cluster.training_options import parse_training_options
+from cluster.training_parse import parse_training_options
 from common.errors import UserError
 
 

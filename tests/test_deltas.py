@@ -14,17 +14,17 @@ import tensorflow as tf
 
 import deltakit
 from cluster.config import PROJECT_ROOT
-from cluster.training_options import parse_training_options
-from coordinator import export
-from coordinator.changed_rows import step_clock, track_changes
-from coordinator.compiled import build_compiled
-from coordinator.publish import delta_format as names
-from coordinator.publish.deltas import DeltaFiles, DeltaSource, write_delta
-from coordinator.publish.exporter import export_checkpoint
-from coordinator.publish.follower import Follower
-from coordinator.publish.request import VERSION, ExportRequest
-from coordinator.streaming import checkpoint_io
-from coordinator.streaming.entries import variable_keys
+from cluster.training_parse import parse_training_options
+from models import export
+from tables.changed_rows import step_clock, track_changes
+from models.compiled import build_compiled
+from online.publish import delta_format as names
+from online.publish.deltas import DeltaFiles, DeltaSource, write_delta
+from online.publish.exporter import export_checkpoint
+from online.publish.follower import Follower
+from online.publish.request import VERSION, ExportRequest
+from tables.streaming import checkpoint_io
+from tables.streaming.entries import variable_keys
 from data import source_for
 
 LOG = logging.getLogger("test_deltas")
@@ -152,7 +152,7 @@ def test_a_follower_on_the_base_version_and_its_deltas_predicts_as_a_version_wri
 
 @pytest.mark.parametrize("run", ["hashed"], indirect=True)
 def test_rows_kept_in_memory_or_spilled_to_scratch_make_the_same_delta(run, tmp_path, monkeypatch):
-    from coordinator.publish import delta_bundle
+    from online.publish import delta_bundle
 
     spilled, kept = [], []
     monkeypatch.setattr(delta_bundle, "_write_spilled", spy(delta_bundle._write_spilled, spilled))
@@ -179,7 +179,7 @@ def spy(function, calls: list):
 
 
 def test_a_delta_that_fails_midway_leaves_nothing_visible(run, monkeypatch):
-    from coordinator.publish import delta_bundle
+    from online.publish import delta_bundle
 
     files = DeltaFiles(run.serving)
     before = files.listed()
@@ -197,8 +197,8 @@ def test_a_delta_that_fails_midway_leaves_nothing_visible(run, monkeypatch):
 
 
 def test_a_served_dynamic_table_keeps_its_index_right_through_frees_moves_and_stale_rows():
-    from coordinator.dynamic.exported import ServingTables
-    from coordinator.publish.delta_signatures import apply_rows, last_of_each
+    from tables.dynamic.exported import ServingTables
+    from online.publish.delta_signatures import apply_rows, last_of_each
 
     layer = ServingTables(6, 2)
     layer.build(tf.TensorShape([None, 1]))
@@ -224,7 +224,7 @@ def test_a_served_dynamic_table_keeps_its_index_right_through_frees_moves_and_st
 
 
 def test_reads_cover_every_block_with_changed_rows_merged_within_a_chunk():
-    from coordinator.publish.delta_rows import merged_ranges
+    from online.publish.delta_rows import merged_ranges
 
     assert merged_ranges([0, 0, 0], 10, 25) == []
     assert merged_ranges([3, 0, 4], 10, 25) == [(0, 25)]  # one read across an unchanged block
@@ -290,7 +290,7 @@ class FakeServing:
 
 
 def test_a_tensorflow_serving_replica_is_fed_the_same_deltas_through_its_predict_api(run, tmp_path):
-    from coordinator.publish.follower import Replica
+    from online.publish.follower import Replica
 
     if not (run.serving / "1").exists():
         _version(run, run.base, run.serving, 1, run.from_step, run.base_predictions)

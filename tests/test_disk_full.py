@@ -117,7 +117,7 @@ def test_a_checkpoint_that_fills_the_disk_stops_the_chief_and_its_leftovers_go_a
 
 
 def test_leftovers_are_unmerged_shards_and_checkpoints_newer_than_the_state_file_lists(tmp_path):
-    from coordinator.checkpoints import leftovers
+    from models.checkpoints import leftovers
 
     (tmp_path / "ckpt-0-9_temp").mkdir()
     assert leftovers(tmp_path) == [tmp_path / "ckpt-0-9_temp"]  # no state file: nothing else is judged

@@ -90,39 +90,39 @@ def test_every_python_name_and_project_path_the_docs_give_exists(options):
 
 
 def test_the_name_check_fails_on_planted_mistakes(options):
-    planted = """Load with `custom_objects=coordinator.recommenders.RawFeatures`, or:
+    planted = """Load with `custom_objects=models.recommenders.RawFeatures`, or:
 
 ```python
-from coordinator.compiled import CUSTOM_OBJECTS, build_compiled
+from models.compiled import CUSTOM_OBJECTS, build_compiled
 from coordinator.nowhere import thing
 import tensorflow_nowhere
 from follower import Follower, Nobody
 ```
 
-`coordinator.export.export(model, directory, source)` and `coordinator/dynamic/serving.py` are gone;
-`coordinator/publish/follower.py` is there, and `launcher.logs_dir` and `cluster.json` are no modules.
+`models.export.export(model, directory, source)` and `tables/dynamic/serving.py` are gone;
+`online/publish/follower.py` is there, and `launcher.logs_dir` and `cluster.json` are no modules.
 """
     assert sorted(docsnames.page_problems(planted, options)) == sorted([
-        "coordinator.recommenders.RawFeatures: coordinator.recommenders.RawFeatures does not exist",
+        "models.recommenders.RawFeatures: models.recommenders.RawFeatures does not exist",
         "from coordinator.nowhere import thing: coordinator.nowhere.thing does not exist",
         "import tensorflow_nowhere: tensorflow_nowhere does not exist",
         "from follower import Follower, Nobody: follower.Nobody does not exist",
-        "coordinator.export.export: coordinator.export.export does not exist",
-        "coordinator/dynamic/serving.py: no such file or folder"])
+        "models.export.export: models.export.export does not exist",
+        "tables/dynamic/serving.py: no such file or folder"])
 
 
 def test_exports_are_loaded_with_the_custom_objects_the_evaluator_uses():
-    assert docsnames.loading_objects() == "coordinator.compiled.CUSTOM_OBJECTS"
+    assert docsnames.loading_objects() == "models.compiled.CUSTOM_OBJECTS"
     others = {path.name: docsnames.other_loading_objects(text) for path, text in pages().items()}
     assert not {name: found for name, found in others.items() if found}, "a model loaded with these may lack a layer"
-    planted = "load with `custom_objects=coordinator.recommenders.CUSTOM_OBJECTS`; from x.y import a, CUSTOM_OBJECTS"
-    assert docsnames.other_loading_objects(planted) == ["coordinator.recommenders.CUSTOM_OBJECTS",
+    planted = "load with `custom_objects=models.recommenders.CUSTOM_OBJECTS`; from x.y import a, CUSTOM_OBJECTS"
+    assert docsnames.other_loading_objects(planted) == ["models.recommenders.CUSTOM_OBJECTS",
                                                         "x.y.CUSTOM_OBJECTS"]
 
 
 def test_names_are_followed_through_classes_and_re_exports():
-    assert docsnames.resolves("coordinator.compiled.CUSTOM_OBJECTS")
-    assert docsnames.resolves("coordinator.compiled.RawFeatures")  # imported there from coordinator.raw_export
-    assert docsnames.resolves("coordinator.publish.follower.Follower.catch_up")
-    assert not docsnames.resolves("coordinator.publish.follower.Follower.catch_down")
-    assert docsnames.resolves("coordinator.publish")  # a package
+    assert docsnames.resolves("models.compiled.CUSTOM_OBJECTS")
+    assert docsnames.resolves("models.compiled.RawFeatures")  # imported there from models.raw_export
+    assert docsnames.resolves("online.publish.follower.Follower.catch_up")
+    assert not docsnames.resolves("online.publish.follower.Follower.catch_down")
+    assert docsnames.resolves("online.publish")  # a package

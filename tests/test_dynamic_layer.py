@@ -11,12 +11,12 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from coordinator import recommenders
-from coordinator.dynamic.checkpoint import held_difference
-from coordinator.dynamic.layer import DynamicTables
-from coordinator.dynamic.mixing import partition_of
-from coordinator.sparse import make_embedding_optimizer
-from coordinator.streaming import checkpoint_io
+from models import recommenders
+from tables.dynamic.checkpoint import held_difference
+from tables.dynamic.layer import DynamicTables
+from tables.dynamic.mixing import partition_of
+from tables.sparse import make_embedding_optimizer
+from tables.streaming import checkpoint_io
 
 SMALL_CHUNK = 300  # bytes: a few rows a chunk, so every restore here goes over several chunks
 
@@ -192,7 +192,7 @@ def _as_before(state):
 
 
 def test_a_checkpoint_of_the_earlier_form_with_int32_last_steps_restores(tmp_path, monkeypatch):
-    from coordinator.dynamic.checkpoint import TableState
+    from tables.dynamic.checkpoint import TableState
 
     layer, optimizer = table(64, 2, admit_after=2)
     for _ in range(3):
@@ -287,7 +287,7 @@ def test_pooled_features_train_checkpoint_resume_and_export_with_dynamic_tables(
     np.testing.assert_array_equal(resumed(features, training=False).numpy(), expected)
     resumed.train_on_batch(*next(pooled_batches(1, seed=2)))  # and it trains on
     import exportkit
-    from coordinator.publish.template import table_placeholders
+    from tables.streaming.placeholders import table_placeholders
 
     with table_placeholders(SMALL_CHUNK) as placed:
         template = recommenders.build_for_serving(model_name, options, features=POOLED, compiled=False)
@@ -331,6 +331,6 @@ def _bookkeeping_variables(partition) -> list:
         for value in stack.pop().values():
             if isinstance(value, tf.Variable) and value is not partition.shard:
                 found.append(value)
-            elif hasattr(value, "__dict__") and type(value).__module__.startswith("coordinator.dynamic"):
+            elif hasattr(value, "__dict__") and type(value).__module__.startswith("tables.dynamic"):
                 stack.append(vars(value))
     return found

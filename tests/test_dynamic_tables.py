@@ -31,7 +31,7 @@ def chief(cluster, *args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def found(shared_servers, tmp_path_factory):
-    """One chief runs every scenario (coordinator/dynamic/ on 2 ps) and writes a checkpoint."""
+    """One chief runs every scenario (tables/dynamic/ on 2 ps) and writes a checkpoint."""
     checkpoint = tmp_path_factory.mktemp("dynamic") / "tables"
     return {**chief(shared_servers, "scenarios", str(checkpoint)), "path": str(checkpoint)}
 
@@ -96,9 +96,9 @@ def _read_by_one_process(path: str) -> None:
     """As the sidecar evaluator does: no cluster, one partition holding every id."""
     import tensorflow as tf
 
-    from coordinator.dynamic.layer import DynamicTables
-    from coordinator.sparse import LeanAdagrad
-    from coordinator.streaming import checkpoint_io
+    from tables.dynamic.layer import DynamicTables
+    from tables.sparse import LeanAdagrad
+    from tables.streaming import checkpoint_io
 
     layer = DynamicTables(4000, 16, admit_after=2)
     layer.build(tf.TensorShape([None, 2]))

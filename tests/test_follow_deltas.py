@@ -18,7 +18,7 @@ import pytest
 
 import deltakit
 from clusterkit import PYTHON, ROOT, derive_cluster, finish, start_module, wait_for_line
-from coordinator.checkpoints import listed_checkpoints
+from models.checkpoints import listed_checkpoints
 from launcher import process
 from test_follow import FOLLOW, write_day
 from throttling import Throttle
@@ -35,7 +35,7 @@ def _follower(tmp_path):
     """The follower copied alone into a folder (no toolkit on its path), started there."""
     alone = tmp_path / "alone"
     alone.mkdir()
-    shutil.copy(ROOT / "coordinator" / "publish" / "follower.py", alone / "follower.py")
+    shutil.copy(ROOT / "online" / "publish" / "follower.py", alone / "follower.py")
     log = open(tmp_path / "follower.log", "wb")
     started = subprocess.Popen([PYTHON, str(alone / "follower.py"), "--serving", str(tmp_path / "output" / "serving"),
                                 "--every_s", "0.3", "--events", str(tmp_path / "events.jsonl")], cwd=alone,
@@ -198,12 +198,12 @@ def _predictions_at_end(summary: dict, output, now):
     import tensorflow as tf
 
     from cluster.config import PROJECT_ROOT
-    from cluster.training_options import parse_training_options
-    from coordinator import export
-    from coordinator.publish.exporter import export_checkpoint
-    from coordinator.publish.follower import Follower
-    from coordinator.publish.request import VERSION, ExportRequest
-    from coordinator.publish.template import Template
+    from cluster.training_parse import parse_training_options
+    from models import export
+    from online.publish.exporter import export_checkpoint
+    from online.publish.follower import Follower
+    from online.publish.request import VERSION, ExportRequest
+    from online.publish.template import Template
     from data import followed_for
 
     options = parse_training_options(summary["options"])

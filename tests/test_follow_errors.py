@@ -10,8 +10,8 @@ import pytest
 from common.errors import Problem, UserError
 
 tf = pytest.importorskip("tensorflow")
-from coordinator.follow.errors import exit_code, lost_resource, removed_data_file  # noqa: E402
-from coordinator.lost_tasks import lost_task_reason  # noqa: E402
+from online.follow.errors import exit_code, lost_resource, removed_data_file  # noqa: E402
+from common.lost_tasks import lost_task_reason  # noqa: E402
 
 ROOT = "/data/clicks"
 GONE = tf.errors.NotFoundError(None, None, "/data/clicks/2026/day_3.gz; No such file or directory\n\t [[{{node "

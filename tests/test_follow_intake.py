@@ -11,11 +11,11 @@ import time
 import pytest
 
 from common.errors import UserError
-from coordinator.follow.intake import Intake
-from coordinator.follow.landing import KNOWN_STATS_PER_LOOK, Landing, Look
-from coordinator.follow.ledger import BAD, COMPACT_AFTER_S, LOST, QUARANTINED, RECENT_FILES, TRAINED, Ledger
-from coordinator.follow.quarantine import QuarantineReport, check_bound
-from coordinator.follow.watch import FOLDER, FolderWatch
+from online.follow.intake import Intake
+from online.follow.landing import KNOWN_STATS_PER_LOOK, Landing, Look
+from online.follow.ledger import BAD, COMPACT_AFTER_S, LOST, QUARANTINED, RECENT_FILES, TRAINED, Ledger
+from online.follow.quarantine import QuarantineReport, check_bound
+from online.follow.watch import FOLDER, FolderWatch
 from data.pieces import Piece
 from data.whole_files import UNFINISHED, UNREADABLE, WHOLE, Verdict, text_missing, verdict_of
 
@@ -357,6 +357,6 @@ def test_a_ledger_stays_the_size_of_the_folder_after_a_million_files_come_and_go
 
 
 def _landed(name: str, ino: int = 0):
-    from coordinator.follow.landing import Landed
+    from online.follow.landing import Landed
 
     return Landed(name, 100, 1.0, 1.0, dev=1, ino=ino or hash(name) % 10**9, head="0:x")

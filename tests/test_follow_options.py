@@ -6,7 +6,8 @@ import pytest
 
 from cluster.evaluation_options import parse_evaluation_options
 from cluster.same_run import differences
-from cluster.training_options import TrainingOptions, parse_training_options
+from cluster.training_options import TrainingOptions
+from cluster.training_parse import parse_training_options
 from common.errors import UserError
 
 CLICKS = {"model": "dlrm", "dataset": "criteo", "data_dir": "clicks", "follow_data": True}

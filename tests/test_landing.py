@@ -7,9 +7,9 @@ import os
 import time
 
 import criteokit
-from cluster.training_options import parse_training_options
-from coordinator.follow.identity import Identity
-from coordinator.follow.landing import Landing, landing_for
+from cluster.training_parse import parse_training_options
+from online.follow.identity import Identity
+from online.follow.landing import Landing, landing_for
 from data.folder import data_files, listing, natural_key
 from data.pieces import cut_into_pieces
 from data.whole_files import (UNFINISHED, UNREADABLE, WHOLE, Verdict, gzip_missing, text_missing, tfrecord_missing,
@@ -196,7 +196,7 @@ def test_a_tfrecord_with_a_corrupted_record_cannot_be_read(tmp_path):
 def test_a_piece_failure_is_told_apart_data_from_lost_task():
     import tensorflow as tf
 
-    from coordinator.follow.errors import piece_failure
+    from online.follow.errors import piece_failure
 
     root = "/data/clicks"
     corrupt = piece_failure((3, 0), tf.errors.DataLossError(None, None, "corrupted record at 78"), root)
@@ -242,8 +242,8 @@ def test_a_piece_that_fails_for_its_data_comes_back_for_itself_and_a_lost_task_i
     import pytest
     import tensorflow as tf
 
-    from coordinator.follow.errors import DataFailure
-    from coordinator.follow.handout import PieceTrainer, Trained
+    from online.follow.errors import DataFailure
+    from online.follow.handout import PieceTrainer, Trained
 
     def done(result=None, error=None):
         future = concurrent.futures.Future()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from coordinator.follow.ledger import Ledger
-from coordinator.follow.served import freshness_summary, trained_through
-from coordinator.follow.landing import Landed
+from online.follow.ledger import Ledger
+from online.follow.served import freshness_summary, trained_through
+from online.follow.landing import Landed
 from data.pieces import WHOLE, Piece
 from evaluator.progressive import unseen_pieces
 
@@ -78,7 +78,7 @@ def test_a_checkpoint_is_scored_on_pieces_it_has_not_trained_newest_file_first()
 def test_a_delta_is_wanted_for_a_file_that_finished_after_the_last_delta_began():
     """The last delta read the file's last steps, but the file finished after it began, so it did not list it: the
     next delta is due for it alone, not at the next file's steps (20 s later when files land every 20 s)."""
-    from coordinator.follow.deltas import Chain, FollowDeltas
+    from online.follow.deltas import Chain, FollowDeltas
 
     deltas = object.__new__(FollowDeltas)  # its choice alone: no model, no tables
     deltas.chain, deltas.source = None, type("Steps", (), {"step": staticmethod(lambda: 9)})()
@@ -96,7 +96,7 @@ def test_a_delta_is_wanted_for_a_file_that_finished_after_the_last_delta_began()
 def test_deltas_start_on_their_clock_not_at_the_first_steps_after_a_quiet_spell():
     """Deltas every 10 s: steps beginning at 23 s after a quiet spell wait for the tick at 30 s (a delta at 23 s would
     miss the file those steps train, finishing a moment later, and that file would wait until 33 s)."""
-    from coordinator.follow.deltas import Chain, FollowDeltas
+    from online.follow.deltas import Chain, FollowDeltas
 
     deltas = object.__new__(FollowDeltas)  # its clock alone: no model, no tables
     steps = {"now": 9}

@@ -96,8 +96,8 @@ def test_a_stop_whose_drain_completes_the_epoch_saves_the_epoch_end():
     import types
 
     from coordinator.callbacks import Checkpointing
-    from coordinator.checkpoints import Position
-    from coordinator.preemption import Preempted, StopRequest
+    from models.checkpoints import Position
+    from common.preemption import Preempted, StopRequest
 
     saved, iterations = [], types.SimpleNamespace(value=50)
     optimizer = types.SimpleNamespace(iterations=types.SimpleNamespace(numpy=lambda: iterations.value))

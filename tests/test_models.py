@@ -11,7 +11,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import tensorflow as tf  # noqa: E402
 
-from coordinator import models  # noqa: E402
+from models import zoo  # noqa: E402
 from cluster.training_options import TrainingOptions  # noqa: E402
 from common.errors import UserError  # noqa: E402
 
@@ -37,7 +37,7 @@ def _images(shape) -> tf.TensorSpec:
 def _one_step(model, input_shape, num_classes: int) -> float:
     import numpy as np
 
-    models.compile_model(model, TrainingOptions())
+    zoo.compile_model(model, TrainingOptions())
     images = np.random.default_rng(0).uniform(size=(4, *input_shape)).astype("float32")
     labels = np.arange(4) % num_classes
     return float(np.atleast_1d(model.train_on_batch(images, labels))[0])  # the loss (metrics follow it)
@@ -46,7 +46,7 @@ def _one_step(model, input_shape, num_classes: int) -> float:
 @pytest.mark.parametrize("name,input_shape", [("cnn", (8, 8)), ("mlp", (8, 8)), ("resnet", (32, 32, 3)),
                                               ("mobilenet_v2", (32, 32, 3)), ("mobilenet_v2", (8, 8))])
 def test_zoo_models_build_and_train_a_step(name, input_shape):
-    model = models.build(name, _images(input_shape), 10)
+    model = zoo.build(name, _images(input_shape), 10)
     assert model.output_shape == (None, 10)
     assert _one_step(model, input_shape, 10) > 0
 
@@ -54,7 +54,7 @@ def test_zoo_models_build_and_train_a_step(name, input_shape):
 def test_user_model_keeps_its_own_optimizer_and_loss(tmp_path, monkeypatch):
     (tmp_path / "my_models.py").write_text(USER_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    model = models.build("my_models:tiny", _images((8, 8)), 3)
+    model = zoo.build("my_models:tiny", _images((8, 8)), 3)
     _one_step(model, (8, 8), 3)
     assert model.name == "tiny" and type(model.optimizer).__name__ == "SGD"
     sys.modules.pop("my_models", None)
@@ -64,10 +64,10 @@ def test_user_model_mistakes_are_one_clear_line(tmp_path, monkeypatch):
     (tmp_path / "my_models.py").write_text(USER_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(UserError) as raised:
-        models.build("my_models:not_a_model", _images((8, 8)), 3)
+        zoo.build("my_models:not_a_model", _images((8, 8)), 3)
     assert "returned int, not a tf_keras model" in raised.value.lines()[0]
     with pytest.raises(UserError) as raised:
-        models.build("no_such_module:build", _images((8, 8)), 3)
+        zoo.build("no_such_module:build", _images((8, 8)), 3)
     assert "training.model = 'no_such_module:build': module no_such_module is not importable" in \
         raised.value.lines()[0]
     sys.modules.pop("my_models", None)

@@ -12,7 +12,7 @@ import pytest
 from clusterkit import ROOT, assert_no_traceback, cluster_document, processes_mentioning, write_cluster
 from cluster import config as cluster_config
 from cluster import ps_memory
-from cluster.training_options import parse_training_options
+from cluster.training_parse import parse_training_options
 from common.errors import UserError
 from launcher import host_checks, memory_requests
 
@@ -39,7 +39,7 @@ def test_a_ps_at_its_peak_holds_its_share_of_rows_and_slots_and_what_a_checkpoin
 
 
 def test_the_account_uses_the_partitioners_shard_bound():
-    from coordinator.placement import MAX_SHARD_BYTES
+    from tables.placement import MAX_SHARD_BYTES
 
     assert ps_memory.MAX_SHARD_BYTES == MAX_SHARD_BYTES
 

@@ -68,7 +68,7 @@ def test_a_chief_killed_mid_write_leaves_nothing_half_visible_and_the_next_publi
         assert wait_for_line(logs[1], "day_1: done", 300, chief), logs[1].read_text()[-3000:]
         writing = wait_for_path(output / "serving", r"\.writing-\d+", 300, chief)  # a version being written
         assert writing, logs[1].read_text()[-3000:]
-        exporters = [line.split(":")[0] for line in processes_mentioning("coordinator.publish.exporter")
+        exporters = [line.split(":")[0] for line in processes_mentioning("online.publish.exporter")
                      if str(output) in line]
         assert all(niceness(pid) in (10, None) for pid in exporters), exporters  # below training (None: ended)
         chief.send_signal(signal.SIGKILL)

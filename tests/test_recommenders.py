@@ -14,8 +14,8 @@ import tensorflow as tf
 import tf_keras
 
 from clusterkit import PYTHON, ROOT
-from coordinator import recommenders
-from coordinator.sparse import check_tables_sparse, make_embedding_optimizer
+from models import recommenders
+from tables.sparse import check_tables_sparse, make_embedding_optimizer
 from data import synthetic_criteo
 from common.errors import UserError
 
@@ -71,8 +71,8 @@ def test_options_are_checked_field_by_field():
 
 CHIEF = """
 import json, sys, numpy as np, tensorflow as tf, tf_keras
-from coordinator import recommenders
-from coordinator.shard_report import shard_report
+from models import recommenders
+from tables.shard_report import shard_report
 from data import synthetic_criteo
 partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(min_shard_bytes=256 * 1024, max_shards=2)
 strategy = tf.distribute.experimental.ParameterServerStrategy(
@@ -122,9 +122,9 @@ def test_fused_table_splits_evenly_over_two_ps_with_a_report(shared_servers, tmp
 def _exports_as_the_chief_predicts(tmp_path):
     """The split checkpoint restores into an unpartitioned model that predicts as the chief did, and the exporter
     writes it (tables a chunk at a time, 8 KiB chunks) in formats that predict the same."""
-    from coordinator import export
-    from coordinator.publish.exporter import export_checkpoint
-    from coordinator.publish.request import MODEL, ExportRequest
+    from models import export
+    from online.publish.exporter import export_checkpoint
+    from online.publish.request import MODEL, ExportRequest
 
     options = recommenders.RecommenderOptions(table_rows=tuple(range(20000, 20026)), embedding_dim=8)
     whole = recommenders.build_and_compile("dlrm", options, tf_keras.optimizers.Adam(1e-3))
@@ -147,7 +147,7 @@ def _exports_as_the_chief_predicts(tmp_path):
 
 
 def test_balanced_partitioner_gives_every_ps_the_same_number_of_bounded_shards():
-    from coordinator.placement import BalancedPartitioner
+    from tables.placement import BalancedPartitioner
 
     partitioner = BalancedPartitioner(3, min_shard_bytes=1024, max_shard_bytes=1 << 20)
     assert partitioner((100, 2), tf.float32) == [1, 1]  # 800 bytes: whole

@@ -156,7 +156,7 @@ def test_a_restarted_lead_carries_the_runs_training_time_and_last_epoch_metrics(
 def test_a_chief_that_lost_a_ps_exits_3_in_one_line_so_its_failures_never_count_as_futile():
     import tensorflow as tf
 
-    from coordinator.lost_tasks import exit_when_a_task_is_lost
+    from common.lost_tasks import exit_when_a_task_is_lost
 
     said = []
     log = types.SimpleNamespace(error=lambda text, *args: said.append(text % args))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from coordinator.publish.versions import EXTRA, TRAINED_THROUGH, ServingVersions
+from online.publish.versions import EXTRA, TRAINED_THROUGH, ServingVersions
 
 
 def write_one(versions: ServingVersions) -> int:
@@ -34,7 +34,7 @@ def _bundle(prefix: str) -> None:
 
 
 def test_checkpoints_for_serving_keep_the_newest_published_and_go_when_dropped(tmp_path):
-    from coordinator.follow.for_serving import ForServing
+    from online.follow.for_serving import ForServing
 
     (tmp_path / "for-serving" / "ckpt-0-7_temp").mkdir(parents=True)  # an earlier run's, half written
     _bundle(str(tmp_path / "ckpt-0-5"))  # a settled checkpoint: never touched
@@ -60,9 +60,9 @@ def test_rows_read_from_a_bundle_are_the_rows_asked_whatever_chunks_they_fall_in
     import numpy as np
     import tensorflow as tf
 
-    from coordinator.publish.partial import read_rows
-    from coordinator.streaming.bundle import BundleReader, BundleWriter
-    from coordinator.streaming.rows import slice_spec
+    from online.publish.partial import read_rows
+    from tables.streaming.bundle import BundleReader, BundleWriter
+    from tables.streaming.rows import slice_spec
 
     table = np.random.default_rng(0).random([1000, 4], dtype=np.float32)
     writer = BundleWriter(str(tmp_path / "bundle"))
@@ -83,9 +83,9 @@ def test_a_checkpoint_to_serve_from_holds_the_tables_rows_without_their_optimize
     import tensorflow as tf
     import tf_keras
 
-    from coordinator.checkpoints import not_a_slot
-    from coordinator.streaming import checkpoint_io
-    from coordinator.streaming.bundle import BundleReader
+    from models.checkpoints import not_a_slot
+    from tables.streaming import checkpoint_io
+    from tables.streaming.bundle import BundleReader
 
     hashed, own = tf.Variable(tf.random.uniform([512, 8])), tf.Variable(tf.random.uniform([512, 8]))  # 16 KB each
     dense = tf.Variable(tf.ones([4]))

@@ -3,7 +3,7 @@ what their bytes took before, once a worker has surely taken them; each at most 
 
 from __future__ import annotations
 
-from coordinator.follow.stragglers import STUCK_FACTOR, Stragglers
+from online.follow.stragglers import STUCK_FACTOR, Stragglers
 
 
 def test_a_piece_is_stuck_past_its_bound_once_a_later_piece_finished_and_only_once():

@@ -16,9 +16,9 @@ import tf_keras  # noqa: E402
 
 import criteokit  # noqa: E402
 import datakit  # noqa: E402
-from cluster.training_options import parse_training_options  # noqa: E402
+from cluster.training_parse import parse_training_options  # noqa: E402
 from common.errors import UserError  # noqa: E402
-from coordinator import export, input_contract, models, raw_export  # noqa: E402
+from models import export, input_contract, raw_export, sources, zoo  # noqa: E402
 from data import bad_records_named, load_source, user_pipeline  # noqa: E402
 from data.criteo_splits import criteo_files  # noqa: E402
 from data import criteo  # noqa: E402
@@ -192,10 +192,10 @@ def lengths(tmp_path, monkeypatch):
     ("any_length", tf.RaggedTensorSpec([None], tf.int64, ragged_rank=0, row_splits_dtype=tf.int64), tf.RaggedTensor),
 ])
 def test_a_feature_of_unknown_length_is_batched_as_the_models_input_declares(lengths, model, spec, batched):
-    source = user_pipeline.load(f"{lengths}:padded", declared_inputs=input_contract.declared_by(f"{lengths}:{model}"))
+    source = user_pipeline.load(f"{lengths}:padded", declared_inputs=sources.declared_by(f"{lengths}:{model}"))
     assert source.feature_spec["words"] == spec, source.feature_spec
     assert "words: length unknown to tf.data, batched" in source.note
-    built = models.build(f"{lengths}:{model}", source.feature_spec, None, source.name)
+    built = zoo.build(f"{lengths}:{model}", source.feature_spec, None, source.name)
     assert input_contract.problem(built, source.feature_spec, model_name=model, source_name=source.name) is None
     features, labels = next(iter(source.eval_dataset("train", 8)))
     assert isinstance(features["words"], batched) and features["words"].shape[0] == 8
@@ -204,7 +204,7 @@ def test_a_feature_of_unknown_length_is_batched_as_the_models_input_declares(len
 
 
 def test_a_feature_whose_length_then_differs_from_the_models_is_one_line_naming_it(lengths):
-    source = user_pipeline.load(f"{lengths}:uneven", declared_inputs=input_contract.declared_by(f"{lengths}:six"))
+    source = user_pipeline.load(f"{lengths}:uneven", declared_inputs=sources.declared_by(f"{lengths}:six"))
     with pytest.raises(UserError) as raised, bad_records_named():
         list(source.eval_dataset("train", 8))
     assert raised.value.lines() == [

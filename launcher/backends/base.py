@@ -188,14 +188,10 @@ class Backend(abc.ABC):
         and then a slow answer never counts as a lost place."""
         return None
 
+    @abc.abstractmethod
     def run_outputs(self) -> RunOutputs:
-        """The lead's summary and best record, read where the lead wrote them (here: this machine's disk)."""
-        from launcher import run_outputs  # the agent's side; imported late, as the agent imports this module
+        """The lead's summary and best record, read where the lead wrote them."""
 
-        return run_outputs.read(self.config)
-
+    @abc.abstractmethod
     def fetch_tensorboard(self, local_dir: str) -> str:
         """Where the lead's TensorBoard events can be read on the launcher's machine (copied there if need be)."""
-        from launcher import run_outputs
-
-        return str(run_outputs.files(self.config).tensorboard)

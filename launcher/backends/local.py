@@ -7,9 +7,10 @@ import socket
 from cluster.config import Address, ClusterConfig, Task
 from launcher import agent, host_checks, previous_run
 from launcher.backends.base import Backend, FirewallReport, PreflightReport, StopResult, TaskStatus
+from launcher.backends.this_disk import ThisDiskOutputs
 
 
-class LocalHost(Backend):
+class LocalHost(ThisDiskOutputs, Backend):
     """Tasks on this machine, run from this project directory."""
 
     is_remote = False

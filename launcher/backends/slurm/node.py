@@ -23,6 +23,7 @@ from launcher.backends.slurm import commands as slurm
 from launcher.backends.slurm import endings
 from launcher.backends.base import (AgentFailed, Backend, HostError, HostUnreachable, PreflightReport, StopResult,
                                     TaskStatus)
+from launcher.backends.this_disk import ThisDiskOutputs
 from launcher.backends.slurm.allocation import Allocation, allocation_path, live_steps
 from launcher.console import say
 
@@ -105,7 +106,7 @@ def _read(path) -> str:
         return ""
 
 
-class SlurmNode(Backend):
+class SlurmNode(ThisDiskOutputs, Backend):
     """The tasks placed on one node of the allocation, each run as its own job step."""
 
     is_remote = True  # slurmctld answers may be slow: the supervisor asks in the background

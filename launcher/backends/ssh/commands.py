@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Sequence
 
 from cluster.config import HostSettings, LauncherSettings
+from common.layers import LAYERS
 
-CODE_FOLDERS = ("common", "cluster", "data", "coordinator", "evaluator", "launcher", "roles", "bench")
+CODE_FOLDERS = LAYERS
 CODE_FILES = ("pyproject.toml", "run.sh", "kill.sh", "README.md")
 CONTROL_PATH = "~/.ssh/pscluster-%C"
 

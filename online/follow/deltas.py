@@ -1,0 +1,181 @@
+"""The follow loop's deltas: every `serving_delta_every_s` (on a clock: at its first tick after something trained), the
+rows changed since the last one are written beside the serving versions (online/publish/deltas.py) on a
+thread of the chief's, so neither hand-out nor the workers wait for it.
+
+Deltas form a chain on the newest published version: its first delta starts from the step its checkpoint was
+read at, each next one from the step the one before was read at. When a newer version is published the chain
+moves to it and the older version's deltas go (a follower moves to the newer version). A version being written
+does not stop the chain of the one before: deltas keep serving until it lands. On SIGTERM and at the end of a
+run a last delta is written (`write_last`). A restarted chief starts no chain before its first version is
+published (the old chain's rows are the killed run's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import tensorflow as tf
+
+from tables.changed_rows import step_clock, track_changes
+from online.follow.ledger import Ledger
+from online.follow.report import duration
+from online.publish.deltas import DeltaFiles, DeltaSource, Written, write_delta
+from tables.streaming.entries import variable_keys
+from tables.streaming.rows import chunk_bytes_of
+
+
+@dataclasses.dataclass
+class Chain:
+    """Deltas of `version`: the next is number `sequence`, from step `from_step`; what is served holds the training
+    up to step `through` (the version's checkpoint's, or the last delta's)."""
+
+    version: int
+    sequence: int
+    from_step: int
+    through: int
+
+
+class _Job:
+    """One delta written on a thread: its result or error once done, and the files it serves."""
+
+    def __init__(self, write, chain: Chain, serves: list[dict]):
+        self.chain, self.serves = chain, serves
+        self.result: Written | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._write, args=(write,), name="serving-delta", daemon=True)
+
+    def _write(self, write) -> None:
+        try:
+            self.result = write()
+        except Exception as error:  # noqa: BLE001 - said by the loop; the next delta covers the same rows again
+            self.error = error
+
+
+class FollowDeltas:
+    """The deltas of a follow-mode run of `model` (tables tracked) into `serving`; `every_s` between them."""
+
+    def __init__(self, *, model, tracked, serving, every_s: float, chunk_bytes: int, log):
+        self.every_s, self.chunk_bytes, self.log = every_s, chunk_bytes, log
+        self.source = DeltaSource(model, tracked)
+        self.files = DeltaFiles(serving)
+        self.dynamic = any(table.dynamic for table in tracked)
+        self.clock_key = variable_keys(tf.train.Checkpoint(model=model, optimizer=model.optimizer))[
+            step_clock(model).ref()]
+        self.chain: Chain | None = None
+        self.job: _Job | None = None
+        self.origin = self.last_tick = time.monotonic()  # the deltas' clock ticks every `every_s` from `origin`
+        self.wanted_at: float | None = None  # when a delta was first wanted since the last one
+        self._checkpoint_steps: dict[str, int] = {}  # a version's checkpoint -> the step counter it holds
+
+    @classmethod
+    def create(cls, run, model, distribution):
+        """The run's deltas (its tables tracked from now on: call before training), or None when it writes none."""
+        options = run.options
+        if not options.serving_delta_every_s:
+            return None
+        tracked = track_changes(model, distribution)
+        return cls(model=model, tracked=tracked, serving=run.files.serving, every_s=options.serving_delta_every_s,
+                   chunk_bytes=chunk_bytes_of(options), log=run.log)
+
+    def from_step(self, checkpoint: str) -> int:
+        """The step the chain of a version written from `checkpoint` starts at: every change landing after the
+        checkpoint read its first row carries a stamp at or after it (the counter as the checkpoint holds it was
+        read before its rows; the stamp clocks were last advanced before that to this step)."""
+        step = self._checkpoint_steps[checkpoint] = int(tf.train.load_variable(checkpoint, self.clock_key))
+        return self.source.watermark_before(step)
+
+    def based_on(self, version: int, checkpoint: str, from_step: int) -> None:
+        """Version `version`, written from `checkpoint`, is published: the chain moves to it, from `from_step` (a
+        delta of the older chain being written goes once done). Its first delta, when wanted, comes at once, off the
+        clock: the files trained since the checkpoint (which a dropped delta would have served) wait for it."""
+        self.chain = Chain(version, 1, from_step, self._checkpoint_steps.pop(checkpoint, from_step))
+        self.last_tick = self.wanted_at = float("-inf")
+        stale = self.files.of(version)  # none but a killed run's, whose rows are not this chain's
+        dropped = self.files.drop_before(version) + self.files.drop(version, stale)
+        if dropped:
+            self.log.info("serving | %d delta%s of earlier versions removed", dropped, "s" * (dropped != 1))
+
+    @property
+    def busy(self) -> bool:
+        return self.job is not None
+
+    def _trained_since(self) -> bool:
+        return self.chain is not None and self.source.step() > self.chain.through
+
+    def _wanted(self, ledger: Ledger) -> bool:
+        """Whether a delta has something to give: steps since the last one, or a file whose last steps it held but
+        which finished after it began (without this, that file waited for the next file's steps)."""
+        return self._trained_since() or (self.chain is not None and any(
+            entry.trained and entry.served_version is None for entry in ledger.files))
+
+    def poll(self, ledger: Ledger) -> None:
+        """Records the delta being written once done; starts the next when due; else advances the stamp clocks (so
+        the next version's chain starts from a step at most a beat before its checkpoint)."""
+        if self.job is not None and not self.job.thread.is_alive():
+            self._done(ledger)
+            self.wanted_at = self.last_tick if self._wanted(ledger) else None  # steps while it was written
+        if self.job is None:
+            self.source.advance()
+        if self.job is None and self.chain is not None and self._ticked(ledger, time.monotonic()):
+            self._start(ledger)
+
+    def _ticked(self, ledger: Ledger, now: float) -> bool:
+        """Whether the deltas' clock ticked since a delta was first wanted (and since the last delta). On a clock, not
+        `every_s` after whatever came first: a delta started by the first steps after a quiet spell would miss the
+        file those steps train, finishing just after it began, and that file would wait a whole interval every
+        time (files landing every 20 s, deltas every 10 s: each waited 10 s)."""
+        if not self._wanted(ledger):
+            self.wanted_at = None
+            return False
+        self.wanted_at = now if self.wanted_at is None else self.wanted_at
+        tick = self._newest_tick(now)
+        return tick >= self.wanted_at and tick > self.last_tick
+
+    def _newest_tick(self, now: float) -> float:
+        return self.origin + self.every_s * ((now - self.origin) // self.every_s)
+
+    def _start(self, ledger: Ledger) -> None:
+        chain = dataclasses.replace(self.chain)
+        serves = [{"name": e.name, "landed": e.landed} for e in ledger.files if e.complete and e.served_version is None]
+        extra = {"trained_through": {"files_done": serves}}
+        self.job = _Job(lambda: write_delta(self.source, self.files, version=chain.version, sequence=chain.sequence,
+                                            from_step=chain.from_step, chunk_bytes=self.chunk_bytes, extra=extra),
+                        chain, serves)
+        self.last_tick, self.wanted_at = self._newest_tick(time.monotonic()), None
+        self.job.thread.start()
+
+    def _done(self, ledger: Ledger) -> None:
+        job, self.job = self.job, None
+        if job.error is not None:
+            self.log.error("serving delta %d.%d not written (the next one covers its rows): %s: %s",
+                           job.chain.version, job.chain.sequence, type(job.error).__name__, job.error)
+            return
+        written = job.result
+        if self.chain.version != written.version:  # the chain moved on while it was written
+            self.files.drop(written.version, [written.sequence])
+            self.log.info("serving | delta %d.%d dropped: version %d is out", written.version, written.sequence,
+                          self.chain.version)
+            return
+        self.chain = Chain(written.version, written.sequence + 1, written.read_step, written.read_step)
+        served = ledger.serve(written.version, time.time(), {entry["name"] for entry in job.serves})
+        rows = sum(written.rows.values())
+        self.log.info("serving | delta %d.%d | steps %d to %d | %d row%s changed | %d file%s newly served | "
+                      "freshness %s | %.2f MB in %.1f s", written.version, written.sequence, written.from_step,
+                      written.read_step, rows, "s" * (rows != 1), len(served), "s" * (len(served) != 1),
+                      duration(served[-1].freshness_s) if served else "-", written.bytes / 1e6, written.seconds)
+
+    def finish(self, ledger: Ledger) -> None:
+        """Waits for the delta being written, and records it."""
+        if self.job is not None:
+            self.job.thread.join()
+            self._done(ledger)
+
+    def write_last(self, ledger: Ledger) -> None:
+        """The last delta of a run (SIGTERM, the end): written now, off the clock, if it has something to give
+        (steps since the one before, or a trained file no delta served yet)."""
+        self.finish(ledger)
+        if self._wanted(ledger):
+            self._start(ledger)
+            self.finish(ledger)

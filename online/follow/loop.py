@@ -1,0 +1,270 @@
+"""The follow-mode chief's loop: a beat that takes the files that landed, hands their pieces to free workers,
+records each piece done, checkpoints where the data stands, writes serving versions, and stops on SIGTERM or
+after idling. What it hands out is schedule.py's, what it checkpoints checkpointing.py's, what it publishes
+publishing.py's.
+
+A checkpoint (every `checkpoint_every_s`) first hands out none and lets the running pieces finish, for at most
+`straggler_after_s`: a slow worker's piece never holds up checkpoints, serving versions, progress lines or the
+heartbeat. Pieces still running then (stragglers) are not done in the checkpoint's ledger, so a run resumed from it
+trains them again, though some of their steps may be in its model. A serving version is written from a checkpoint by
+an exporter process while the workers go on. Its checkpoint (`serving_checkpoint`) is its own, written on a thread
+while pieces run on (each of those is in it as a straggler is, and no resume reads it: for_serving.py; without
+deltas, the tables' rows without their optimizer slots), so hand-out never pauses for a version, which is checked
+against that checkpoint's own predictions; a version due with a periodic checkpoint (without deltas), the last one
+when a run ends idle and the one on SIGTERM are of a settled checkpoint, checked against the trained model's
+predictions at that moment, as is every version with `serving_checkpoint` settled. On SIGTERM the running pieces get
+at most STOP_WAIT_S (or `straggler_after_s`); those that do not finish are left out of the checkpoint likewise,
+and what that checkpoint trained is published before the chief exits, within the launcher's `stop_grace_s`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from cluster.run_files import Phase, RunStatus, read_summary, write_summary
+from tables.dynamic.checkpoint import of_earlier_form
+from online.follow.checkpointing import FollowCheckpoints
+from online.follow.served import freshness_summary
+from online.follow.publishing import Publishing
+from online.follow.report import duration
+from online.follow.schedule import Schedule
+from common.preemption import exit_preempted
+
+BEAT_S = 1.0  # the loop's pace: pieces finished, SIGTERM, heartbeat, looks at the folder
+STOP_WAIT_S = 20.0  # SIGTERM's longest wait for running pieces (the launcher waits stop_grace_s, 60 s)
+STOP_MARGIN_S = 10.0  # SIGTERM: what a stop leaves of the launcher's stop_grace_s for the exit itself
+
+
+@dataclasses.dataclass
+class FollowParts:
+    """What the follow loop works with: the run (setup.TrainingRun), its model, the schedule, checkpoints and
+    publishing, the FollowReport, the FolderWatch, the StopRequest and dynamic tables' TableReport (or None)."""
+
+    run: object
+    model: object
+    schedule: Schedule
+    saving: FollowCheckpoints
+    publishing: Publishing
+    report: object
+    watch: object
+    stop: object
+    tables: object | None = None
+
+
+class FollowLoop:
+    """One follow-mode run of the chief, from a restored (or empty) ledger."""
+
+    def __init__(self, parts: FollowParts):
+        self.p, self.schedule, self.saving, self.publishing = parts, parts.schedule, parts.saving, parts.publishing
+        self.ledger = parts.schedule.ledger
+        self.started = time.monotonic()
+        self.step_at_save = self._step()  # the model's step when the newest checkpoint (or the restored one) was taken
+        parts.report.line_examples = self.schedule.examples
+
+    def run(self):
+        """Follows until SIGTERM (checkpoint, exit 4) or idling for stop_when_idle_s (returns the summary)."""
+        self.p.stop.training = True
+        self.p.report.reset_metrics()  # its ops run once before any piece: later, a new op waits for every worker
+        self._publish_restored()
+        while True:
+            self.schedule.take_looks()
+            if self.p.stop.requested:
+                self._stop_now()
+            self.schedule.hand_out()
+            self.publishing.prepare(self.schedule.last_piece)
+            self.schedule.wait(BEAT_S)
+            if not self.schedule.running:
+                time.sleep(BEAT_S)  # nothing to wait on: a quiet beat
+            training = self._beat()
+            self.publishing.poll()
+            self._publish_written_for_version()
+            if self._save_due():
+                self._checkpoint(serve=self._serve_due())
+            if self._idle_long_enough(training):
+                return self._finish()
+
+    def _beat(self) -> bool:
+        """The heartbeat and the progress line when due; True while pieces run."""
+        training = self.schedule.running
+        self.p.report.beat(Phase.TRAIN if training else Phase.WAIT)
+        self.p.report.progress(self.ledger, self.schedule.examples, self.schedule.pieces_by_worker,
+                               self.schedule.metrics, training=training)
+        return training
+
+    def _publish_restored(self) -> None:
+        """A resumed run whose checkpoint is newer than the newest version (a chief stopped between the two)
+        publishes it first: every file trained is served."""
+        number = self.saving.saved_number
+        if not number or not self.publishing.behind(number):
+            return
+        reference = self.publishing.reference()
+        if reference is None:
+            self.p.run.log.warning("%s is not served yet, and no data file is left to check a version of it on: "
+                                   "the next version serves it", self.saving.name)
+            return
+        self.p.run.log.info("%s is newer than the newest serving version: publishing it first", self.saving.name)
+        checkpoint = self.saving.latest_path()
+        if of_earlier_form(checkpoint) or self.publishing.needs_live_rows:  # an earlier version's dynamic table,
+            checkpoint = self._save()  # or deltas that name the rows a restore laid the ids out in: written again
+        self.publishing.start(checkpoint, self.saving.name, self.saving.saved_number, self.saving.saved_ledger(),
+                              *reference)
+
+    def _save_due(self) -> bool:
+        return not self.saving.writing and (self._periodic_due() or self._serve_due())
+
+    def _serve_due(self) -> bool:
+        return self.schedule.trained_since_version and self.publishing.due()
+
+    def _idle_long_enough(self, training: bool) -> bool:
+        limit = self.p.run.options.stop_when_idle_s
+        return bool(limit) and not training and self.schedule.idle_for() >= limit
+
+    def _settle(self) -> int:
+        """Hands out none and lets the running pieces finish, for at most straggler_after_s; returns how many
+        still run (stragglers, left out of the checkpoint that follows)."""
+        deadline = time.monotonic() + self.p.run.options.straggler_after_s
+        while self.schedule.running and time.monotonic() < deadline:
+            self.schedule.wait(min(BEAT_S, max(0.0, deadline - time.monotonic())))
+            self._beat()
+            if self.p.stop.requested:
+                self._stop_now()
+        return len(self.schedule.trainer.running)
+
+    def _save_and_serve(self, *, serve: bool) -> None:
+        stragglers = self._settle()
+        moving = self.schedule.trainer.moving  # stragglers, or the other closure of a piece given twice
+        checkpoint = self._save(stragglers) if self._moved_since_save() else self.saving.latest_path()
+        if not moving:  # a reset while a closure runs would race its updates
+            self.p.report.reset_metrics()  # each line's metrics are those since this checkpoint
+            self.schedule.metrics = {}
+        if not serve or self.schedule.last_piece is None:
+            return
+        reference = self.publishing.reference(self.schedule.last_piece)  # the checkpoint's, unless `moving`
+        if reference is None:
+            return  # the piece's file is gone: the next version takes its reference inputs from a later one
+        self.publishing.start(checkpoint, self.saving.name, self.saving.saved_number, self.saving.saved_ledger(),
+                              *reference, against_checkpoint=moving)  # the workers go on while it is written
+        self.schedule.trained_since_version = False
+
+    def _checkpoint(self, *, serve: bool) -> None:
+        """A settled checkpoint, and a version of it when `serve`; with versions' checkpoints beside training (the
+        default), when a version is due and no periodic checkpoint with it, the version's own checkpoint instead, so
+        hand-out never pauses for a version (a periodic one due meanwhile comes after it)."""
+        if serve and self.schedule.last_piece is not None and self._beside() and not self._serve_from_settled():
+            self._checkpoint_for_version()
+        else:
+            self._save_and_serve(serve=serve)
+
+    def _beside(self) -> bool:
+        """Whether a version's checkpoint is its own, written beside training (`serving_checkpoint`; a delta's base
+        always is)."""
+        return self.p.run.options.serving_checkpoint == "beside" or self.publishing.deltas is not None
+
+    def _periodic_due(self) -> bool:
+        return self.schedule.trained_since_save and self.saving.due()
+
+    def _serve_from_settled(self) -> bool:
+        """Whether a version due comes from the periodic checkpoint due with it (one checkpoint, not two); with
+        deltas never: a version's base is its own checkpoint, kept while the version is the newest."""
+        return self.publishing.deltas is None and self._periodic_due()
+
+    def _checkpoint_for_version(self) -> None:
+        """The next version's checkpoint, written while the workers train on (and deltas go on being written); the
+        version starts once it is done."""
+        name = self.saving.start_for_version(table_slots=self.publishing.deltas is not None)  # a delta's base: whole
+        running = len(self.schedule.trainer.running)
+        self.p.run.log.info("checkpoint %s for the next serving version: written while %d piece%s run%s on",
+                            name, running, "s" * (running != 1), "s" * (running == 1))
+        self.schedule.trained_since_version = False
+
+    def _publish_written_for_version(self, wait: bool = False) -> None:
+        """Starts the version of the checkpoint written for it once that is done (with `wait`, waits)."""
+        written = self.saving.written_for_version(wait)
+        if written is None:
+            return
+        reference = self.publishing.reference(self.schedule.last_piece)
+        if reference is None:  # the piece's file is gone: the next version takes its reference inputs from a later one
+            self.saving.for_serving.dropped(written.path)
+            return
+        self.publishing.start(written.path, written.name, written.number, written.ledger, *reference,
+                              against_checkpoint=True)  # pieces ran on while it was written: its own predictions
+
+    def _step(self) -> int:
+        return int(self.p.model.optimizer.iterations.numpy())
+
+    def _moved_since_save(self) -> bool:
+        """Whether the model moved since the newest checkpoint: a piece finished, or an unwaited closure stepped."""
+        return self.schedule.trained_since_save or self._step() != self.step_at_save
+
+    def _save(self, stragglers: int = 0) -> str:
+        self.step_at_save = self._step()
+        path = self.saving.save()
+        self.schedule.trained_since_save = False
+        if stragglers:
+            self.p.run.log.info("checkpoint %s written without waiting longer for %d piece%s still running (past "
+                                "training.straggler_after_s, %g s): not done in it; a run resumed from it trains "
+                                "them again", self.saving.name, stragglers, "s" * (stragglers != 1),
+                                self.p.run.options.straggler_after_s)
+        return path
+
+    def _stop_now(self) -> None:
+        """SIGTERM: the running pieces get what is left of STOP_WAIT_S (or straggler_after_s), then a checkpoint
+        without the others."""
+        stop = self.p.stop
+        wait_s = min(STOP_WAIT_S, self.p.run.options.straggler_after_s)
+        self.schedule.record(self.schedule.trainer.all_finished(
+            max(0.0, wait_s - (time.monotonic() - stop.requested_at))))
+        left = len(self.schedule.trainer.running)
+        self.saving.written_for_version(wait=True)  # not published: the next run publishes what is trained
+        said = "not needed (the last one holds every piece done)"
+        if self._moved_since_save():
+            self._save()
+            said = f"{self.saving.name} written"
+        self._publish_before_stopping(stop.requested_at + self.p.run.config.launcher.stop_grace_s - STOP_MARGIN_S)
+        self.publishing.write_last_delta()
+        self.p.run.log.info("stopped as asked: checkpoint %s %.1f s after SIGTERM; %d piece%s still running will "
+                            "be trained again by the next run; exiting", said,
+                            time.monotonic() - stop.requested_at, left, "s" * (left != 1))
+        exit_preempted()
+
+    def _publish_before_stopping(self, deadline: float) -> None:
+        """SIGTERM: the version being written, then one of the checkpoint just written if no version holds it (with
+        deltas, the last delta does), each given until `deadline` (one left unfinished is stopped: the next run
+        publishes that checkpoint first)."""
+        self.publishing.finish(max(0.0, deadline - time.monotonic()))
+        if self.publishing.takes_deltas or not self.publishing.behind(self.saving.saved_number):
+            return
+        reference = self.publishing.reference(self.schedule.last_piece)
+        if reference is None:
+            return
+        self.p.run.log.info("publishing %s before stopping", self.saving.name)
+        self.publishing.start(self.saving.latest_path(), self.saving.name, self.saving.saved_number,
+                              self.saving.saved_ledger(), *reference, against_checkpoint=self.schedule.trainer.moving)
+        self.publishing.finish(max(0.0, deadline - time.monotonic()))
+
+    def _finish(self):
+        """Idle for stop_when_idle_s: the last checkpoint and serving version, and the summary says complete."""
+        run = self.p.run
+        run.log.info("no new data for %s (stop_when_idle_s): finishing", duration(run.options.stop_when_idle_s))
+        self.publishing.finish()
+        self._publish_written_for_version(wait=True)
+        self.publishing.finish()
+        if self.schedule.trained_since_save or self.schedule.trained_since_version:
+            self._save_and_serve(serve=self.schedule.trained_since_version and not self.publishing.takes_deltas)
+        self.publishing.finish()
+        self.publishing.write_last_delta()
+        self.p.stop.training = False
+        self.p.watch.stop()
+        summary = read_summary(run.files)
+        finished = dataclasses.replace(summary, status=RunStatus.COMPLETE,
+                                       optimizer_steps=self._step(),
+                                       global_batch=run.global_batch, strategy=run.options.strategy,
+                                       train_seconds=round(time.monotonic() - self.started, 2),
+                                       checkpoint=self.saving.latest_path(), model={"serving": str(run.files.serving)},
+                                       ps_report=self.p.tables.summary() if self.p.tables else summary.ps_report,
+                                       tensorboard=str(run.files.tensorboard),
+                                       follow={**freshness_summary(self.ledger),
+                                               "pieces_given_twice": self.schedule.given_twice})
+        write_summary(run.files, finished)
+        return finished

@@ -1,0 +1,196 @@
+"""What the follow loop publishes: a serving version from a checkpoint, every `serving_export_every_s` when something
+new was trained, written by an exporter process beside training (online/publish/) and checked against the
+trained model's predictions at that checkpoint (or, when the model moved meanwhile, the checkpoint's own).
+
+Hand-out never waits for the exporter: the loop starts it and goes on, and each beat asks whether it is done. A
+version due while the previous one is still being written is not queued behind it: the next one's checkpoint is
+taken at the first beat after it is done (settled, or beside training: `serving_checkpoint`), and that version starts
+once its checkpoint is written. With
+`serving_delta_every_s`, deltas of the newest version come between versions (deltas.py), and a run ends with a
+delta instead of a version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+from cluster.run_files import read_summary, write_summary
+from common.errors import Problem, UserError
+from models import export
+from online.follow.for_serving import ForServing
+from online.follow.ledger import Ledger
+from online.follow.served import freshness_summary, trained_through
+from online.follow.report import duration
+from online.publish.process import ExportProcess
+from online.publish.request import VERSION, ExportRequest, ExportResult
+from online.publish.versions import ServingVersions
+
+
+SCRATCH = ".exports"  # under output_dir: the requests and reference predictions of versions being written
+
+
+@dataclasses.dataclass
+class _Exporting:
+    """A version being written: its exporter, the ledger of its checkpoint, that checkpoint's name, the reference
+    predictions it is checked against."""
+
+    process: ExportProcess
+    snapshot: Ledger
+    checkpoint_name: str
+    reference: Path
+    pieces_before: int
+
+
+class Publishing:
+    """Serving versions of a follow-mode run (into `serving`, a ServingVersions) and the files each first serves."""
+
+    def __init__(self, *, run, data, model, serving: ServingVersions, ledger: Ledger, report, task: str,
+                 pieces_done: Callable[[], int], for_serving: ForServing, deltas=None):
+        """`pieces_done()`: the pieces trained so far in this run (how many trained while a version was written
+        is said beside it); `for_serving`: where the checkpoints written for versions lie (each goes once it is
+        no longer needed); `deltas`: the run's FollowDeltas, or None."""
+        self.run, self.data, self.model, self.serving, self.ledger = run, data, model, serving, ledger
+        self.report, self.task, self.pieces_done, self.deltas = report, task, pieces_done, deltas
+        self.for_serving = for_serving
+        self.scratch = run.files.output / SCRATCH
+        shutil.rmtree(self.scratch, ignore_errors=True)  # a killed run's requests and references
+        # nothing served yet: the first version is due as soon as something is trained (the first files would
+        # otherwise wait a whole interval, and deltas need a version to build on)
+        self.last_version = time.monotonic() if serving.versions() else float("-inf")
+        self.exporting: _Exporting | None = None
+        self.raw = None  # the reference inputs every version is checked on
+
+    @property
+    def busy(self) -> bool:
+        return self.exporting is not None
+
+    def due(self) -> bool:
+        return not self.busy and time.monotonic() - self.last_version >= self.run.options.serving_export_every_s
+
+    def behind(self, number: int) -> bool:
+        """Whether the checkpoint at step `number` is newer than what the newest version was written from; with
+        deltas always (what is served may be a killed run's deltas beyond the checkpoint)."""
+        newest = self.serving.newest_trained_through()
+        return newest is None or newest.get("optimizer_step", 0) < number or self.deltas is not None
+
+    @property
+    def needs_live_rows(self) -> bool:
+        """Whether a version deltas build on must come from a checkpoint of the live tables, not a restored one (a
+        restore lays a dynamic table's ids out in other rows than its checkpoint's)."""
+        return self.deltas is not None and self.deltas.dynamic
+
+    @property
+    def takes_deltas(self) -> bool:
+        """Whether a delta serves what is trained now (a published version to build on)."""
+        return self.deltas is not None and self.deltas.chain is not None
+
+    def write_last_delta(self) -> None:
+        """SIGTERM, the end of a run: the last delta, now."""
+        if self.deltas is not None:
+            self.deltas.write_last(self.ledger)
+
+    def prepare(self, piece) -> None:
+        """Takes the reference inputs from the first piece handed out and traces the prediction once, while every
+        worker still answers: later, new ops and traces would wait for every task, a stopped worker included."""
+        if self.raw is None and piece is not None:
+            self.reference(piece)
+
+    def reference(self, piece=None):
+        """Raw inputs as a reader sends them (the first taken from `piece`, or from the first data in the folder,
+        then kept for every version: building a dataset each time would trace new functions, which wait for every
+        task, a stopped worker included), and the trained model's predictions on them now (call with no piece
+        running: they are what the newest checkpoint predicts); None when there is no data to take them from."""
+        if self.raw is None:
+            examples = self.data.piece_examples(piece, raw=True) if piece else self.data.split("train", raw=True)
+            try:
+                self.raw = export.reference_inputs(examples) if next(iter(examples.take(1)), None) is not None \
+                    else None
+            except tf.errors.OpError:  # its file gone or unreadable: the next version takes another
+                self.raw = None
+        if self.raw is None:
+            return None
+        return self.raw, export.predictions(self.model, export.model_inputs(self.data, self.raw))
+
+    def start(self, checkpoint: str, name: str, number: int, snapshot: Ledger, raw, trained, *,
+              against_checkpoint: bool = False) -> None:
+        """Starts writing checkpoint `checkpoint` (named `name`, at step `number`, holding ledger `snapshot`) as the
+        next serving version, to be checked against `trained`, the predictions on `raw` at that checkpoint; with
+        `against_checkpoint` (pieces ran on while it was written, so `trained` is not the checkpoint's model)
+        against the checkpoint's own predictions on `raw` instead (read where `raw` looks)."""
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        reference = self.scratch / f"reference-{number}.npz"
+        np.savez(reference, predictions=trained, **export.saved_inputs(raw))
+        version = self.serving.next_number()
+        from_step = self.deltas.from_step(checkpoint) if self.deltas is not None else None
+        through = trained_through(snapshot, version=version, written=0.0, checkpoint=name, step=number)
+        request = ExportRequest(kind=VERSION, checkpoint=checkpoint, destination=str(self.serving.directory),
+                                options=dataclasses.asdict(self.run.options), reference=str(reference),
+                                task=self.task, version=version, keep=self.serving.keep,
+                                against_checkpoint=against_checkpoint, delta_from_step=from_step,
+                                trained_through=through if from_step is None else {**through,
+                                                                                   "delta_from_step": from_step})
+        self.exporting = _Exporting(ExportProcess(request, self.scratch), snapshot, name, reference,
+                                    self.pieces_done())
+        self.last_version = time.monotonic()
+
+    def poll(self) -> None:
+        """Records the version being written once it is done (a failed one is said, and the next one tries again);
+        writes deltas when due."""
+        if self.exporting is not None:
+            result = self.exporting.process.poll()
+            if result is not None:
+                self._done(result)
+        if self.deltas is not None:
+            self.deltas.poll(self.ledger)
+
+    def finish(self, timeout_s: float | None = None) -> None:
+        """Waits up to `timeout_s` for the version being written (one left unfinished is stopped)."""
+        if self.exporting is None:
+            return
+        result = self.exporting.process.wait(timeout_s)
+        if result is None:
+            self.exporting.process.stop()
+            self.exporting.reference.unlink(missing_ok=True)
+            self.for_serving.dropped(self.exporting.process.request.checkpoint)
+            self.run.log.warning("version %d was not done in time: stopped (the next run publishes it)",
+                                 self.exporting.process.request.version)
+            self.exporting = None
+            return
+        self._done(result)
+
+    def _done(self, result: ExportResult) -> None:
+        exporting, self.exporting = self.exporting, None
+        exporting.reference.unlink(missing_ok=True)
+        name = exporting.checkpoint_name
+        if result.fatal:  # the export check failed, or the checkpoint cannot be read: a retry would too
+            raise UserError(Problem("serving version", exporting.process.request.version, result.error,
+                                    "keep the checkpoints and logs and report it"))
+        if result.error:
+            self.run.log.error("serving version %d from %s not written (the next one tries again): %s",
+                               exporting.process.request.version, name, result.error)
+            self.for_serving.dropped(exporting.process.request.checkpoint)
+            return
+        self.for_serving.published(exporting.process.request.checkpoint)
+        if self.deltas is not None:
+            self.deltas.based_on(result.version, exporting.process.request.checkpoint,
+                                 exporting.process.request.delta_from_step)
+        served = self.ledger.serve(result.version, result.written,
+                                   names={e.name for e in exporting.snapshot.files if e.complete})
+        freshness = duration(served[-1].freshness_s) if served else "-"
+        self.run.log.info("serving | version %d | %s | %d file%s newly served | freshness %s | export check %.1e | "
+                          "%.1f MB in %.1f s, %d pieces trained meanwhile, exporter peak %.0f MB | %s", result.version,
+                          name, len(served), "s" * (len(served) != 1), freshness, result.largest, result.bytes / 1e6,
+                          result.seconds, self.pieces_done() - exporting.pieces_before, result.peak_rss_mb,
+                          result.path)
+        summary = read_summary(self.run.files)
+        if summary is not None:
+            write_summary(self.run.files, dataclasses.replace(
+                summary, optimizer_steps=int(self.model.optimizer.iterations.numpy()),
+                follow=freshness_summary(self.ledger)))

@@ -1,0 +1,137 @@
+"""The signatures a serving version carries beside `serving_default` so that a server keeps it fresh in place:
+`apply_delta` writes a delta (delta_format.py) into the served variables, `applied_through` says which it holds.
+
+`apply_delta` takes, per table, the rows a delta holds (a hashed table: row numbers and vectors; a dynamic table:
+row numbers, held flags, ids and vectors), every dense weight whole, and the delta's sequence number and steps. It
+applies a delta only if it is the next one (its sequence is one more than the last applied; any other is a no-op
+that changes nothing, so calling it twice, or out of order, is safe) and answers what is applied. A dynamic table
+keeps its id -> row index right: a row's previous id leaves the index (where the index still points it at that
+row), then the delta's held ids go in, the last row of an id winning. Hashed rows and dense weights are
+overwritten. Both `tf.saved_model.load` and TensorFlow 1's loader (TensorFlow Serving's) run it; predictions
+made while it runs may mix rows from before and after.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tables.dynamic.exported import ServingTables, dynamic_tables
+from online.publish import delta_format as names
+from online.publish.saved_model import training_keys
+from tables.fused import rows_read_by_lookup
+
+
+class AppliedThrough(tf.Module):
+    """The served model's record of the deltas it holds: its version, the last delta's sequence number (0: none)
+    and the step that delta was read at (the version's own step before any)."""
+
+    def __init__(self, version: int, from_step: int):
+        super().__init__(name="applied_through")
+        self.version = tf.Variable(tf.constant(version, tf.int64), trainable=False, name="delta_version")
+        self.sequence = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="delta_sequence")
+        self.read_step = tf.Variable(tf.constant(from_step, tf.int64), trainable=False, name="delta_read_step")
+
+    def answer(self, applied) -> dict:
+        return {"applied": applied, "version": self.version.read_value(), "sequence": self.sequence.read_value(),
+                "read_step": self.read_step.read_value()}
+
+
+def version_signatures(serve, inner, serving: dict | None, *, version: int, from_step: int) -> dict:
+    """`serving` (the raw-feature export's signatures; None: Keras' own `serving_default`) with the delta ones."""
+    if serving is None:
+        from tf_keras.src.saving.legacy import saving_utils
+        serving = {"serving_default": saving_utils.trace_model_call(serve)}
+    return {**serving, **delta_signatures(serve, inner, version=version, from_step=from_step)}
+
+
+def delta_signatures(serve, inner, *, version: int, from_step: int) -> dict:
+    """`apply_delta` and `applied_through` for template `serve` (around `inner`, the model as training built it):
+    give them to the SavedModel's save with `serving_default`. `serve` keeps what they write to."""
+    state = AppliedThrough(version, from_step)
+    serve._track_trackable(state, name="applied_through", overwrite=True)  # saved with it, not a Keras weight
+    writes, specs = _writes(inner)
+
+    def apply(inputs: dict):
+        def write():
+            done = [op for write_one in writes for op in write_one(inputs)]
+            with tf.control_dependencies(done):
+                return tf.group(state.sequence.assign(inputs[names.SEQUENCE]),
+                                state.read_step.assign(inputs[names.READ_STEP]))
+
+        applies = tf.equal(inputs[names.SEQUENCE], state.sequence + 1)
+        tf.cond(applies, lambda: tf.group(write()), tf.no_op)
+        return state.answer(applies)
+
+    scalars = {name: tf.TensorSpec([], tf.int64, name=name)
+               for name in (names.SEQUENCE, names.FROM_STEP, names.READ_STEP)}
+    applying = tf.function(apply).get_concrete_function({**scalars, **specs})
+    through = tf.function(lambda: state.answer(tf.constant(False))).get_concrete_function()
+    return {"apply_delta": _keywords(applying, sorted({**scalars, **specs})), "applied_through": through}
+
+
+def _keywords(concrete, input_names: list[str]):
+    """A concrete function of one dict as one of keyword arguments (what a signature takes)."""
+    specs = {spec.name: spec for spec in concrete.structured_input_signature[0][0].values()}
+
+    @tf.function(input_signature=[specs[name] for name in input_names])
+    def by_name(*tensors):
+        return concrete(dict(zip(input_names, tensors, strict=True)))
+
+    return by_name.get_concrete_function()
+
+
+def _writes(inner) -> tuple[list, dict]:
+    """What applying a delta writes (one callable per table or weight, taking the inputs) and the input specs."""
+    keys = training_keys(inner)
+    writes, specs, done = [], {}, set()
+    for weight in rows_read_by_lookup(inner):
+        name = names.short_name(keys[weight.ref()])
+        rows, vectors = (names.field_key(name, field) for field in names.SERVED_HASHED)
+        specs[rows] = tf.TensorSpec([None], tf.int64, name=rows)
+        specs[vectors] = tf.TensorSpec([None, *weight.shape[1:]], weight.dtype, name=vectors)
+        writes.append(lambda inputs, weight=weight, rows=rows, vectors=vectors: [
+            weight.scatter_update(tf.IndexedSlices(inputs[vectors], inputs[rows]))])
+        done.add(weight.ref())
+    for layer in dynamic_tables(inner):
+        name = names.short_name(keys[layer.ids.ref()])
+        fields = {field: names.field_key(name, field) for field in names.SERVED_DYNAMIC}
+        for field, key in fields.items():
+            shape = [None, *layer.vectors.shape[1:]] if field == names.VECTORS else [None]
+            dtype = {names.HELD: tf.bool, names.VECTORS: layer.vectors.dtype}.get(field, tf.int64)
+            specs[key] = tf.TensorSpec(shape, dtype, name=key)
+        writes.append(lambda inputs, layer=layer, fields=fields: [
+            apply_rows(layer, *(inputs[fields[f]] for f in names.SERVED_DYNAMIC))])
+        done |= {layer.ids.ref(), layer.held.ref(), layer.vectors.ref(), layer.indexed.ref()}
+    for weight in inner.weights:
+        key = keys.get(weight.ref())
+        if weight.ref() in done or key is None:
+            continue
+        name = names.short_name(key)
+        specs[name] = tf.TensorSpec(weight.shape, weight.dtype, name=name)
+        writes.append(lambda inputs, weight=weight, name=name: [weight.assign(inputs[name])])
+    names.unique_names([keys[w.ref()] for w in inner.weights if keys.get(w.ref()) and w.ref() not in done])
+    return writes, specs
+
+
+def apply_rows(layer: ServingTables, rows, held, ids, vectors) -> tf.Operation:
+    """Rows `rows` of a served dynamic table take `held`, `ids` and `vectors`, its index kept right."""
+    with tf.control_dependencies([layer.ensure_indexed()]):
+        were_held, were = tf.gather(layer.held, rows), tf.gather(layer.ids, rows)
+        pointed = tf.reshape(layer.index.lookup(were), [-1])
+        removed = layer.index.remove(tf.boolean_mask(were, were_held & tf.equal(pointed, rows)))
+    with tf.control_dependencies([removed]):
+        written = [layer.ids.scatter_update(tf.IndexedSlices(ids, rows)),
+                   layer.held.scatter_update(tf.IndexedSlices(held, rows)),
+                   layer.vectors.scatter_update(tf.IndexedSlices(vectors, rows))]
+    new_ids, new_rows = tf.boolean_mask(ids, held), tf.boolean_mask(rows, held)
+    last_ids, last_rows = last_of_each(new_ids, new_rows)
+    with tf.control_dependencies(written):
+        return layer.index.insert(last_ids, last_rows)
+
+
+def last_of_each(ids: tf.Tensor, rows: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Each distinct id of `ids` once, with the row of its last occurrence."""
+    backwards_ids, backwards_rows = tf.reverse(ids, [0]), tf.reverse(rows, [0])
+    distinct, position = tf.unique(backwards_ids)
+    first = tf.math.unsorted_segment_min(tf.range(tf.size(backwards_ids)), position, tf.size(distinct))
+    return distinct, tf.gather(backwards_rows, first)

@@ -1,0 +1,168 @@
+"""Serving deltas: the rows of the live tables changed since a step, with every dense weight whole, written beside the
+serving versions while training goes on (the format: delta_format.py).
+
+A delta reads the step counter first (its `read_step`) and advances every ps's stamp clock to it, waits SETTLE_S
+(an update whose stamp was being written meanwhile lands), then reads, table by table and shard by shard on each
+ps, the rows stamped at or after its `from_step`, a chunk at most at a time (delta_rows.py). The next delta starts from
+this one's `read_step`: a change landing after a row was read carries a stamp at or after it
+(tables/changed_rows.py), so deltas overlap rather than leave a gap. The rows go into the delta's bundle as one
+key per field (delta_bundle.py): no process holds more than a chunk read and a chunk kept. Nothing waits for the
+workers and nothing stops them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import tensorflow as tf
+
+from tables.changed_rows import TrackedTable, step_clock
+from tables.dynamic.checkpoint import state_prefix
+from online.publish import delta_format as names
+from online.publish.delta_bundle import write_bundle
+from online.publish.delta_rows import fields, reader, row_bytes
+from tables.row_stamps import advance
+from tables.streaming.entries import variable_keys
+from tables.streaming.rows import CHUNK_BYTES
+
+SETTLE_S = 0.5  # between reading the step and the first row: longer than an update takes to stamp what it changed
+
+
+@dataclasses.dataclass
+class _Table:
+    name: str
+    fields: list[str]
+    readers: list  # per part: its PartReader
+    row_bytes: int
+
+
+class DeltaSource:
+    """What deltas read of a live model (a SparseDenseModel, its tables tracked: changed_rows.track_changes): its
+    tables' changed rows and its dense weights, named as the exported model's `apply_delta` takes them."""
+
+    def __init__(self, model, tracked: list[TrackedTable]):
+        self.clock = step_clock(model)
+        optimizer = getattr(model, "embedding_optimizer", None)
+        keys = variable_keys(tf.train.Checkpoint(model=model))
+        table_refs, self.tables = set(), []
+        for table in tracked:
+            if table.dynamic:
+                key = state_prefix(table.variable, keys)
+            else:
+                key = keys[table.parts[0].shard.ref()]
+                table_refs |= {part.shard.ref() for part in table.parts}
+            self.tables.append(_Table(names.short_name(key), fields(table, optimizer),
+                                      [reader(table, part, optimizer) for part in table.parts],
+                                      row_bytes(table, optimizer)))
+        self.dense: dict[str, list] = {}
+        for weight in model.weights:
+            for variable in getattr(weight, "variables", [weight]):
+                key = keys.get(variable.ref())
+                if key is not None and variable.ref() not in table_refs:  # no key: a dynamic table's rows
+                    self.dense.setdefault(key, []).append(variable)
+        names.unique_names([*self.dense, *(table.name for table in self.tables)])
+        self.dense = {names.short_name(key): variables for key, variables in self.dense.items()}
+
+        self.clocks = list({part.clock.ref(): part.clock for table in tracked for part in table.parts}.values())
+        self._advanced: list[tuple[int, int]] = []  # (step the clocks were advanced to, step read once they were)
+        self._lock = threading.Lock()
+
+    def step(self) -> int:
+        return int(self.clock.numpy())
+
+    def advance(self) -> int:
+        """Advances every stamp clock to the step counter as read now; returns that step."""
+        step = self.step()
+        for clock in self.clocks:
+            advance(clock, step)
+        after = self.step()
+        with self._lock:
+            self._advanced.append((step, after))
+        return step
+
+    def watermark_before(self, step: int) -> int:
+        """A step every change landing after the counter read `step` is stamped at or after: the newest step the
+        clocks were advanced to before it (known by the counter read once they were: below `step`); 0 if none."""
+        with self._lock:
+            return max((clocks for clocks, after in self._advanced if after < step), default=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """A delta on disk: where, what it covers, its rows per table, bytes and seconds."""
+
+    path: Path
+    version: int
+    sequence: int
+    from_step: int
+    read_step: int
+    rows: dict
+    bytes: int
+    seconds: float
+
+
+def write_delta(source: DeltaSource, files: "DeltaFiles", *, version: int, sequence: int, from_step: int,
+                chunk_bytes: int = CHUNK_BYTES, extra: dict | None = None, settle_s: float = SETTLE_S) -> Written:
+    """Writes delta `sequence` of version `version`: rows stamped at or after `from_step`, the dense weights, and a
+    manifest holding `extra` too; whole under its name, or nothing visible if this fails."""
+    started = time.monotonic()
+    writing = files.writing(version, sequence)
+    shutil.rmtree(writing, ignore_errors=True)
+    writing.mkdir(parents=True)
+    try:
+        read_step = source.advance()
+        time.sleep(settle_s)
+        rows = write_bundle(source, writing, from_step, chunk_bytes)
+        size = sum(path.stat().st_size for path in writing.iterdir())
+        manifest = {"format": names.FORMAT, "version": version, "sequence": sequence, "from_step": from_step,
+                    "read_step": read_step, "written": time.time(), "rows": rows, "bytes": size,
+                    "seconds": round(time.monotonic() - started, 3), **(extra or {})}
+        (writing / names.MANIFEST).write_text(json.dumps(manifest, indent=1))
+        final = files.publish(version, sequence)
+    except BaseException:
+        shutil.rmtree(writing, ignore_errors=True)
+        raise
+    return Written(final, version, sequence, from_step, read_step, rows, size, manifest["seconds"])
+
+
+class DeltaFiles:
+    """The deltas under `<serving>/deltas`; leftovers of a write that died midway are removed on opening."""
+
+    def __init__(self, serving: Path):
+        self.directory = serving / names.DIRECTORY
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for leftover in self.directory.glob(names.WRITING_PREFIX + "*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+    def listed(self) -> list[tuple[int, int]]:
+        """(version, sequence) of every delta, in order."""
+        found = (names.parse_delta_name(path.name) for path in self.directory.iterdir())
+        return sorted(item for item in found if item is not None)
+
+    def of(self, version: int) -> list[int]:
+        return [sequence for number, sequence in self.listed() if number == version]
+
+    def writing(self, version: int, sequence: int) -> Path:
+        return self.directory / (names.WRITING_PREFIX + names.delta_name(version, sequence))
+
+    def publish(self, version: int, sequence: int) -> Path:
+        final = self.directory / names.delta_name(version, sequence)
+        self.writing(version, sequence).rename(final)
+        return final
+
+    def drop_before(self, version: int) -> int:
+        """Removes the deltas of versions older than `version` (a follower moves to the newer one); how many."""
+        old = [item for item in self.listed() if item[0] < version]
+        for item in old:
+            shutil.rmtree(self.directory / names.delta_name(*item), ignore_errors=True)
+        return len(old)
+
+    def drop(self, version: int, sequences: list[int]) -> int:
+        for sequence in sequences:
+            shutil.rmtree(self.directory / names.delta_name(version, sequence), ignore_errors=True)
+        return len(sequences)

@@ -1,0 +1,123 @@
+"""A SavedModel of a template (template.py) whose tables hold a checkpoint's rows, written a chunk at a time.
+
+`load_weights` gives the template's small weights the checkpoint's values and returns a Filling for each table
+placeholder: which checkpoint key fills which weight is found through the template model's own structure, as
+training built it (its keys in a tf.train.Checkpoint are the training checkpoint's). `write` saves the template
+as Keras saves any model (graph, signatures, Keras metadata, a tiny variables bundle), then replaces its bundle
+by one written key by key: each placeholder from its Filling, in slices of a chunk (which both TensorFlow
+loaders read back whole into the `[None, d]` variable), everything else as the template saved it. A bundle
+records each variable's name, which is how a placeholder's key is found in it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable, Iterator
+
+import tensorflow as tf
+
+from tables.dynamic.exported import dynamic_tables, state_keys
+from tables.streaming.bundle import BundleReader, BundleWriter, remove_bundle
+from tables.streaming.entries import GRAPH_KEY, full_names, variable_keys
+from tables.streaming.rows import CHUNK_BYTES, chunk_rows, is_table, nbytes, row_ranges, slice_spec
+
+VARIABLES = "variables"
+
+
+@dataclasses.dataclass
+class Filling:
+    """Where one exported variable's values come from: `shape` in all, and `chunks(chunk_bytes)` giving (begin,
+    end, rows) pieces of at most a chunk (one piece, begin None, for a value saved whole)."""
+
+    shape: list[int]
+    chunks: Callable[[int], Iterator[tuple[int | None, int | None, tf.Tensor]]]
+
+
+def from_checkpoint(reader: BundleReader, key: str) -> Filling:
+    """A variable filled from checkpoint key `key`: whole when small, else a chunk of rows at a time."""
+    shape = list(reader.shapes[key])
+
+    def chunks(chunk_bytes: int):
+        if not is_table(shape, reader.dtypes[key], chunk_bytes):
+            yield None, None, reader.whole(key)
+            return
+        for begin, end in row_ranges(shape[0], chunk_rows(nbytes(shape[1:], reader.dtypes[key]), chunk_bytes)):
+            yield begin, end, reader.rows(key, begin, end)
+
+    return Filling(shape, chunks)
+
+
+def training_keys(model) -> dict:
+    """The training checkpoint's key of each weight of `model` (the template's model as training built it), by
+    `ref()`: a dynamic table's per-row weights are its state's rows; its `indexed` flag has none (None)."""
+    keys = variable_keys(tf.train.Checkpoint(model=model))
+    for layer in dynamic_tables(model):
+        keys.update(state_keys(layer, keys[layer.shared.ref()]))
+        keys[layer.indexed.ref()] = None
+    return keys
+
+
+def bundle_keys(model, reader: BundleReader) -> dict:
+    """The key of each weight of `model` in a bundle written from it (a SavedModel's), by `ref()`, from the variable
+    names the bundle records."""
+    by_name = {name: key for key, name in full_names(reader.whole(GRAPH_KEY).numpy()).items()}
+    return {weight.ref(): by_name.get(weight_name(weight)) for weight in model.weights}
+
+
+def load_weights(model, placed: list, reader: BundleReader) -> dict[str, Filling]:
+    """Gives each small weight of `model` (the template's model as training built it) its value in the checkpoint
+    `reader` reads; returns, by weight name, the Filling of each table placeholder among `placed`."""
+    keys = training_keys(model)
+    names = [weight_name(weight) for weight in model.weights]
+    doubled = sorted({name for name in names if names.count(name) > 1})
+    if doubled:
+        raise ValueError(f"the model has two weights named {doubled[0]}: export needs each weight's name once")
+    fillings = {}
+    for weight in model.weights:
+        if weight.ref() in keys and keys[weight.ref()] is None:
+            continue  # no value in a checkpoint: the template's
+        key = keys.get(weight.ref())
+        if key is None or not reader.has(key):
+            raise KeyError(f"{reader.prefix} holds no value for the model's weight {weight_name(weight)} ({key}): "
+                           "a checkpoint of an earlier version, or of another model")
+        if any(weight is p for p in placed):
+            fillings[weight_name(weight)] = from_checkpoint(reader, key)
+        else:
+            weight.assign(reader.whole(key))
+    return fillings
+
+
+def weight_name(variable) -> str:
+    """A variable's name as bundles record it (`embeddings/table`)."""
+    return variable.name.removesuffix(":0")
+
+
+def write(directory: Path, serve, fillings: dict[str, Filling], *, signatures=None, chunk_bytes: int = CHUNK_BYTES,
+          compiled: bool = True) -> None:
+    """Saves the template `serve` into `directory` as a SavedModel (with its loss and metrics, when `compiled`, so
+    Keras loads it ready to evaluate), then replaces its variables bundle by one whose variables named in
+    `fillings` hold what those give (the rest as the template holds them)."""
+    serve.save(str(directory), save_format="tf", include_optimizer=compiled, signatures=signatures)
+    saved = str(directory / VARIABLES / VARIABLES)
+    template = BundleReader(saved)
+    names = full_names(template.whole(GRAPH_KEY).numpy())
+    streamed = str(directory / VARIABLES / "streamed")
+    writer = BundleWriter(streamed)
+    filled = set()
+    for key in sorted(template.shapes):
+        filling = fillings.get(names.get(key, ""))
+        if filling is None:
+            writer.add(key, template.whole(key))
+            continue
+        filled.add(names[key])
+        for begin, end, rows in filling.chunks(chunk_bytes):
+            writer.add(key, rows, "" if begin is None else slice_spec(filling.shape, begin, end))
+    missing = sorted(set(fillings) - filled)
+    if missing:
+        writer.abandon()
+        raise KeyError(f"the SavedModel of {directory.name} does not save the weight {missing[0]}")
+    writer.finish()
+    remove_bundle(saved)
+    for path in (directory / VARIABLES).glob("streamed.*"):
+        path.rename(path.with_name(path.name.replace("streamed.", f"{VARIABLES}.", 1)))

@@ -1,0 +1,87 @@
+"""TensorFlow checkpoint bundles (`prefix.index` + `prefix.data-*`) written in parts and read by row ranges.
+
+A writer saves each tensor it is given as a part of its own under `<prefix>_temp/`, one SaveV2 of one tensor (the
+op's attributes are then one of a few, one per dtype: a chief that has saved once never meets a SaveV2 it has not
+run, which with a worker stopped would wait for it, as TensorFlow registers a new op with every task first), and
+merges them into the bundle at the end (MergeV2Checkpoints renames the parts' data files and writes the index
+last), so a bundle is whole or absent: a writer that dies leaves only `<prefix>_temp/`, removed by the next
+write of the same prefix. A tensor saved as slices (a table's chunks) reads back whole with TensorFlow's own
+loaders, or by row ranges with `BundleReader.rows`, which reads across the slices it was written in.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import tensorflow as tf
+from tensorflow.python.ops import gen_io_ops, io_ops
+
+from tables.streaming.rows import slice_spec
+
+TEMP_SUFFIX = "_temp"
+
+
+class BundleWriter:
+    """Writes one bundle at `prefix` from tensors given one at a time, each saved at once into a part of its own;
+    `device` runs the saves (the chief's CPU under ParameterServerStrategy)."""
+
+    def __init__(self, prefix: str, *, device: str | None = None):
+        self.prefix, self.device = prefix, device or "/device:CPU:0"
+        self.temp = Path(prefix + TEMP_SUFFIX)
+        shutil.rmtree(self.temp, ignore_errors=True)
+        self.temp.mkdir(parents=True)
+        self.parts: list[str] = []
+
+    def add(self, key: str, tensor: tf.Tensor, spec: str = "") -> None:
+        """Saves `tensor` as `key` (or as the slice `spec` of it)."""
+        part = str(self.temp / f"part-{len(self.parts):06d}")
+        with tf.device(self.device):
+            io_ops.save_v2(part, [key], [spec], [tensor])
+        self.parts.append(part)
+
+    def finish(self) -> str:
+        """Merges the parts into the bundle at `prefix` and returns it."""
+        with tf.device(self.device):
+            gen_io_ops.merge_v2_checkpoints(self.parts, self.prefix, delete_old_dirs=True)
+        shutil.rmtree(self.temp, ignore_errors=True)
+        return self.prefix
+
+    def abandon(self) -> None:
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+class BundleReader:
+    """Keys, shapes and dtypes of the bundle at `prefix`, and its tensors whole or by row ranges (read on
+    `device`)."""
+
+    def __init__(self, prefix: str, *, device: str | None = None):
+        self.prefix, self.device = prefix, device or "/device:CPU:0"
+        reader = tf.train.load_checkpoint(prefix)
+        self.shapes = reader.get_variable_to_shape_map()
+        self.dtypes = reader.get_variable_to_dtype_map()
+
+    def has(self, key: str) -> bool:
+        return key in self.shapes
+
+    def rows_of(self, key: str) -> int:
+        shape = self.shapes[key]
+        return int(shape[0]) if shape else 1
+
+    def whole(self, key: str) -> tf.Tensor:
+        return self._read(key, "")
+
+    def rows(self, key: str, begin: int, end: int) -> tf.Tensor:
+        """Rows [begin, end) of `key`, wherever its slices were cut."""
+        return self._read(key, slice_spec(self.shapes[key], begin, end))
+
+    def _read(self, key: str, spec: str) -> tf.Tensor:
+        with tf.device(self.device):
+            return io_ops.restore_v2(self.prefix, [key], [spec], [self.dtypes[key]])[0]
+
+
+def remove_bundle(prefix: str) -> None:
+    """Deletes the files of the bundle at `prefix` and any leftover of writing it."""
+    for path in tf.io.gfile.glob(prefix + ".*"):
+        tf.io.gfile.remove(path)
+    shutil.rmtree(prefix + TEMP_SUFFIX, ignore_errors=True)

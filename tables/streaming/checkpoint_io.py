@@ -1,0 +1,104 @@
+"""Saving and restoring a checkpoint without gathering its tables in one process.
+
+`save` writes the small values whole and each table a chunk of rows at a time, read on its own ps by row (a
+gather: a ps never copies its shard whole, DESIGN.md fact 36); `restore` reads
+each table a chunk at a time and scatters it into the variables on their ps, whatever shards they are split into
+now. The bundle is an ordinary TensorFlow checkpoint (the same keys as `tf.train.Checkpoint.write`), and any
+such checkpoint restores through here. The process running them holds at most a chunk of any table (a table's
+rows and its slots, read together), or one small value (under a quarter of a chunk).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import tensorflow as tf
+from tensorflow.python.eager import context
+
+from tables.streaming.bundle import BundleReader, BundleWriter, remove_bundle
+from tables.streaming.entries import GRAPH_KEY, saved
+from tables.streaming.rows import CHUNK_BYTES
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint lacks a key of the live objects, or holds it with another shape."""
+
+
+def save(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES,
+         tables: Callable[[str], bool] | None = None) -> str:
+    """Writes `root` (a tf.train.Checkpoint) as the bundle `prefix`; returns `prefix`. With `tables`, only the
+    tables whose key it accepts (e.g. not optimizer slots: a checkpoint to serve from, never to resume)."""
+    entries = saved(root, chunk_bytes=chunk_bytes, tables=tables)
+    writer = BundleWriter(prefix, device=device)
+    try:
+        writer.add(GRAPH_KEY, tf.constant(entries.graph))
+        small = entries.small + [entry for streamed in entries.streamed for entry in streamed.small]
+        for entry in small:
+            value = entry.read()
+            if value is not None:  # an uninitialised variable saves nothing, as TensorFlow's own save
+                writer.add(entry.key, value, entry.spec)
+        for group in entries.groups + [group for streamed in entries.streamed for group in streamed.groups]:
+            for begin, end in group.ranges(chunk_bytes):
+                for piece, values in zip(group.slices, group.read(begin, end), strict=True):
+                    writer.add(piece.key, values, piece.spec(begin, end))
+        return writer.finish()
+    except BaseException:
+        writer.abandon()
+        raise
+
+
+def restore(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
+    """Restores every value of `root` from the checkpoint `prefix`; a key it lacks, or holds with another shape,
+    raises CheckpointMismatch naming it (nothing of the model is left at its initial value unnoticed)."""
+    entries = saved(root, chunk_bytes=chunk_bytes)
+    reader = BundleReader(prefix, device=device)
+    _check_keys(reader, entries)
+    for entry in entries.small:
+        entry.restore(reader.whole(entry.key) if entry.rows is None
+                      else reader.rows(entry.key, entry.rows[0], sum(entry.rows)))
+    for group in entries.groups:
+        for begin, end in group.ranges(chunk_bytes):
+            group.write(begin, end, [reader.rows(piece.key, piece.offset + begin, piece.offset + end)
+                                     for piece in group.slices])
+            context.async_wait()  # remote writes are queued: without a wait, many chunks wait on the ps at once
+    for streamed in entries.streamed:
+        streamed.owner.restore_streamed(reader, streamed.prefix, chunk_bytes)
+
+
+def _check_keys(reader: BundleReader, entries) -> None:
+    wanted = {entry.key: entry.full_shape for entry in entries.small}
+    wanted.update({piece.key: piece.full_shape for group in entries.groups for piece in group.slices})
+    missing = sorted(key for key in wanted if not reader.has(key))
+    if missing:
+        raise CheckpointMismatch(f"{reader.prefix} lacks {len(missing)} value{'s' * (len(missing) != 1)} of the "
+                                 f"model, e.g. {missing[0]}")
+    for key, shape in wanted.items():
+        if shape is not None and list(shape) != list(reader.shapes[key]):
+            raise CheckpointMismatch(f"{reader.prefix} holds {key} with shape {reader.shapes[key]}, the model "
+                                     f"{list(shape)}")
+
+
+def warm_up(root, directory: Path, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
+    """Runs every op a save and a restore of `root` run, once, on a row of each table and each small value, into a
+    bundle under `directory` that is then removed. In a cluster, an op the chief has not run yet waits for every
+    task to register it, a stopped worker included; a chief that warmed up saves past a frozen worker."""
+    entries = saved(root, chunk_bytes=chunk_bytes)
+    prefix = str(directory / ".warm-up")
+    writer = BundleWriter(prefix, device=device)
+    try:
+        for entry in entries.small + [entry for streamed in entries.streamed for entry in streamed.small]:
+            value = entry.read()
+            if value is not None:
+                writer.add(entry.key, value, entry.spec)
+        for group in entries.groups + [group for streamed in entries.streamed for group in streamed.groups]:
+            if group.rows:
+                for piece, values in zip(group.slices, group.read(0, 1), strict=True):
+                    writer.add(piece.key, values, piece.spec(0, 1))
+        writer.finish()
+        reader = BundleReader(prefix, device=device)
+        for key, shape in reader.shapes.items():
+            reader.rows(key, 0, 1) if shape else reader.whole(key)
+    finally:
+        writer.abandon()
+        remove_bundle(prefix)
