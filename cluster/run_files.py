@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from common.version import VERSION
+
 RUN_VARIABLE = "PSCLUSTER_RUN"  # names one launcher run: every task it starts carries it; the lead stamps summaries
 
 
@@ -145,6 +147,7 @@ class RunSummary:
     follow: dict = dataclasses.field(default_factory=dict)  # follow mode: files done, examples, freshness per file
     skipped_records: int | None = None  # skip_corrupt: malformed records the workers skipped (None: not counted)
     run: str | None = None  # the launcher run (PSCLUSTER_RUN) whose lead wrote it; None when started by hand
+    version: str | None = None  # the release that wrote it (common/version.py); None: before 0.6
 
     @property
     def complete(self) -> bool:
@@ -157,8 +160,9 @@ def read_summary(files: RunFiles) -> RunSummary | None:
 
 
 def write_summary(files: RunFiles, summary: RunSummary) -> None:
-    """Writes `summary`, stamped with the launcher run of the process that writes it."""
-    write_json_atomically(files.summary, dataclasses.asdict(dataclasses.replace(summary, run=this_run())))
+    """Writes `summary`, stamped with the launcher run and the release of the process that writes it."""
+    stamped = dataclasses.replace(summary, run=this_run(), version=VERSION)
+    write_json_atomically(files.summary, dataclasses.asdict(stamped))
 
 
 def training_finished(files: RunFiles, planned_epochs: int, *, run: str | None = None) -> bool:

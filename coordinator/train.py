@@ -22,6 +22,7 @@ from common.exit_file import run_recording_exit
 from common.fields import field_help
 from common.large_buffers import return_large_buffers_at_once
 from common.logs import quiet_tensorflow, task_logger
+from common.version import titled
 from data import preflight
 
 
@@ -95,7 +96,7 @@ def train(cluster: str = "cluster.json", worker: int | None = None, workers=None
         run_training(config, options, log)
 
 
-train.__doc__ = f"""Trains the cluster's model with its strategy (by default ParameterServerStrategy, as its chief).
+train.__doc__ = titled(f"""Trains the cluster's model with its strategy (ParameterServerStrategy by default, as chief).
 
 Options come from the `training` section of CLUSTER (the defaults below apply where it is silent) and
 can be overridden here, e.g. `--epochs 2`.
@@ -110,7 +111,7 @@ Args:
   workers: parameter_server: train with these workers only (indices into cluster.worker, e.g. 0,2); the launcher
     sets it when it leaves lost workers out.
 {field_help(TrainingOptions)}
-"""
+""")
 train.__signature__ = inspect.Signature(
     [inspect.Parameter("cluster", inspect.Parameter.KEYWORD_ONLY, default="cluster.json"),
      inspect.Parameter("worker", inspect.Parameter.KEYWORD_ONLY, default=None),

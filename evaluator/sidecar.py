@@ -23,6 +23,7 @@ from common.errors import Problem, UserError, exit_on_user_error
 from common.disk_full import exit_on_full_disk
 from common.exit_file import run_recording_exit
 from common.logs import quiet_tensorflow, task_logger
+from common.version import titled
 
 SPLITS = ("train", "validation", "test")
 
@@ -108,7 +109,7 @@ def _option_help(name: str) -> str:
     return next(field.metadata["help"] for field in dataclasses.fields(EvaluationOptions) if field.name == name)
 
 
-evaluate.__doc__ = f"""Evaluates each checkpoint as the chief writes it, keeps the best model; or one model once.
+evaluate.__doc__ = titled(f"""Evaluates each checkpoint as the chief writes it, keeps the best model; or one model once.
 
 Follows OUTPUT_DIR/checkpoints of the training section until the run is complete and every checkpoint is
 evaluated (exit 0). When it gives up is evaluation.idle_timeout_s: {_option_help("idle_timeout_s")} (the lead's
@@ -120,7 +121,7 @@ Args:
   model: evaluate this exported model (.h5, .keras or SavedModel) once and exit.
   split: the split a one-off evaluation reads: train, validation or test.
   output_json: also write a one-off evaluation's metrics to this JSON file.
-"""
+""")
 
 
 if __name__ == "__main__":

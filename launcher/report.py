@@ -4,12 +4,15 @@ and best metrics, model paths as host:path), hosts that were lost, and a TensorB
 from __future__ import annotations
 
 import dataclasses
+import sys
+from pathlib import Path
 
 from cluster.config import ClusterConfig
 from launcher.backends.base import HostError, RunOutputs
 from launcher.records import TaskState
 from launcher.status import shown_state
 
+TENSORBOARD = Path(sys.executable).parent / "tensorboard"  # the venv's: no tensorboard is on PATH
 CLOCK_SLACK_S = 5.0  # a file counts as this run's when it is at most the run's wall time (plus this) old
 
 
@@ -115,6 +118,6 @@ def final_report(config: ClusterConfig, supervisor, wall_s: float) -> Report:
         events = None
     lines += [f"host {line}" for line in supervisor.outages.lines]
     lines += [f"workers: {line}" for line in supervisor.membership.lines()]
-    curves = f"; curves: tensorboard --logdir {events}" if events else ""
+    curves = f"; curves: {TENSORBOARD} --logdir {events}" if events else ""
     lines.append(f"wall time {wall_s:.0f} s{curves}")
     return Report(lines, trained)

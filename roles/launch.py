@@ -15,6 +15,7 @@ from cluster.config import PROJECT_ROOT
 from common.errors import USER_ERROR_EXIT_CODE, Problem, UserError, exit_on_user_error
 from common.fields import is_int, is_number
 from common.logs import import_tensorflow_quietly, quiet_tensorflow
+from common.version import titled
 from launcher import memory_requests, process, reload
 from launcher.backends.slurm import allocation as slurm_allocation
 from launcher.backends.slurm import commands as slurm_commands
@@ -277,4 +278,5 @@ def _under_slurm(config) -> bool:
 
 
 if __name__ == "__main__":
+    Launcher.__doc__ = titled(Launcher.__doc__)
     fire.Fire(Launcher(), name="roles.launch")  # an instance: Fire's --help then lists the commands

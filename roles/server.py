@@ -17,6 +17,7 @@ from common.errors import Problem, UserError, exit_on_user_error
 from common.exit_file import record_exit, run_recording_exit
 from common.logs import quiet_tensorflow, task_logger
 from common.net import port_in_use
+from common.version import titled
 
 SERVER_ROLES = ("ps", "worker")
 
@@ -95,6 +96,9 @@ def _leave(code: int) -> None:
     sys.stderr.flush()
     record_exit(code)
     os._exit(code)  # the C++ server has no clean shutdown; leaving the process is the only way to stop it
+
+
+serve.__doc__ = titled(serve.__doc__)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Every entry point answers `--help` (exit 0) listing what it can do: each command or option, with its line."""
+"""Every entry point answers `--help` (exit 0) headed by the release, listing what it can do: each command or option,
+with its line."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 
 from clusterkit import PYTHON, ROOT
 from cluster.training_options import TrainingOptions
+from common.version import VERSION
 
 HELP_TIMEOUT_S = 120
 
@@ -60,6 +62,7 @@ def test_every_entry_point_answers_help_with_each_command_or_option_and_its_line
         text = answer.stdout + answer.stderr  # Fire writes its help to stderr
         missing = [item for item in items if not described(text, item)]
         assert not missing, f"{module} --help does not list {missing}:\n{text}"
+        assert f"pscluster {VERSION}:" in text, f"{module} --help does not say which release it is:\n{text}"
     assert len(expected()["roles.launch"]) >= 10  # run, up, status, reload, down, print_config, sbatch, plan, ...
     train = answers["coordinator.train"].stderr
     assert "mid-epoch" in train and "per-epoch" not in train  # it resumes within an epoch
