@@ -21,6 +21,12 @@ def test_a_lane_with_nothing_to_run_does_not_fail_the_run_but_any_failure_does()
     assert lanes.combined_exit_code([0, 1]) == 1 and lanes.combined_exit_code([2, 0]) == 2
 
 
+def test_a_lane_over_its_budget_is_named_and_one_within_it_is_not():
+    late = lanes.over_budget({"main": lanes.LANE_BUDGET_S + 1, "multihost": lanes.LANE_BUDGET_S - 1})
+    assert len(late) == 1 and "the main lane took" in late[0] and "LANE_BUDGET_S" in late[0]
+    assert lanes.over_budget({"main": 10.0, "multihost": 20.0}) == []
+
+
 def test_a_path_runs_one_plain_pytest_and_options_alone_run_the_lanes():
     assert lanes.names_a_path(["tests/test_config.py"]) and lanes.names_a_path(["-q", "tests"])
     assert lanes.names_a_path(["tests/test_lanes.py::test_each_lane_collects_its_own_tests_from_the_same_options"])

@@ -1,0 +1,104 @@
+"""Where a command's CPU goes: samples /proc every few seconds while it runs and sums CPU-seconds per process kind
+(ps, worker, chief, evaluator, exporter, pytest, daemons), per lane and per test module.
+
+    .venv/bin/python tests/cpu_sampler.py --out /tmp/cpu.json -- sh tests/run.sh
+
+A process is given to the test module that started it through `PYTEST_CURRENT_TEST` in its environment (a child
+inherits it from the pytest that started it, so the launcher's tasks carry their test's name), and to its lane
+through `PSCLUSTER_TEST_LANE`. Run it as root, alone: it reads every process of the machine. A process that ends
+between two looks loses at most its last interval of CPU; one that lived less than an interval is counted whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+KINDS = (("--role ps", "ps"), ("--role worker", "worker"), ("coordinator.train", "chief"),
+         ("evaluator.sidecar", "evaluator"), ("publish.exporter", "exporter"), ("pytest", "pytest"),
+         ("slurm", "daemons"), ("munged", "daemons"), ("sshd", "daemons"))
+
+
+def kind_of(command: str) -> str:
+    return next((kind for mark, kind in KINDS if mark in command), "other")
+
+
+def cpu_seconds(pid: str) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime, stime (fields 14 and 15 of stat)
+
+
+def identity(pid: str) -> tuple[str, str, str] | None:
+    """(kind, lane, test module) of a process, or None once it is gone."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        environ = dict(item.split(b"=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                       if b"=" in item)
+    except OSError:
+        return None
+    test = environ.get(b"PYTEST_CURRENT_TEST", b"").decode(errors="replace")
+    lane = environ.get(b"PSCLUSTER_TEST_LANE", b"").decode() or "-"
+    return kind_of(command), lane, test.split("::")[0].rsplit("/", 1)[-1] or "-"
+
+
+def sample(seen: dict, totals: collections.Counter) -> None:
+    """One look at every process: the CPU each used since the last look goes to its (kind, lane, module)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        used = cpu_seconds(pid)
+        if used is None:
+            continue
+        if pid not in seen:
+            who = identity(pid)
+            if who is None:
+                continue
+            seen[pid] = [who, 0.0]
+        who, before = seen[pid]
+        totals[who] += max(used - before, 0.0)
+        seen[pid][1] = used
+
+
+def summary(totals: collections.Counter, seconds: float) -> dict:
+    def by(position: int) -> dict:
+        sums = collections.Counter()
+        for key, value in totals.items():
+            sums[key[position]] += value
+        return {name: round(value, 1) for name, value in sums.most_common()}
+
+    return {"wall_s": round(seconds), "cpu_s": round(sum(totals.values())), "by_kind": by(0), "by_lane": by(1),
+            "by_module": by(2)}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--every_s", type=float, default=2.0)
+    parser.add_argument("--out", default="cpu-sample.json")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    options = parser.parse_args(argv)
+    command = options.command[1:] if options.command[:1] == ["--"] else options.command
+    seen, totals, started = {}, collections.Counter(), time.monotonic()
+    sample(seen, collections.Counter())  # what ran before the command is not its cost
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    while True:  # bounded by the command: it ends, or a Ctrl-C ends both
+        time.sleep(options.every_s)
+        sample(seen, totals)  # before the reap: an ended child is still a zombie whose CPU can be read
+        if process.poll() is not None:
+            break
+    result = summary(totals, time.monotonic() - started)
+    Path(options.out).write_text(json.dumps(result, indent=2))
+    print(f"[cpu] {result['cpu_s']} CPU-s in {result['wall_s']} s; by kind {result['by_kind']}; by lane "
+          f"{result['by_lane']}; per module in {options.out}", flush=True)
+    return process.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

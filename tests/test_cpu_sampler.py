@@ -1,0 +1,32 @@
+"""tests/cpu_sampler.py, which says where the suite's CPU goes: kinds told apart, and a child's CPU counted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import cpu_sampler
+from clusterkit import PYTHON, ROOT
+
+BURN = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass"
+
+
+def test_each_task_kind_is_told_from_its_command_line():
+    assert cpu_sampler.kind_of("python -m roles.server --role ps --index 0 --cluster c.json") == "ps"
+    assert cpu_sampler.kind_of("python -m roles.server --role worker --index 1") == "worker"
+    assert cpu_sampler.kind_of(".venv/bin/python -m coordinator.train --cluster c.json") == "chief"
+    assert cpu_sampler.kind_of("python -m online.publish.exporter req.json") == "exporter"
+    assert cpu_sampler.kind_of("python -m pytest --durations=0") == "pytest"
+    assert cpu_sampler.kind_of("/usr/sbin/slurmd -D") == "daemons" and cpu_sampler.kind_of("sleep 1") == "other"
+
+
+def test_a_commands_childrens_cpu_is_counted_and_given_to_their_test(tmp_path):
+    out = tmp_path / "cpu.json"
+    result = subprocess.run([PYTHON, str(ROOT / "tests" / "cpu_sampler.py"), "--every_s", "0.2", "--out", str(out),
+                             "--", PYTHON, "-c", BURN], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={"PYTEST_CURRENT_TEST": "tests/test_x.py::test_y (call)", "PATH": "/usr/bin:/bin"},
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    measured = json.loads(out.read_text())
+    assert 0.7 <= measured["by_module"]["test_x.py"] <= 3.0, measured  # the child's 1 CPU-s, and the sampler's own
+    assert "[cpu]" in result.stdout
