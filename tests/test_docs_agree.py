@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import docsfigures
 import docshelp
 import docskit
 import docslinks
@@ -141,3 +142,84 @@ def test_names_are_followed_through_classes_and_re_exports():
     assert docsnames.resolves("online.publish.follower.Follower.catch_up")
     assert not docsnames.resolves("online.publish.follower.Follower.catch_down")
     assert docsnames.resolves("online.publish")  # a package
+
+
+# ----- (d) docs that cannot go stale: figures on one page, one value per quantity, files that exist ----------------
+def test_no_user_page_carries_a_measured_figure():
+    found = {path.name: docsfigures.measured_figures(path.read_text()) for path in docsfigures.user_pages()}
+    found = {name: figures for name, figures in found.items() if figures}
+    assert not found, ("a run's measured figures belong in docs/performance.md or bench/RESULTS*.md, with machine "
+                       f"and date; say what is bounded here and link there: {found}")
+
+
+def test_the_figure_check_fails_on_planted_figures_and_passes_bounds():
+    planted = {
+        "At 16 MB the chief peaked at 703 MB.": "'703 MB'",
+        "Files trained at 0.85x a run without versions.": "'0.85x'",
+        "A settled checkpoint takes 12.5 s at 26 M rows.": "'12.5 s'",
+        "Freshness was p95 45 s.": "'p95 45 s'",
+        "The model reached AUC 0.6544 on the validation split.": "'AUC 0.6544'",
+        "Measured on a 2-core machine on 2026-11-29, alone.": "'2026-11-29'",
+        "On tc-shaped links 9 of 9 predictions came within ±25 % of the measured steps/s.": "a tally",
+        "A dense optimizer was 80× slower at 32 M rows.": "'80× slower'",
+        "The host shows as lost 6-13 s after its link goes down.": "'6-13 s'",
+        "Training resumed at 21.4 steps/s.": "'21.4 steps/s'",
+    }
+    for line, figure in planted.items():
+        found = docsfigures.measured_figures(line)
+        assert len(found) == 1 and figure in found[0], (line, found)
+    bounds = ("The chunk is `training.stream_chunk_mb` [16]; each calibration run takes at most 300 s.\n\n"
+              "A file lands every 20 s; a ps keeps a reserve of 256 MiB, and TensorFlow's keep-alive is 600 s.\n\n"
+              "Checkpoints stay within 10 % of the aim, up to 1.5 GiB; the 1 TB set's tables hold 15.5 GiB.\n\n"
+              "Plan 1 to 2x the ps count on 28x28 images:\n\n    [chief:0] measured 703 MB on 2026-11-29, 0.85x\n")
+    assert docsfigures.measured_figures(bounds) == []
+
+
+def test_the_performance_page_gives_each_figure_its_machine_and_date():
+    text = (docskit.ROOT / "docs" / "performance.md").read_text()
+    assert "2 cores (AMD EPYC)" in text.split("\n## ")[0], "the performance page names its machine first"
+    undated = [section.splitlines()[0] for section in text.split("\n## ")[1:]
+               if not section.startswith("Measuring again") and not docsfigures.DATE.search(section)]
+    assert not undated, f"performance.md: give these sections the date of their runs: {undated}"
+
+
+def test_a_quantity_is_given_once_or_everywhere_alike(schema):
+    texts = pages()
+    assert not docsfigures.wrong_defaults(texts, schema), "a default stated in prose is not the schema's"
+    assert not docsfigures.quantities_given_twice(texts)
+    assert len(sum((docsfigures.stated_defaults(text, schema) for text in texts.values()), [])) > 30
+
+
+def test_the_quantity_checks_fail_on_planted_contradictions(schema):
+    texts = pages()
+    texts[RUNNING] += ("\n\n`launcher.max_restarts` [5] restarts; `keep_checkpoints` (default 4); "
+                       "`training.stream_chunk_mb` defaults to 64.\n\n| option (`training.`) | default | for |\n"
+                       "| --- | --- | --- |\n| `piece_mb` | `32` | pieces |\n")
+    texts[README] += "\n\nThe whole suite takes about 31 minutes of wall time.\n"
+    assert sorted(docsfigures.wrong_defaults(texts, schema)) == [
+        "running.md: launcher.max_restarts [5], but its default is 3",
+        "running.md: training.keep_checkpoints [4], but its default is 3",
+        "running.md: training.piece_mb [32], but its default is 16.0",
+        "running.md: training.stream_chunk_mb [64], but its default is 16.0"]
+    twice = docsfigures.quantities_given_twice(texts)
+    assert len(twice) == 1 and "README.md: about 31 minutes" in twice[0] and "tests.md" in twice[0]
+
+
+def test_every_file_a_page_names_is_one_the_project_ships():
+    shipped = docsfigures.shipped_files()
+    problems = [problem for path, text in pages().items() if path.name not in docsfigures.OLD_NAMES_PAGES
+                for problem in docsfigures.unshipped_files(text, path, shipped)]
+    assert not problems, "the docs name files the project does not have (or add a file it writes to WRITTEN)"
+
+
+def test_the_file_check_fails_on_planted_names():
+    shipped = docsfigures.shipped_files()
+    planted = ("TensorFlow copies a shard read whole (DESIGN.md fact 36); see `bench/nowhere.py`, "
+               "[the notes](../bench/RESULTS-nowhere.md) and `nowhere.sh`.\n\n"
+               "Fine: `tables/streaming/checkpoint_io.py`, `run.sh`, `summary.json`, `mydata/clicks.py`, "
+               "[results](../bench/RESULTS-memory.md) and `RESULTS-capacity.md`.\n")
+    assert docsfigures.unshipped_files(planted, RUNNING, shipped) == [
+        "running.md: ../bench/RESULTS-nowhere.md: no such file in the project",
+        "running.md: DESIGN.md: no such file in the project",
+        "running.md: bench/nowhere.py: no such file in the project",
+        "running.md: nowhere.sh: no such file in the project"]
