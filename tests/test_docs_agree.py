@@ -223,3 +223,21 @@ def test_the_file_check_fails_on_planted_names():
         "running.md: DESIGN.md: no such file in the project",
         "running.md: bench/nowhere.py: no such file in the project",
         "running.md: nowhere.sh: no such file in the project"]
+
+
+def test_the_resume_section_names_every_option_that_refuses_a_resume():
+    from cluster.same_run import WHAT_IS_TRAINED
+
+    text = (docskit.ROOT / "docs" / "training.md").read_text()
+    section = text.split("\n## Resume\n", 1)[1].split("\n## ", 1)[0]
+    missing = [name for name in WHAT_IS_TRAINED if f"`{name}`" not in section]
+    assert not missing, f"training.md#resume: name what refuses a resume (cluster/same_run.py): {missing}"
+
+
+def test_the_tests_page_names_every_system_package_the_suite_installs():
+    script = (docskit.ROOT / "tests" / "system_packages.sh").read_text()
+    needs = script.split('needs="', 1)[1].split('"', 1)[0]
+    packages = {line.split()[1] for line in needs.splitlines() if len(line.split()) == 2}
+    page = (docskit.ROOT / "docs" / "tests.md").read_text()
+    missing = sorted(package for package in packages if package not in page)
+    assert len(packages) > 5 and not missing, f"docs/tests.md: name these Debian packages: {missing}"
