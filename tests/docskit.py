@@ -60,10 +60,14 @@ def kind(node: dict) -> str:
     if "enum" in node:
         return " or ".join(f"`{json.dumps(v)}`" if v is None or v == "" else f"`{v}`" for v in node["enum"])
     if "$ref" in node:
-        low, high = node.get("minItems"), node.get("maxItems", node.get("maximum"))
-        bound = f"exactly {low}" if low is not None and low == high else ", ".join(
+        definition = node["$ref"].rsplit("/", 1)[-1]
+        low, high = node.get("minItems", node.get("minimum")), node.get("maxItems", node.get("maximum"))
+        if low is None and high is not None:  # a count capped here keeps its definition's floor: chief 0 or 1
+            low = load_schema()["$defs"][definition].get("minimum")
+        bound = f"exactly {low}" if low is not None and low == high else f"{low} or {high}" if (
+            low is not None and high is not None and high - low == 1) else ", ".join(
             text for text in (low is not None and f"at least {low}", high is not None and f"at most {high}") if text)
-        named = DEF_KINDS[node["$ref"].rsplit("/", 1)[-1]]
+        named = DEF_KINDS[definition]
         return f"{named} ({bound})" if bound else named
     if "oneOf" in node:
         return " or ".join(kind(sub) for sub in node["oneOf"])
