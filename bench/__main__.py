@@ -52,7 +52,7 @@ QUICK_FILE = Path("/tmp/pscluster-bench-quick.json")
 def quick_run() -> None:
     """The quick size: a few stages at small sizes, printed and kept in QUICK_FILE."""
     from bench import scaling, throughput, transfer
-    from bench.quiet import require_quiet
+    from bench.kit.quiet import require_quiet
 
     require_quiet()
     started, results = time.monotonic(), {"machine": machine()}
@@ -84,8 +84,8 @@ def main(repeats: int = 3, steps: int = 150, scaling_steps: int = 30, resume: bo
         return quick_run()
     require_plotting()
     from bench import levers, operations, scaling, throughput, transfer  # TensorFlow: not for --help
-    from bench.quiet import require_quiet, wait_for_quiet
-    from bench.report import plot, render
+    from bench.kit.quiet import require_quiet, wait_for_quiet
+    from bench.workload.report import plot, render
 
     started = time.monotonic()
     kept = json.loads((HERE / "results.json").read_text()) if resume and (HERE / "results.json").exists() else {}

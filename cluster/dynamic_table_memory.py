@@ -5,7 +5,7 @@ docs/dynamic-embeddings.md give.
 Per row of capacity: its bookkeeping (owner id 8 bytes, generation 4, last step 8, a place in the queue of free rows
 4) and, with `admit_after` above 1, the admission sketch's share (4 int32 cells per column, the sketch as wide as
 the partition's rows, at least 4,096 columns). Per held id: its entry in the id -> row index, a TensorFlow
-MutableHashTable in the ps's heap that no variable shows. INDEX_BYTES_PER_ID was measured (bench/index_bytes.py:
+MutableHashTable in the ps's heap that no variable shows. INDEX_BYTES_PER_ID was measured (bench/tables/index_bytes.py:
 the resident memory of one process inserting random int64 ids; TF 2.21, 2-core AMD EPYC, 2026-11-27): 43.7, 46.3,
 43.2, 43.2 and 43.6 bytes per id at 1.0, 1.6, 2.1, 4.2 and 8.4 million ids (a node per id and a bucket array that
 doubles when it fills), so 48 covers it just after a doubling. Pure arithmetic (the launcher reads it without

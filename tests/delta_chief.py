@@ -1,5 +1,5 @@
 """A chief that writes serving deltas of a hashed dlrm while its steps run on a real cluster, for
-tests/test_follow_deltas.py and bench/deltas.py; prints `RESULT {json}` last.
+tests/test_follow_deltas.py and bench/online/deltas.py; prints `RESULT {json}` last.
 
 `python tests/delta_chief.py check OUT` (TF_CONFIG of a chief): a base checkpoint, then deltas each read while
 steps scheduled just before it run on the workers, a last one once they are done; base plus every delta against

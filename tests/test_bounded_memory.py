@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from bench.memory_cgroup import MemoryCap
+from bench.kit.memory_cgroup import MemoryCap
 from clusterkit import cluster_document, finish, start_module, write_cluster
 from common import net
 

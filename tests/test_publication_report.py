@@ -1,7 +1,7 @@
 """The publication bench tells progress lines inside a version, outside one and at a checkpoint apart, and times
 each file from its first piece to its last."""
 
-from bench.publication import during_versions, file_rates
+from bench.online.publication import during_versions, file_rates
 
 
 def progress(clock: str, examples_per_s: int, caught_up: bool = False) -> str:

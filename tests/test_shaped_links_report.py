@@ -1,6 +1,6 @@
 """The shaped-link bench's table names the term of a worker's step that a missed prediction got wrong."""
 
-from bench.shaped_links import off
+from bench.workload.shaped_links import off
 
 
 def row(measured_steps_per_s: float, predicted_steps_per_s: float, workers: int = 1, **parts_ms) -> dict:
@@ -32,7 +32,7 @@ def test_a_step_slower_than_its_terms_names_the_wait_left_out():
 
 
 def test_a_measured_epoch_gives_every_worker_two_calls_at_least():
-    from bench.shaped_links import epoch_steps
+    from bench.workload.shaped_links import epoch_steps
 
     assert epoch_steps(1.07, workers=3, steps_per_execution=10) == 60  # not 10: one call, one worker of three
     assert epoch_steps(40.0, workers=3, steps_per_execution=10) == 200  # about RUN_SECONDS of steps

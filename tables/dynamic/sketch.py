@@ -13,7 +13,7 @@ The sketch decays on the step clock: windows are the steps [k W, (k + 1) W) of W
 each window's start every cell is halved (once per window passed, however few lookups came), so N sightings
 within one window admit an id whatever the batch, the ps count or how full the table is; sightings of earlier
 windows count half, a quarter... An id seen once per window never reaches N = 2 alone. A sketch narrower than
-the distinct ids without a row in a window over-admits instead (their cells collide): bench/admission_sketch.py
+the distinct ids without a row in a window over-admits instead (their cells collide): bench/tables/admission_sketch.py
 measures how much, and docs/dynamic-embeddings.md gives the load the width is sized for.
 """
 

@@ -1,0 +1,1 @@
+"""The reference workload (`python -m bench`): steps/s, transfers, levers, scaling, strategies, operations, plans."""
