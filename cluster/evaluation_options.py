@@ -17,9 +17,10 @@ class EvaluationOptions:
     """How the sidecar evaluator follows training."""
 
     best_metric: str = _option("val_accuracy", "metric that picks the best checkpoint: val_loss or val_<name> of "
-                                               "one of training.metrics, as tf_keras logs it")
+                                               "one of training.metrics, as tf_keras logs it; dlrm and wide_deep: "
+                                               "val_auc unless given")
     best_mode: str = _option("max", "max or min: whether a larger best_metric is better (max for accuracies and "
-                                    "auc, min for val_loss and crossentropies)")
+                                    "auc, min for val_loss and crossentropies); dlrm and wide_deep: max unless given")
     idle_timeout_s: float = _option(600.0, "give up (exit 1) when no new checkpoint arrives for this long while "
                                            "the lead's heartbeat stands still and its process is gone")
     poll_s: float = _option(2.0, "seconds between looks at the checkpoint directory")

@@ -89,8 +89,12 @@ class TrainingOptions:
                                                       "log_loss with binary_crossentropy (the default for dlrm and "
                                                       "wide_deep)")
     output_dir: str = _option("output", "checkpoints, TensorBoard logs, exported model and summary (chief's disk)")
-    min_shard_bytes: int = _option(256 * 1024, "MinSizePartitioner: smallest shard of a variable, in bytes")
-    max_shards: int | None = _option(None, "MinSizePartitioner: most shards per variable; null means one per ps")
+    min_shard_bytes: int = _option(256 * 1024, "smallest shard of a variable, in bytes; smaller variables stay "
+                                               "whole (MinSizePartitioner, and dlrm's and wide_deep's "
+                                               "BalancedPartitioner)")
+    max_shards: int | None = _option(None, "MinSizePartitioner: most shards per variable; null means one per ps; "
+                                           "dlrm and wide_deep ignore it (their tables are split evenly over every "
+                                           "ps: tables/placement.py)")
     checkpoint_every_s: float = _option(600.0, "parameter_server: seconds between checkpoints within an epoch (at "
                                                "most this much work is lost to a failure); 0 saves at epoch ends only")
     stream_chunk_mb: float = _option(16.0, "parameter_server: the most of a table (its rows and their optimizer "

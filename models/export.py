@@ -42,7 +42,7 @@ _PREDICT = weakref.WeakKeyDictionary()  # a model -> its prediction function, tr
 def predictions(model, inputs) -> np.ndarray:
     """`model`'s predictions on `inputs`, computed in one graph: an eager call of a model whose tables live on ps
     reads each table shard whole on its ps, which copies it there once sparse updates have touched it (the ps
-    then holds its share twice, DESIGN.md fact 36); in a graph only the rows looked up are read."""
+    then holds its share twice); in a graph only the rows looked up are read."""
     if isinstance(model.input, dict) and isinstance(inputs, dict):
         inputs = {name: inputs[name] for name in model.input}  # what the model takes of the data's features
     if model not in _PREDICT:  # one trace for any batch: a new trace would wait for every task, a stopped one too

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -23,7 +24,23 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
-import tensorflow as tf
+
+
+def _tensorflow_imported_quietly():
+    """TensorFlow, imported with file descriptor 2 at /dev/null: its C++ start-up lines ignore TF_CPP_MIN_LOG_LEVEL
+    in 2.21 (the project's common/logs.py does the same; this file is copied alone, so it cannot import it)."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            import tensorflow
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    return tensorflow
+
+
+tf = _tensorflow_imported_quietly()
 
 DELTAS, BUNDLE, MANIFEST, TRAINED_THROUGH = "deltas", "delta", "manifest.json", "assets.extra/trained_through.json"
 SCALARS = {"delta_sequence": "sequence", "delta_from_step": "from_step", "delta_read_step": "read_step"}
@@ -175,7 +192,7 @@ def follow(serving, *, every_s: float = 1.0, rest: list[str] = (), until=None, e
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--serving", required=True, help="the run's serving folder (output/serving)")
     parser.add_argument("--every_s", type=float, default=1.0, help="seconds between looks")
     parser.add_argument("--rest", action="append", default=[], help="a TensorFlow Serving model's REST address to "

@@ -1,11 +1,11 @@
 """Saving and restoring a checkpoint without gathering its tables in one process.
 
-`save` writes the small values whole and each table a chunk of rows at a time, read on its own ps by row (a
-gather: a ps never copies its shard whole, DESIGN.md fact 36); `restore` reads
-each table a chunk at a time and scatters it into the variables on their ps, whatever shards they are split into
-now. The bundle is an ordinary TensorFlow checkpoint (the same keys as `tf.train.Checkpoint.write`), and any
-such checkpoint restores through here. The process running them holds at most a chunk of any table (a table's
-rows and its slots, read together), or one small value (under a quarter of a chunk).
+`save` writes the small values whole and each table a chunk of rows at a time, read on its own ps by row (a gather: a
+ps never copies its shard whole, as TensorFlow does with a shard read whole once sparse updates touched it); `restore`
+reads each table a chunk at a time and scatters it into the variables on their ps, whatever shards they are split into
+now. The bundle is an ordinary TensorFlow checkpoint (the same keys as `tf.train.Checkpoint.write`), and any such
+checkpoint restores through here. The process running them holds at most a chunk of any table (a table's rows and its
+slots, read together), or one small value (under a quarter of a chunk).
 """
 
 from __future__ import annotations
