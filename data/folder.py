@@ -38,7 +38,7 @@ def _matches(parts: list[str], pattern: list[str]) -> bool:
 
 
 def listing(root: Path, pattern: str, excluded: Callable[[str], bool]) -> dict[str, int]:
-    """Each data file under `root` now, by name ('/'-separated), with its inode as its directory gives it. An
+    """Each data file under `root` now, by name ('/'-separated), with its inode (a link's target's). An
     OSError (the folder unreadable, a network filesystem's ESTALE) is raised: a partial listing would make
     files look gone."""
     parts = pattern.split("/")
@@ -59,15 +59,21 @@ def _list_into(found: dict, folder: Path, prefix: str, pattern: list[str], depth
             if entry.is_dir(follow_symlinks=depth is not None):  # `**` does not follow links (no loops)
                 if depth is None or name.count("/") + 1 < depth:
                     _list_into(found, folder / entry.name, name + "/", pattern, depth, excluded)
-            elif _matches(name.split("/"), pattern) and not excluded(name) and _is_file(entry):
-                found[name] = entry.inode()
+            elif _matches(name.split("/"), pattern) and not excluded(name):
+                inode = _file_inode(entry)
+                if inode is not None:
+                    found[name] = inode
 
 
-def _is_file(entry: os.DirEntry) -> bool:
+def _file_inode(entry: os.DirEntry) -> int | None:
+    """The inode of the file an entry names: a symbolic link's target's (a link is the file it points to), or None
+    when it is no file (a folder, a link to nowhere, gone meanwhile)."""
     try:
-        return entry.is_file()
-    except OSError:  # a link to nowhere, or gone meanwhile
-        return False
+        if not entry.is_file():
+            return None
+        return entry.stat().st_ino if entry.is_symlink() else entry.inode()
+    except OSError:
+        return None
 
 
 def data_files(root: Path, pattern: str, excluded: Callable[[str], bool]) -> dict[str, tuple[int, float]]:

@@ -56,7 +56,7 @@ def data_root(dataset: str, data_dir: str | None, base_dir: Path) -> Path:
     if data_dir is None:
         raise UserError(Problem("training.data_dir", None, f"{dataset} reads files but no directory is set",
                                 f"set training.data_dir to the directory that holds {WHAT_TO_GIVE[dataset]}"))
-    root = (Path(base_dir) / Path(data_dir).expanduser()).resolve()
+    root = Path(os.path.abspath(Path(base_dir) / Path(data_dir).expanduser()))  # a link is followed at each look
     if not root.exists():
         raise UserError(Problem("training.data_dir", data_dir, f"{root} does not exist",
                                 f"give the directory that holds {WHAT_TO_GIVE[dataset]}, at the same path on the "

@@ -54,6 +54,20 @@ def write_day(data, name: str, count: int, first: int, *, new_values: bool = Fal
     hidden.rename(data / name)
 
 
+def elsewhere(mount, days, data):
+    """The folder copied (times kept) onto another device, a tmpfs (root), or another folder (other inodes) when
+    this is no root, and the `data` link repointed there; returns the mount to remove, if one was made."""
+    mount.mkdir()
+    root = os.geteuid() == 0
+    if root:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], check=True, timeout=30)
+    subprocess.run(["cp", "-rp", str(days), str(mount / "days")], check=True, timeout=60)
+    assert not root or os.stat(mount / "days").st_dev != os.stat(days).st_dev  # another device, not a bind mount
+    (data.parent / "data.tmp").symlink_to(mount / "days")
+    os.replace(data.parent / "data.tmp", data)
+    return mount if root else None
+
+
 def load_in_another_process(version_dir) -> dict:
     loaded = subprocess.run([PYTHON, "-c", LOAD_VERSION, str(version_dir)], capture_output=True, text=True,
                             timeout=120, stdin=subprocess.DEVNULL, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
@@ -62,10 +76,15 @@ def load_in_another_process(version_dir) -> dict:
 
 
 def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(shared_servers, tmp_path):
-    """With dynamic tables (ids admitted and expired as the files go by); the other follow test keeps hashed ones."""
-    data, output, log = tmp_path / "data", tmp_path / "output", tmp_path / "chief.log"
-    data.mkdir()
-    rows = {"day_0": 300, "day_1.gz": 200, "day_2": 250, "day_3": 150, "day_4": 900}
+    """With dynamic tables (ids admitted and expired as the files go by); the other follow test keeps hashed ones.
+    `data_dir` is a symbolic link, one file a link to a file elsewhere, and the chief resumes on a copy of the folder
+    on another device (the link repointed), as on another node's mount: each file is trained once all the same."""
+    days, data, output, log = tmp_path / "days", tmp_path / "data", tmp_path / "output", tmp_path / "chief.log"
+    days.mkdir()
+    data.symlink_to(days)
+    published = tmp_path / "published"
+    published.mkdir()
+    rows = {"day_0": 300, "day_1.gz": 200, "day_2": 250, "day_3": 150, "day_5": 120, "day_4": 900}
     write_day(data, "day_0", 300, 0)
     write_day(data, "day_1.gz", 200, 300)
     cluster = derive_cluster(shared_servers, tmp_path, training={
@@ -75,13 +94,16 @@ def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(share
         "progressive_examples": 200})
     chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
     evaluator = start_module("evaluator.sidecar", "--cluster", str(cluster), log_path=tmp_path / "evaluator.log")
-    resumed = chief  # until the chief is started again
+    resumed, mounted = chief, None  # until the chief is started again; the other device, once mounted
     try:
         assert wait_for_line(log, "day_1.gz: done", 240, chief), log.read_text()[-3000:]
         lines = [criteokit.line(r) for r in criteokit.rows(rows["day_2"], first=500)]
         (data / "day_2").write_text("\n".join(lines[:120]) + "\n" + lines[120][:40])  # a writer mid-line
         write_day(data, "day_3", 150, 750)
+        write_day(published, "day_5.v1", 120, 1800)
+        (data / "day_5").symlink_to(published / "day_5.v1")  # publish-by-link
         assert wait_for_line(log, "day_3: done", 300, chief), log.read_text()[-3000:]
+        assert wait_for_line(log, "day_5: done", 300, chief), log.read_text()[-3000:]
         assert wait_for_line(log, "day_2: not taken yet: its last line has no newline", 60, chief)
         (data / "day_2").write_text("\n".join(lines) + "\n")  # now whole
         assert wait_for_line(log, "day_2: done", 300, chief), log.read_text()[-3000:]
@@ -91,6 +113,7 @@ def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(share
         chief.send_signal(signal.SIGKILL)  # mid-file: the resumed chief trains again what its checkpoint lacks
         chief.wait(timeout=30)
         served = json.loads((output / "summary.json").read_text())["follow"]["files_done"]  # by the last version
+        mounted = elsewhere(tmp_path / "mount", days, data)
         resumed = start_module("coordinator.train", "--cluster", str(cluster), "--stop_when_idle_s", "4",
                                log_path=tmp_path / "resumed.log")
         assert wait_for_line(tmp_path / "resumed.log", "files done", 120, resumed)  # its ledger restored
@@ -98,13 +121,17 @@ def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(share
         codes = finish(resumed, evaluator, timeout_s=600)
     finally:
         finish(chief, resumed, evaluator, timeout_s=1)
+        if mounted:
+            subprocess.run(["umount", "--lazy", str(mounted)], check=True, timeout=30)  # after every task ended
     assert codes == [0, 0], (tmp_path / "resumed.log").read_text()[-3000:]
     first, second = log.read_text(), (tmp_path / "resumed.log").read_text()
+    assert "reached through another device or inode" in second and "replaced by a new file" not in first + second
     assert first.index("day_2: not taken yet") < first.index("day_2: landed")  # not read until whole
     assert "resuming" in second
     assert re.search(r"\| tables \| rows \d+/4096 \(ps:0 \d+, ps:1 \d+\) \| admitted [1-9]", first + second)
     summary = json.loads((output / "summary.json").read_text())
     per_file = {f["name"]: f for f in summary["follow"]["per_file"]}
+    assert len(summary["follow"]["per_file"]) == len(rows)  # no file taken twice, under a link or on the copy
     assert {name: f["examples"] for name, f in per_file.items()} == rows  # every example once: none skipped
     assert summary["optimizer_steps"] == summary["follow"]["steps"]  # and no piece trained twice into the model
     assert sum(entry["expired"] for entry in summary["ps_report"].values()) > 0  # swept while following
@@ -115,7 +142,7 @@ def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(share
     assert kept == [str(per_file["day_4"]["served_version"])]  # the newest only: keep_serving_versions 1
     newest = load_in_another_process(output / "serving" / kept[0])
     assert newest["largest"] < 1e-5  # the version predicts as the trained model did, on raw features
-    served = served_predictions(output / "serving" / kept[0], "criteo", data / "day_4", 16)  # rows as in the file
+    served = served_predictions(output / "serving" / kept[0], "criteo", days / "day_4", 16)  # rows as in the file
     assert served.shape == (16,) and ((0 < served) & (served < 1)).all()
     through = newest["trained_through"]
     assert {f["name"]: f["examples"] for f in through["files_done"]} == rows and through["in_progress"] == []

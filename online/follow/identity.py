@@ -1,16 +1,18 @@
 """A landed file's identity: what makes a file under a name "the same file" as one the ledger holds. Pure Python.
 
-A file is the same file as one taken before when it has the same device and inode (the file itself, whatever its
-name) and the same first bytes as when it was taken (up to HEAD_BYTES; a filesystem gives a deleted file's inode
-to the next file made, so the inode alone cannot tell a rewrite in place from a new file). Its version is its
-size and modification time. So:
+A file is the same file as one taken before when its size, modification time and first bytes (up to HEAD_BYTES)
+are the ones it had when taken: its device and inode say which file object a name holds, and spare a look at its
+bytes while they stay the same, but never alone make a file new (`judge`). So:
 
 - a rename (or a hard link) keeps device, inode, size and time: the same file under a new name, never trained
   again, found without opening it;
-- a copy (`cp`, an rsync re-copy: rsync writes a temporary file and renames it over the old one) is a new inode:
-  a new file, trained (again);
-- a new file under an old name (the old one deleted or renamed over) is a new inode, or the old inode with other
-  first bytes: a new file;
+- the same files reached through another device or other inodes (the folder on another node's NFS, Lustre or
+  CephFS mount, a remount, a FUSE mount, a `cp -p` or `rsync -a` copy) keep size, time and first bytes: the same
+  files, not trained again, their new device and inode recorded;
+- a symbolic link is its target: what a link points to is stat'ed, so a link repointed at another file is a new
+  file, and one left alone is trained once;
+- a copy that does not keep the modification time (`cp`), or a new file under an old name, has another time or
+  other first bytes: a new file, trained;
 - the same inode with the same first bytes but another size or time was changed in place after it was taken:
   reported and counted, not trained again (what was taken is in the model; a writer must not change a file
   once it stood still for `settle_s`);
@@ -77,18 +79,24 @@ class Identity:
         """The same file object (device and inode) as `stat` says, when known."""
         return self.ino is not None and (self.dev, self.ino) == (stat.dev, stat.ino)
 
-    def unchanged(self, stat: Stat) -> bool:
-        """`stat` is this file as taken: the same object (when known), size and time."""
-        return (self.ino is None or self.same_object(stat)) and (self.size, self.mtime) == stat.version
+
+SAME, MOVED, CHANGED, NEW = "same", "moved", "changed in place", "new"  # what `judge` says of a known name
 
 
-def same_file_changed(taken: Identity, stat: Stat, path: Path | str) -> bool:
-    """Whether a file whose version is no longer `taken`'s is that file changed in place (True) or a new file
-    under its name (False); reads its first bytes only when device and inode are the same."""
-    if taken.ino is None:  # an older ledger's entry: no inode, no head; a changed version is a change in place
-        return True
+def judge(taken: Identity, stat: Stat, path: Path | str) -> str:
+    """What the file now at a taken name is: SAME (as taken), MOVED (the same file reached through another device
+    or inode: record its `stat`), CHANGED (that file changed in place) or NEW (another file under the name). Opens
+    the file only when its device or inode, and not its version, changed."""
+    if taken.ino is None:  # an older ledger's entry: no inode, no head; its version decides
+        return MOVED if taken.version == stat.version else CHANGED
+    if taken.version == stat.version:
+        if taken.same_object(stat):
+            return SAME
+        return MOVED if taken.head is not None and _head_is(taken, path) else NEW
     if not taken.same_object(stat) or taken.size == 0:
-        return False
-    if taken.head is None:
-        return True
+        return NEW
+    return CHANGED if taken.head is None or _head_is(taken, path) else NEW
+
+
+def _head_is(taken: Identity, path: Path | str) -> bool:
     return head_of(path, head_length(taken.head)) == taken.head

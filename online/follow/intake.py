@@ -5,7 +5,8 @@ said once in the chief's log and, when something is not trained, written to the 
 from __future__ import annotations
 
 from online.follow.landing import FIRST_SEEN, Look
-from online.follow.ledger import LOST, QUARANTINED, FileEntry, Ledger
+from online.follow.file_entry import LOST, QUARANTINED, FileEntry
+from online.follow.ledger import Ledger
 from online.follow.quarantine import QuarantineReport, check_bound
 from data.pieces import whole_file
 
@@ -30,8 +31,12 @@ class Intake:
         if self.looks == 1:
             self.report.log.info("first look at %s: %d files, %d held by the ledger (not opened again), %d stat'ed, "
                                  "%d opened", self.data.root, look.listed, look.held, look.stats, look.opened)
-        for name, stat in look.adopted.items():
+        for name, stat in {**look.adopted, **look.moved}.items():
             self.ledger.adopt(name, stat)
+        if look.moved:
+            self.report.log.info("%d held file(s) reached through another device or inode now (e.g. %s: another "
+                                 "node's mount, a remount or a copy that kept its times); size, time and first bytes "
+                                 "are as taken: not trained again", len(look.moved), min(look.moved))
         for new, old in look.renamed:
             if self.ledger.renamed(new, old) is not None:
                 self.report.once(f"{new}\0renamed", "%s: the same file as %s (renamed or linked: same inode, size "

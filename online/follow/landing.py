@@ -2,9 +2,10 @@
 files the ledger holds. Pure Python: no TensorFlow.
 
 Which files are data is data/folder.py's rule (the pattern, no hidden `.` or `_` part). Names the ledger holds
-(`known`: name -> Identity, online/follow/identity.py) are listed, not opened: a known name whose directory
-entry gives another inode holds a new file; a few known names per look (KNOWN_STATS_PER_LOOK, in turn) are also
-stat'ed, to find files changed in place or replaced under a reused inode. Every other name is stat'ed: one that is
+(`known`: name -> Identity, online/follow/identity.py) are listed, not opened: a known name whose listing gives
+another inode is stat'ed and judged (a new file, or the same file reached through another device or inode); a
+few known names per look (KNOWN_STATS_PER_LOOK, in turn) are also stat'ed, to find files changed in place,
+replaced under a reused inode, or reached through another device. Every other name is stat'ed: one that is
 a known file under a new name (a rename, a hard link) is followed, never taken again.
 
 A new file is taken at the first look where its size and modification time stood still for `settle_s` (as the
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from online.follow.identity import Identity, Stat, head_of, same_file_changed, stat_of
+from online.follow.identity import CHANGED, MOVED, NEW, SAME, Identity, Stat, head_of, judge, stat_of
 from data.folder import listing, natural_key
 from data.whole_files import UNFINISHED, UNREADABLE, Verdict
 
@@ -63,7 +64,8 @@ class Look:
     name; `changed`: known files changed in place (name -> their Stat now); `gone`: known names no longer there
     (name -> why); `adopted`: a resumed old ledger's names with the Stat that matched them; `errors`: names (''
     for the folder) whose stat or check failed with an OSError (retried at the next look); `listed`, `stats`,
-    `opened`: how much the look cost; `held`: names the ledger held."""
+    `opened`: how much the look cost; `held`: names the ledger held; `moved`: known names whose file is reached
+    through another device or inode now (name -> its Stat now)."""
 
     landed: list[Landed] = dataclasses.field(default_factory=list)
     waiting: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -72,6 +74,7 @@ class Look:
     changed: dict[str, Stat] = dataclasses.field(default_factory=dict)
     gone: dict[str, str] = dataclasses.field(default_factory=dict)
     adopted: dict[str, Stat] = dataclasses.field(default_factory=dict)
+    moved: dict[str, Stat] = dataclasses.field(default_factory=dict)
     errors: dict[str, str] = dataclasses.field(default_factory=dict)
     listed: int = 0
     stats: int = 0
@@ -129,10 +132,7 @@ class Landing:
         for name, taken in known.items():
             if name not in listed:
                 look.gone[name] = "deleted (or renamed out of the pattern)"
-            elif taken.ino is not None and listed[name] != taken.ino:
-                look.gone[name] = "replaced by a new file under its name"
-                fresh.append(name)
-            elif taken.ino is None or name in checked:
+            elif taken.ino is None or listed[name] != taken.ino or name in checked:
                 self._check_known(name, taken, look, fresh)
         return fresh
 
@@ -141,21 +141,23 @@ class Landing:
         try:
             stat = stat_of(path)
             look.stats += 1
-            if taken.unchanged(stat):
-                if taken.ino is None:
-                    look.adopted[name] = stat
-                return
-            look.opened += taken.ino is not None and taken.same_object(stat) and taken.size > 0
-            if not same_file_changed(taken, stat, path):
-                look.gone[name] = "replaced by a new file under its name"
-                fresh.append(name)
-            elif (name, stat.version) not in self.reported_changes:
-                self.reported_changes.add((name, stat.version))
-                look.changed[name] = stat
+            said = judge(taken, stat, path)
+            look.opened += said != SAME and taken.head is not None and \
+                (taken.same_object(stat) or taken.version == stat.version)
         except FileNotFoundError:
             look.gone[name] = "deleted (or renamed out of the pattern)"
+            return
         except OSError as error:
             look.errors[name] = str(error)
+            return
+        if said == MOVED:
+            (look.adopted if taken.ino is None else look.moved)[name] = stat
+        elif said == NEW:
+            look.gone[name] = "replaced by a new file under its name"
+            fresh.append(name)
+        elif said == CHANGED and (name, stat.version) not in self.reported_changes:
+            self.reported_changes.add((name, stat.version))
+            look.changed[name] = stat
 
     def _consider(self, name: str, now: float, by_object: dict, look: Look) -> None:
         path = self.root / name

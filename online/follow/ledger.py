@@ -14,77 +14,15 @@ import json
 import threading
 
 from online.follow.compaction import Compacted
+from online.follow.file_entry import BAD, LOST, QUARANTINED, TRAINED, FileEntry
 from online.follow.identity import Identity, Stat
 from online.follow.landing import Landed
-from data.pieces import WHOLE, Piece
+from data.pieces import Piece
 
 CHECKPOINT_NAME = "data_ledger"  # the object holding the ledger's JSON in every follow-mode checkpoint
 FORMAT = 2  # the JSON's version: 1 (a bare list of files) is read too
-TRAINED, BAD, QUARANTINED, LOST = "", "bad", "quarantined", "lost"  # what became of a file
 RECENT_FILES = 20  # finished files the bad-data bound judges (online/follow/quarantine.py)
 COMPACT_AFTER_S = 600.0  # a file done with is folded into counts this long after it left the folder
-
-
-@dataclasses.dataclass
-class FileEntry:
-    """One landed file: `pieces` as [begin, end] (emptied once the file is done), `done` their indices; `outcome`
-    TRAINED, BAD (trained, but more than max_bad_fraction of its records were malformed), QUARANTINED or LOST,
-    with `note` saying why; `unfinished`: why its format said it was not whole when taken as it was; `changed`:
-    times it was found changed in place after it was taken; `gone`: when its last name left the folder."""
-
-    name: str
-    size: int
-    mtime: float
-    landed: float
-    pieces: list[list[int]]
-    done: list[int] = dataclasses.field(default_factory=list)
-    piece_count: int = 0
-    examples: int = 0
-    steps: int = 0
-    started: float | None = None
-    finished: float | None = None
-    served_version: int | None = None
-    served: float | None = None
-    seq: int = -1
-    dev: int | None = None
-    ino: int | None = None
-    head: str | None = None
-    aliases: list[str] = dataclasses.field(default_factory=list)
-    skipped: int = 0
-    outcome: str = TRAINED
-    note: str = ""
-    unfinished: str = ""
-    changed: int = 0
-    lost_bytes: int = 0
-    gone: float | None = None
-
-    @property
-    def complete(self) -> bool:
-        return self.finished is not None
-
-    @property
-    def trained(self) -> bool:
-        return self.complete and self.outcome in (TRAINED, BAD)
-
-    @property
-    def identity(self) -> Identity:
-        return Identity(self.size, self.mtime, self.dev, self.ino, self.head)
-
-    @property
-    def freshness_s(self) -> float | None:
-        """Seconds from landing to the first serving version that trained on all of it."""
-        return None if self.served is None else self.served - self.landed
-
-    def through_byte(self) -> int:
-        """The end of the run of done pieces from the file's start (pieces are contiguous; its size once done)."""
-        done = set(self.done)
-        return next((begin for index, (begin, _) in enumerate(self.pieces) if index not in done), self.size)
-
-    def untrained_bytes(self) -> int:
-        """Bytes of the pieces not done (a whole-file piece counts the file's size)."""
-        done = set(self.done)
-        return sum((self.size if end == WHOLE else end) - begin
-                   for index, (begin, end) in enumerate(self.pieces) if index not in done)
 
 
 class Ledger:
@@ -155,9 +93,10 @@ class Ledger:
         return entry
 
     def adopt(self, name: str, stat: Stat) -> None:
-        """A resumed older ledger's file, found unchanged: its device and inode are recorded."""
+        """A file found as taken but through another device or inode (a resumed older ledger's file, another
+        node's mount, a copy that kept its times): its device and inode now are recorded."""
         entry = self.entry_named(name)
-        if entry is not None and entry.ino is None:
+        if entry is not None:
             with self._lock:
                 entry.dev, entry.ino = stat.dev, stat.ino
 
@@ -168,8 +107,12 @@ class Ledger:
         return [(entry.seq, p) for entry in files if not entry.complete
                 for p in range(len(entry.pieces)) if p not in entry.done and (entry.seq, p) not in busy]
 
-    def piece(self, key: tuple[int, int]) -> Piece:
-        entry = self.by_seq[key[0]]
+    def piece(self, key: tuple[int, int]) -> Piece | None:
+        """The piece `key` names, or None once its file is done with (a piece still running then is no longer
+        handed out)."""
+        entry = self.by_seq.get(key[0])
+        if entry is None or key[1] >= len(entry.pieces):
+            return None
         begin, end = entry.pieces[key[1]]
         return Piece(entry.name, begin, end)
 
@@ -185,7 +128,10 @@ class Ledger:
         """Marks a piece done with the examples and steps it trained and the malformed records it skipped; True
         when that completes its file (BAD if more than `bad_fraction` of its records were malformed)."""
         entry = self.by_seq.get(key[0])
-        if entry is None or entry.complete or key[1] in entry.done:
+        if entry is None or key[1] in entry.done or key[1] >= len(entry.pieces):
+            return False
+        if entry.complete:  # a LOST file's piece that ran when the file went: what it trained counts
+            self._trained_after_it_went(entry, key[1], examples, steps, skipped, now)
             return False
         entry.done.append(key[1])
         entry.examples += examples
@@ -201,13 +147,24 @@ class Ledger:
 
     def end(self, entry: FileEntry, outcome: str, note: str, now: float) -> None:
         """The file is done with: TRAINED or BAD (all its pieces done), QUARANTINED or LOST (its pieces not done
-        are counted, not trained)."""
+        are counted, not trained; a LOST file keeps its pieces for those still running)."""
         entry.lost_bytes = entry.untrained_bytes() if outcome in (QUARANTINED, LOST) else 0
         entry.outcome, entry.note, entry.finished = outcome, note, now
         entry.started = entry.started or now
-        entry.pieces, entry.done = [], []
         if outcome != LOST:
+            entry.pieces, entry.done = [], []
             self.recent.append(outcome)
+
+    def _trained_after_it_went(self, entry: FileEntry, index: int, examples: int, steps: int, skipped: int,
+                               now: float) -> None:
+        """A piece of a LOST file finished: its examples are trained; once every piece is, the file is TRAINED."""
+        entry.done.append(index)
+        entry.examples, entry.steps, entry.skipped = entry.examples + examples, entry.steps + steps, \
+            entry.skipped + skipped
+        entry.lost_bytes = entry.untrained_bytes()
+        if len(entry.done) == len(entry.pieces):
+            entry.outcome, entry.note, entry.finished = TRAINED, "its last pieces finished after it went", now
+            entry.pieces, entry.done = [], []
 
     # ----- where it stands ---------------------------------------------------------------------------------------
     def serve(self, version: int, now: float, names: set[str]) -> list[FileEntry]:

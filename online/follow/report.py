@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from cluster.run_files import Phase, RunFiles, TrainingProgress, write_progress
 from online.follow.intake import size_text
-from online.follow.ledger import FileEntry, Ledger
+from online.follow.file_entry import FileEntry
+from online.follow.ledger import Ledger
 
 HEARTBEAT_EVERY_S = 2.0
 WAITING_LINE_EVERY_S = 600.0

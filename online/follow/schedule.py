@@ -11,8 +11,8 @@ import os
 import time
 
 from online.follow.errors import DataFailure
-from online.follow.intake import Intake
-from online.follow.ledger import QUARANTINED, Ledger
+from online.follow.intake import Intake, size_text
+from online.follow.ledger import LOST, QUARANTINED, Ledger
 from online.follow.quarantine import check_bound
 from online.follow.report import duration
 from online.follow.stragglers import STUCK_FACTOR, Stragglers
@@ -67,6 +67,9 @@ class Schedule:
         now = time.monotonic()
         for key in self.stragglers.stuck(now):
             piece = self.ledger.piece(key)
+            if piece is None or self.ledger.by_seq[key[0]].complete:  # its file is done with: nothing to give
+                self.stragglers.out.pop(key, None)
+                continue
             if not self.trainer.hand_out(key, self.data.path(piece.name), piece.begin, piece.end):
                 return
             self.given_twice += 1
@@ -94,13 +97,15 @@ class Schedule:
                 self._failed(result)
                 continue
             self.stragglers.finished(result.key, result.worker, time.monotonic())
-            piece = self.ledger.piece(result.key) if result.key[0] in self.ledger.by_seq else None
-            entry = self.ledger.by_seq.get(result.key[0])
+            piece, entry = self.ledger.piece(result.key), self.ledger.by_seq.get(result.key[0])
+            went = entry is not None and entry.outcome == LOST and piece is not None
             if self.ledger.finish(result.key, result.examples, time.time(), steps=result.steps,
                                   skipped=result.skipped, bad_fraction=self.intake.max_bad_fraction):
                 self.report.done(entry)
                 if entry.note:
                     self.intake.quarantine.record(entry.name, entry.outcome, entry.note)
+            elif went:
+                self._trained_after_it_went(entry, result.examples)
             if result.skipped and piece is not None:
                 self.intake.quarantine.record(piece.name, "skipped", f"{result.skipped} malformed record(s) in "
                                               f"bytes {piece.begin}..{piece.end}" if not piece.whole else
@@ -111,6 +116,14 @@ class Schedule:
             self.trained_since_save = self.trained_since_version = True
             self.last_piece, self.last_activity = piece or self.last_piece, time.monotonic()
         check_bound(self.ledger, self.intake.max_bad_fraction, str(self.data.root))
+
+    def _trained_after_it_went(self, entry, examples: int) -> None:
+        if entry.outcome == LOST:
+            self.report.log.info("%s: a piece that ran when the file went finished: its %d examples are trained (%s "
+                                 "of the file not)", entry.name, examples, size_text(entry.lost_bytes))
+        else:
+            self.report.log.info("%s: its last pieces finished after it went: every piece is trained after all",
+                                 entry.name)
 
     def _failed(self, failure: DataFailure) -> None:
         entry = self.ledger.by_seq.get(failure.key[0])
