@@ -146,7 +146,7 @@ def test_a_file_deleted_while_its_pieces_run_is_counted_what_they_trained_and_th
     watched.look(now + 2)
     [entry] = watched.ledger.files
     assert (entry.outcome, entry.lost_bytes) == (LOST, 8) and watched.ledger.problems()["lost_files"] == 1
-    assert watched.ledger.piece((0, 0)) is not None and watched.ledger.pending(set()) == []
+    assert watched.ledger.piece((0, 0)) is not None and list(watched.ledger.pending(set())) == []
     assert watched.ledger.finish((0, 0), 2, now + 3, steps=1) is False  # it trained: counted, not a crash
     assert (entry.outcome, entry.lost_bytes, entry.examples) == (LOST, 4, 2)
     watched.ledger.finish((0, 1), 2, now + 4, steps=1)

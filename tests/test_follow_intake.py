@@ -169,7 +169,7 @@ def test_an_empty_file_is_done_at_once_and_one_that_later_holds_data_is_new(fold
     watched.look(now)
     watched.look(now + 6)
     [entry] = watched.ledger.files
-    assert entry.complete and entry.examples == 0 and watched.ledger.pending(set()) == []
+    assert entry.complete and entry.examples == 0 and list(watched.ledger.pending(set())) == []
     write(path, "1\n")
     watched.look(now + 7)
     assert names(watched.look(now + 13)) == ["hour_5"] and len(watched.ledger.files) == 2
@@ -187,7 +187,7 @@ def test_a_file_removed_before_it_was_trained_is_lost_and_a_trained_one_may_go(f
     watched.look(now + 2)
     trained, lost = watched.ledger.files
     assert (trained.outcome, lost.outcome, lost.lost_bytes) == (TRAINED, LOST, 4)
-    assert watched.ledger.pending(set()) == [] and watched.ledger.problems()["lost_files"] == 1
+    assert list(watched.ledger.pending(set())) == [] and watched.ledger.problems()["lost_files"] == 1
     assert [(r["file"], r["kind"]) for r in watched.reports()] == [("day_1", LOST)]
     assert watched.said.count("day_1: deleted (or renamed out of the pattern) before it was trained") == 1
     watched.ledger.serve(1, now + 3, {"day_0"})
@@ -203,7 +203,7 @@ def test_a_ledger_written_before_identities_is_read_and_its_files_never_opened(f
                        "pieces": [[0, 2], [2, 4]], "done": [0], "piece_count": 2, "examples": 1, "steps": 1,
                        "started": 1.0, "finished": None, "served_version": None, "served": None}])
     watched = Folder(folder, Ledger.from_json(old))
-    assert watched.ledger.pending(set()) == [(0, 1)]
+    assert list(watched.ledger.pending(set())) == [(0, 1)]
     look = watched.look(time.time())
     assert look.landed == [] and list(look.adopted) == ["day_0"] and watched.verdict.opened == []
     assert watched.ledger.files[0].ino == stat.st_ino  # recorded from now on

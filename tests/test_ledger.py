@@ -19,14 +19,14 @@ def ledger_of_two() -> Ledger:
 
 def test_pieces_are_handed_out_in_order_and_a_file_is_done_with_its_last_piece():
     ledger = ledger_of_two()
-    assert ledger.pending(busy={(0, 0)}) == [(0, 1), (0, 2), (1, 0)]
+    assert list(ledger.pending(busy={(0, 0)})) == [(0, 1), (0, 2), (1, 0)]
     assert ledger.start((0, 1), now=120.0) and not ledger.start((0, 2), now=121.0)
     assert not ledger.finish((0, 2), 40, now=122.0)
     assert ledger.files[0].through_byte() == 0  # the first piece is not done: nothing from the start yet
     assert not ledger.finish((0, 0), 30, now=123.0) and ledger.files[0].through_byte() == 100
     assert not ledger.finish((0, 0), 30, now=124.0)  # a piece reported twice counts once
     assert ledger.finish((0, 1), 35, now=125.0)
-    assert ledger.files[0].examples == 105 and ledger.files[0].complete and ledger.pending(set()) == [(1, 0)]
+    assert ledger.files[0].examples == 105 and ledger.files[0].complete and list(ledger.pending(set())) == [(1, 0)]
     assert ledger.behind(now=130.0) == (1, 20.0) and ledger.done_count() == 1
 
 
@@ -34,7 +34,7 @@ def test_a_resumed_ledger_redoes_exactly_the_pieces_not_done_in_its_checkpoint()
     ledger = ledger_of_two()
     ledger.finish((0, 1), 35, now=120.0)
     resumed = Ledger.from_json(ledger.to_json())
-    assert resumed.pending(set()) == [(0, 0), (0, 2), (1, 0)]
+    assert list(resumed.pending(set())) == [(0, 0), (0, 2), (1, 0)]
     assert {name: i.version for name, i in resumed.known().items()} == {"day_0": (300, 1.0), "day_1.gz": (50, 2.0)}
     assert Ledger.from_json("").files == []
 

@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import json
 import threading
+from typing import Iterator
 
 from online.follow.compaction import Compacted
 from online.follow.file_entry import BAD, LOST, QUARANTINED, TRAINED, FileEntry
@@ -101,11 +102,12 @@ class Ledger:
                 entry.dev, entry.ino = stat.dev, stat.ino
 
     # ----- its pieces --------------------------------------------------------------------------------------------
-    def pending(self, busy: set[tuple[int, int]], newest_first: bool = False) -> list[tuple[int, int]]:
-        """Pieces neither done nor in `busy`, oldest file first (or newest first), in file order."""
+    def pending(self, busy: set[tuple[int, int]], newest_first: bool = False) -> Iterator[tuple[int, int]]:
+        """Pieces neither done nor in `busy`, oldest file first (or newest first), in file order: made as they are
+        taken, so a beat that hands out a few pieces never lists a backlog of thousands."""
         files = reversed(self.files) if newest_first else self.files
-        return [(entry.seq, p) for entry in files if not entry.complete
-                for p in range(len(entry.pieces)) if p not in entry.done and (entry.seq, p) not in busy]
+        return ((entry.seq, p) for entry in files if not entry.complete
+                for p in range(len(entry.pieces)) if p not in entry.done and (entry.seq, p) not in busy)
 
     def piece(self, key: tuple[int, int]) -> Piece | None:
         """The piece `key` names, or None once its file is done with (a piece still running then is no longer

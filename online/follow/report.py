@@ -15,6 +15,7 @@ import tensorflow as tf
 from cluster.run_files import Phase, RunFiles, TrainingProgress, write_progress
 from online.follow.intake import size_text
 from online.follow.file_entry import FileEntry
+from common.bounded import OnceKeys
 from online.follow.ledger import Ledger
 
 HEARTBEAT_EVERY_S = 2.0
@@ -60,7 +61,7 @@ class FollowReport:
         with tf.device(device):
             self.writer = tf.summary.create_file_writer(str(files.train_events))
         self.last_beat = self.last_line = self.last_waiting_line = 0.0
-        self.line_step, self.line_examples, self.said = self._step(), 0, set()
+        self.line_step, self.line_examples, self.said = self._step(), 0, OnceKeys()
 
     def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
@@ -82,9 +83,9 @@ class FollowReport:
             metric.reset_state()
 
     def once(self, key: str, message: str, *args) -> None:
-        """A line said once per key (a file still being written, a file changed after it was trained)."""
-        if key not in self.said:
-            self.said.add(key)
+        """A line said once per key (a file still being written, a file changed after it was trained); the newest
+        keys are kept (common/bounded.py), so a line about a file long gone may be said once more."""
+        if self.said.first(key):
             self.log.info(message, *args)
 
     def beat(self, phase: Phase, *, force: bool = False) -> None:

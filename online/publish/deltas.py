@@ -12,6 +12,7 @@ workers and nothing stops them.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import shutil
@@ -31,6 +32,7 @@ from tables.streaming.entries import variable_keys
 from tables.streaming.rows import CHUNK_BYTES
 
 SETTLE_S = 0.5  # between reading the step and the first row: longer than an update takes to stamp what it changed
+ADVANCES_KEPT = 100_000  # clock advances kept (one a beat: hours of them, far past a version interval), some 2 MB
 
 
 @dataclasses.dataclass
@@ -69,8 +71,7 @@ class DeltaSource:
         self.dense = {names.short_name(key): variables for key, variables in self.dense.items()}
 
         self.clocks = list({part.clock.ref(): part.clock for table in tracked for part in table.parts}.values())
-        self._advanced: list[tuple[int, int]] = []  # (step the clocks were advanced to, step read once they were)
-        self._lock = threading.Lock()
+        self.advances = ClockAdvances()
 
     def step(self) -> int:
         return int(self.clock.numpy())
@@ -80,16 +81,34 @@ class DeltaSource:
         step = self.step()
         for clock in self.clocks:
             advance(clock, step)
-        after = self.step()
-        with self._lock:
-            self._advanced.append((step, after))
+        self.advances.record(step, self.step())
         return step
 
     def watermark_before(self, step: int) -> int:
+        return self.advances.watermark_before(step)
+
+
+class ClockAdvances:
+    """When the stamp clocks were advanced, once a beat: the newest ADVANCES_KEPT (step they were advanced to,
+    step the counter read once they were)."""
+
+    def __init__(self, kept: int = ADVANCES_KEPT):
+        self._advanced: collections.deque[tuple[int, int]] = collections.deque(maxlen=kept)
+        self._lock = threading.Lock()
+
+    def record(self, clocks: int, after: int) -> None:
+        with self._lock:
+            self._advanced.append((clocks, after))
+
+    def watermark_before(self, step: int) -> int:
         """A step every change landing after the counter read `step` is stamped at or after: the newest step the
-        clocks were advanced to before it (known by the counter read once they were: below `step`); 0 if none."""
+        clocks were advanced to before it (known by the counter read once they were: below `step`); 0 if none is
+        kept (a step older than every kept advance: a delta from it reads every stamped row, never misses one)."""
         with self._lock:
             return max((clocks for clocks, after in self._advanced if after < step), default=0)
+
+    def __len__(self) -> int:
+        return len(self._advanced)
 
 
 @dataclasses.dataclass(frozen=True)
