@@ -18,7 +18,7 @@ from cluster.training_parse import with_overrides
 from common import stack_dump
 from common.errors import Problem, UserError, exit_on_user_error
 from common.disk_full import exit_on_full_disk
-from common.exit_file import run_recording_exit
+from common.exit_file import run_recording_exit, skip_collection_at_exit
 from common.fields import field_help
 from common.large_buffers import return_large_buffers_at_once
 from common.logs import quiet_tensorflow, task_logger
@@ -123,5 +123,8 @@ train.__signature__ = inspect.Signature(
 if __name__ == "__main__":
     arguments = sys.argv[1:]
     # the catch-all keyword parameter would swallow --help, so hand it to Fire's own flag section
-    run_recording_exit(lambda: fire.Fire(train, command=["--", "--help"] if {"--help", "-h"} & set(arguments)
-                                          else arguments, name="coordinator.train"))
+    try:
+        run_recording_exit(lambda: fire.Fire(train, command=["--", "--help"] if {"--help", "-h"} & set(arguments)
+                                              else arguments, name="coordinator.train"))
+    finally:  # the run is over, whatever its ending: leave without seconds of collection (see the function)
+        skip_collection_at_exit()
