@@ -49,6 +49,13 @@ def visible_gpus(config: ClusterConfig, task: Task) -> str:
     return NO_GPU
 
 
+def scheduler_gives_gpus(config: ClusterConfig, task: Task) -> bool:
+    """Whether Slurm or Kubernetes' device plugin sets `task`'s CUDA_VISIBLE_DEVICES (a worker given GPUs there):
+    its step or pod is then started without the toolkit's."""
+    gpus = {"slurm": config.slurm.gpus_per_worker, "kubernetes": config.kubernetes.gpus_per_worker}
+    return task.job == "worker" and bool(gpus.get(config.launcher.backend))
+
+
 def task_variables(config: ClusterConfig, task: Task) -> dict[str, str]:
     """The variables this toolkit sets for a task; all must be in place before TensorFlow is imported."""
     return {

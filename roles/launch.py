@@ -149,7 +149,10 @@ class Launcher:
             print(f"# {task.name} on {task.address.host}, from {workdir}")
             print("unset " + " ".join(taskspec.PROXY_VARIABLES))
             for name, value in taskspec.task_variables(config, task).items():
-                print(f"export {name}={shlex.quote(value)}")
+                if name == "CUDA_VISIBLE_DEVICES" and taskspec.scheduler_gives_gpus(config, task):
+                    print(f"# {name}: set by {config.launcher.backend} to the GPUs it gives this worker")
+                else:
+                    print(f"export {name}={shlex.quote(value)}")
             print(shlex.join(command))
             print()
 

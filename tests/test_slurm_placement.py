@@ -9,9 +9,9 @@ import subprocess
 import pytest
 
 from cluster import config as cluster_config
-from cluster import job_sizes
+from cluster import job_sizes, taskspec
 from cluster.strategies import StrategyName, strategy_named
-from clusterkit import write_cluster
+from clusterkit import PYTHON, ROOT, write_cluster
 from common.errors import UserError
 from launcher.backends.slurm import sbatch_script
 from launcher.backends.slurm import commands as slurm
@@ -147,3 +147,16 @@ def test_print_config_shows_job_sizes_on_stand_in_nodes(tmp_path):
     result = run_module("roles.launch", "print_config", str(config_path))
     assert result.returncode == 0, result.stderr
     assert "placed when the job starts" in result.stdout and "# chief:0 on pscluster-node0-placeholder" in result.stdout
+
+
+def test_print_config_says_slurm_sets_a_gpu_workers_devices_instead_of_printing_the_stand_ins(tmp_path):
+    config = load(tmp_path, {"chief": ["n1:2220"], "worker": ["n2:2221"], "ps": ["n2:2222"]},
+                  slurm={"gpus_per_worker": 1})
+    assert taskspec.scheduler_gives_gpus(config, config.task("worker", 0))
+    assert not taskspec.scheduler_gives_gpus(config, config.task("ps", 0))
+    shown = subprocess.run([PYTHON, "-m", "roles.launch", "print_config", str(config.source)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert shown.returncode == 0, shown.stderr
+    worker = shown.stdout.split("# worker:0")[1].split("\n\n")[0]
+    assert "# CUDA_VISIBLE_DEVICES: set by slurm to the GPUs it gives this worker" in worker
+    assert "export CUDA_VISIBLE_DEVICES" not in worker and "export CUDA_VISIBLE_DEVICES=-1" in shown.stdout  # the ps
