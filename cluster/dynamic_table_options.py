@@ -13,6 +13,8 @@ from common.fields import INT32_MAX, MAX_SECONDS, Check, int_in, is_number, posi
 EMBEDDING_KINDS = ("hashed", "dynamic")
 DEFAULT_KIND, DEFAULT_CAPACITY, DEFAULT_ADMIT_AFTER, DEFAULT_EXPIRE_AFTER_STEPS = "hashed", 1_000_000, 1, 0
 DEFAULT_EXPIRE_AFTER_S, DEFAULT_ADMIT_WINDOW_STEPS = 0, 100
+ADMISSION_HALVINGS = ("by_load", "by_window")  # when the admission sketch halves its counts (tables/dynamic/sketch.py)
+DEFAULT_ADMISSION_HALVING = "by_load"
 DEFAULT_NEW_IDS, DEFAULT_ID_LIFETIME, DEFAULT_PERIOD_EXAMPLES = 0, 8, 4096
 DYNAMIC_STRATEGIES = (StrategyName.PARAMETER_SERVER, StrategyName.ONE_DEVICE)  # one index per table, not mirrored
 MAX_NEW_IDS = 1 << 30
@@ -27,6 +29,9 @@ CHECKS = {
                          "use 1 (an id gets a row at its first sighting) or e.g. 2"),
     "admit_window_steps": Check(positive_int, f"must be an integer from 1 to {INT32_MAX}",
                                 "use e.g. 100 (an id is admitted at its admit_after-th sighting within so many steps)"),
+    "admission_halving": Check(lambda v: v in ADMISSION_HALVINGS, "unknown way of halving the admission counts",
+                               "use by_load (also whenever a quarter of the sketch's width of sightings came in) or "
+                               "by_window (only at each window's start)"),
     "expire_after_steps": Check(int_in(0, INT32_MAX), f"must be 0 (never) or a number of steps up to {INT32_MAX}",
                                 "use 0, or e.g. 100000"),
     "expire_after_s": Check(lambda v: is_number(v) and 0 <= v <= MAX_SECONDS,
@@ -50,6 +55,7 @@ def cross_field_problems(options, prefix: str) -> list[Problem]:
                     for name, default in (("embedding_capacity", DEFAULT_CAPACITY),
                                           ("admit_after", DEFAULT_ADMIT_AFTER),
                                           ("admit_window_steps", DEFAULT_ADMIT_WINDOW_STEPS),
+                                          ("admission_halving", DEFAULT_ADMISSION_HALVING),
                                           ("expire_after_steps", DEFAULT_EXPIRE_AFTER_STEPS),
                                           ("expire_after_s", DEFAULT_EXPIRE_AFTER_S))
                     if getattr(options, name) != default]

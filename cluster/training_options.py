@@ -180,6 +180,12 @@ class TrainingOptions:
     admit_window_steps: int = _option(tables.DEFAULT_ADMIT_WINDOW_STEPS, "dynamic tables with admit_after above 1: "
                                       "sightings count within windows of this many optimizer steps (each window's "
                                       "start halves the counts of earlier ones)")
+    admission_halving: str = _option(tables.DEFAULT_ADMISSION_HALVING, "dynamic tables with admit_after above 1: "
+                                     "by_load halves the sightings counted also whenever a quarter of the sketch's "
+                                     "width of them came in (an id must come twice close together when new ids "
+                                     "flood in); by_window only at each window's start (an id seen once a lookup "
+                                     "is admitted however big the batch, but a window bringing more new ids than "
+                                     "a quarter of the capacity admits nearly all of them)")
     expire_after_steps: int = _option(tables.DEFAULT_EXPIRE_AFTER_STEPS, "dynamic tables: a row whose id was not "
                                       "looked up for this many optimizer steps is freed for another id; 0 never")
     expire_after_s: float = _option(tables.DEFAULT_EXPIRE_AFTER_S, "dynamic tables: a row whose id was not looked "

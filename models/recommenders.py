@@ -53,6 +53,7 @@ class RecommenderOptions:
     embedding_capacity: int = dynamic_options.DEFAULT_CAPACITY  # dynamic: rows in all, spread over the ps
     admit_after: int = dynamic_options.DEFAULT_ADMIT_AFTER  # dynamic: sightings before an id gets its own row
     admit_window_steps: int = dynamic_options.DEFAULT_ADMIT_WINDOW_STEPS  # dynamic: ... within so many steps
+    admission_halving: str = dynamic_options.DEFAULT_ADMISSION_HALVING  # dynamic: by_load or by_window
     expire_after_steps: int = dynamic_options.DEFAULT_EXPIRE_AFTER_STEPS  # dynamic: idle steps before a row is freed
     expire_after_s: float = dynamic_options.DEFAULT_EXPIRE_AFTER_S  # dynamic: or idle seconds
 
@@ -121,6 +122,7 @@ def _tables(options: RecommenderOptions, features: dict, dim: int, name: str, sp
     elif options.embedding_kind == "dynamic":
         layer = DynamicTables(options.embedding_capacity, dim, admit_after=options.admit_after,
                               admit_window_steps=options.admit_window_steps,
+                              halve_by_load=options.admission_halving == "by_load",
                               expire_after_steps=options.expire_after_steps, expire_after_s=options.expire_after_s,
                               deduplicate=options.deduplicate_ids, splits=None if _pooled(ids) else splits,
                               name=name)

@@ -296,8 +296,8 @@ def test_pooled_features_train_checkpoint_resume_and_export_with_dynamic_tables(
         np.testing.assert_allclose(loaded(features).numpy(), expected, atol=1e-6, err_msg=name)
 
 
-def test_admission_counts_sightings_within_a_window_of_steps_whatever_the_batch():
-    layer, optimizer = table(64, 1, admit_after=3, admit_window_steps=10)  # a sketch 4096 wide: width / 8 = 512
+def test_admission_by_window_counts_sightings_within_a_window_of_steps_whatever_the_batch():
+    layer, optimizer = table(64, 1, admit_after=3, admit_window_steps=10, halve_by_load=False)  # a sketch 4096 wide
     for step in range(12):  # id 7 once a step among 2000 ids seen once: each lookup brings 4x width / 8 sightings
         junk = np.arange(2000, dtype=np.int64) + 1_000_000 * (step + 1)
         train(layer, optimizer, np.concatenate([[7], junk[:1999]]).reshape(-1, 2))
@@ -310,6 +310,21 @@ def test_admission_counts_sightings_within_a_window_of_steps_whatever_the_batch(
     for batch in ([[8, 12]], [[12, 13]], [[8, 14]], [[15, 16]], [[8, 17]]):
         train(other, other_optimizer, batch)
     assert 12 in held_ids(other) and 8 not in held_ids(other)  # 12 twice in one window; 8 once in each of three
+
+
+def test_admission_by_load_halves_when_new_ids_flood_in_so_ids_seen_once_stay_out():
+    """Drifting clicks: every step brings more ids without a row than a quarter of the sketch's width. By window,
+    their cells fill and nearly every id seen once passes admit_after 2; by load (the default) the counts halve as
+    they come, and only an id seen twice close together is admitted."""
+    admitted = {}
+    for by_load in (True, False):
+        layer, optimizer = table(64, 1, admit_after=2, admit_window_steps=100, halve_by_load=by_load)
+        for step in range(8):  # 3000 ids seen once a step (4096 wide: a quarter is 1024), and id 5 twice a step
+            junk = np.arange(2998, dtype=np.int64) + 1_000_000 * (step + 1)
+            train(layer, optimizer, np.concatenate([[5, 5], junk]).reshape(-1, 2))
+        admitted[by_load] = len(held_ids(layer) - {5}), 5 in held_ids(layer)
+    assert admitted[True] == (0, True), admitted  # the frequent id only
+    assert admitted[False][0] > 0, admitted  # ids seen once took rows
 
 
 @pytest.mark.parametrize("options", [{}, {"admit_after": 2}, {"admit_after": 2, "expire_after_s": 60.0}])

@@ -17,9 +17,10 @@ from tables.sparse import make_embedding_optimizer
 FEATURES = 2
 
 
-def admission_shares(batch: int, *, admit_after: int, window: int, steps: int, probes: int) -> dict[str, float]:
+def admission_shares(batch: int, *, admit_after: int, window: int, steps: int, probes: int,
+                     halve_by_load: bool = True) -> dict[str, float]:
     capacity = 4 * batch * steps
-    layer = DynamicTables(capacity, 4, admit_after=admit_after, admit_window_steps=window)
+    layer = DynamicTables(capacity, 4, admit_after=admit_after, admit_window_steps=window, halve_by_load=halve_by_load)
     layer.build(tf.TensorShape([None, FEATURES]))
     optimizer = make_embedding_optimizer("sgd", 0.01)
     optimizer._create_all_weights(layer.trainable_weights)

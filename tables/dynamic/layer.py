@@ -53,11 +53,11 @@ class DynamicTables(tf_keras.layers.Layer):
     skips_padding = True  # takes `present` (tables/pooling.py): padding is no id and takes no row
 
     def __init__(self, capacity: int, dim: int, *, admit_after: int = 1, admit_window_steps: int = DEFAULT_WINDOW,
-                 expire_after_steps: int = 0, expire_after_s: float = 0.0, deduplicate: bool = True, splits=None,
-                 **kwargs):
+                 halve_by_load: bool = True, expire_after_steps: int = 0, expire_after_s: float = 0.0,
+                 deduplicate: bool = True, splits=None, **kwargs):
         super().__init__(**kwargs)
         self.capacity, self.dim, self.admit_after = int(capacity), int(dim), int(admit_after)
-        self.admit_window_steps = int(admit_window_steps)
+        self.admit_window_steps, self.halve_by_load = int(admit_window_steps), bool(halve_by_load)
         self.expire_after_steps, self.expire_after_s = int(expire_after_steps), float(expire_after_s)
         self.deduplicate = deduplicate
         self.splits = tuple(int(s) for s in splits) if splits else None
@@ -73,6 +73,7 @@ class DynamicTables(tf_keras.layers.Layer):
         shards = list(getattr(variable, "variables", [variable]))
         self._rows = _Rows(variable, [Partition(shard, admit_after=self.admit_after,
                                                 admit_window_steps=self.admit_window_steps,
+                                                halve_by_load=self.halve_by_load,
                                                 expire_after_steps=self.expire_after_steps,
                                                 expire_after_s=self.expire_after_s) for shard in shards])
         self._trainable_weights.extend(shards)
@@ -196,7 +197,7 @@ class DynamicTables(tf_keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "capacity": self.capacity, "dim": self.dim, "admit_after": self.admit_after,
-                "admit_window_steps": self.admit_window_steps,
+                "admit_window_steps": self.admit_window_steps, "halve_by_load": self.halve_by_load,
                 "expire_after_steps": self.expire_after_steps, "expire_after_s": self.expire_after_s,
                 "deduplicate": self.deduplicate,
                 "splits": list(self.splits) if self.splits else None}

@@ -52,8 +52,8 @@ def _count(counter: int, number) -> tf.Tensor:
 class Partition:
     """The index and bookkeeping of one shard of rows (create under the strategy's scope)."""
 
-    def __init__(self, shard, *, admit_after: int, admit_window_steps: int = 1, expire_after_steps: int = 0,
-                 expire_after_s: float = 0.0):
+    def __init__(self, shard, *, admit_after: int, admit_window_steps: int = 1, halve_by_load: bool = True,
+                 expire_after_steps: int = 0, expire_after_s: float = 0.0):
         self.shard, self.device, self.rows = shard, shard.device, int(shard.shape[0])
         self.admit_after = int(admit_after)
         self.slots: dict = {}
@@ -67,7 +67,8 @@ class Partition:
                                          name="row_last_seen")
             self.counters = tf.Variable(tf.zeros([COUNTERS], tf.int64), trainable=False, name="counters")
             self.allocator = RowAllocator(self.rows)
-            self.sketch = AdmissionSketch(self.rows, admit_after, admit_window_steps) if admit_after > 1 else None
+            self.sketch = AdmissionSketch(self.rows, admit_after, admit_window_steps,
+                                          halve_by_load=halve_by_load) if admit_after > 1 else None
             self.expiry = make_expiry(expire_after_steps, expire_after_s)
         with tf.device(self.device):
             self.index = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, default_value=-1,
