@@ -230,8 +230,7 @@ class EvaluationState:
     """`checkpoints/evaluated.json`: names done with (evaluated or skipped), results, skip reasons and the best.
 
     The lead deletes an old checkpoint only once its name is in `evaluated`, and a restarted evaluator skips
-    those names, so no checkpoint is evaluated twice. A name whose checkpoint is gone (the lead deleted it) is
-    dropped when the state is saved, the best's excepted: the file stays the size of the checkpoints kept.
+    those names, so no checkpoint is evaluated twice.
     """
 
     path: Path
@@ -249,14 +248,7 @@ class EvaluationState:
                    dict(raw.get("skipped", {})), raw.get("best"))
 
     def save(self) -> None:
-        gone = {name for name in self.evaluated if name != self.best and not self._on_disk(name)}
-        self.evaluated = [name for name in self.evaluated if name not in gone]
-        self.results = {name: result for name, result in self.results.items() if name not in gone}
-        self.skipped = {name: why for name, why in self.skipped.items() if name not in gone}
         write_json_atomically(self.path, {k: v for k, v in dataclasses.asdict(self).items() if k != "path"})
-
-    def _on_disk(self, name: str) -> bool:
-        return (self.path.parent / f"{Path(name).name}.index").exists()
 
     def record(self, name: str, result: dict) -> None:
         self.evaluated.append(name)

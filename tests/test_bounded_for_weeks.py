@@ -1,12 +1,11 @@
 """What a follow-mode run keeps for weeks stays the size of a constant (pure logic, no TensorFlow run): the report's
-once-only lines, the stamp clocks' advances, the evaluator's state and the ledger's hand-out, driven through 100,000
-beats and 10,000 files."""
+once-only lines, the stamp clocks' advances and the ledger's hand-out, driven through 100,000 beats and 10,000
+files."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from cluster.run_files import EvaluationState, RunFiles
 from common.bounded import KEYS_KEPT, OnceKeys
 from data.pieces import Piece
 from online.follow.landing import Landed
@@ -33,24 +32,6 @@ def test_the_clocks_advances_keep_the_newest_and_an_older_step_gets_the_safe_wat
     assert advances.watermark_before(newest + 4) == newest  # the newest advance the counter had passed
     assert advances.watermark_before(newest) == newest - 10
     assert advances.watermark_before(10) == 0  # older than every kept advance: a delta reads every stamped row
-
-
-def test_the_evaluators_state_keeps_only_checkpoints_on_disk_and_the_best(tmp_path):
-    files = RunFiles(tmp_path / "output")
-    files.checkpoints.mkdir(parents=True)
-    state, kept = EvaluationState.load(files), 3
-    for number in range(FILES):
-        name = f"ckpt-0-{number}"
-        (files.checkpoints / f"{name}.index").write_text("")
-        state.record(name, {"val_auc": number / FILES if number != 7 else 2.0})
-        state.best = "ckpt-0-7" if number >= 7 else state.best
-        if number >= kept:  # the lead deletes what the evaluator is done with, keeping the newest
-            (files.checkpoints / f"ckpt-0-{number - kept}.index").unlink()
-        state.save()
-    reread = EvaluationState.load(files)
-    assert reread.evaluated == ["ckpt-0-7", *(f"ckpt-0-{n}" for n in range(FILES - kept, FILES))]
-    assert set(reread.results) == set(reread.evaluated) and reread.best == "ckpt-0-7"
-    assert files.evaluated.stat().st_size < 1000
 
 
 def test_a_beat_that_hands_out_a_few_pieces_does_not_list_a_backlog_of_thousands():
