@@ -9,11 +9,10 @@ import shutil
 import subprocess
 import time
 
-import pytest
-
 from data.pieces import Piece
 from online.follow.identity import CHANGED, MOVED, NEW, SAME, Identity, head_of, judge, stat_of
 from online.follow.ledger import LOST, QUARANTINED, TRAINED, Ledger
+from test_disk_full import small_disk  # noqa: F401 (a fixture: a tmpfs of its own)
 from test_follow_intake import Folder, names, write
 
 LOOKS = 30  # looks of a folder a file must survive without being taken again
@@ -89,28 +88,15 @@ def test_the_same_files_under_other_inodes_are_taken_up_and_opened_only_once(tmp
     assert resumed.look(now + 101).opened == 0 and landed_once(resumed, now + 102) == []
 
 
-@pytest.fixture
-def other_device(tmp_path):
-    """A tmpfs mounted under the test's folder: another device number (root only; under CI=true a skip fails)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "mount"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], check=True, timeout=30)
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", str(disk)], check=True, timeout=30)
-
-
-def test_a_chief_that_reaches_the_folder_through_another_device_trains_nothing_again(tmp_path, other_device):
+def test_a_chief_that_reaches_the_folder_through_another_device_trains_nothing_again(tmp_path, small_disk):  # noqa: F811
+    """On a tmpfs of its own (tests/test_disk_full.py's: root only; under CI=true a skip fails): another device."""
     first = tmp_path / "first"
     first.mkdir()
     for day in range(4):
         write(first / f"day_{day}", f"{day}\n" * 3)
     watched, now = Folder(first), time.time()
     landed_once(watched, now)
-    copy = other_device / "data"
+    copy = small_disk / "data"
     subprocess.run(["cp", "-rp", str(first), str(copy)], check=True, timeout=30)
     assert os.stat(copy / "day_0").st_dev != os.stat(first / "day_0").st_dev  # not a bind mount: another device
     write(copy / "day_9", "9\n")
