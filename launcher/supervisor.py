@@ -6,6 +6,7 @@ import time
 
 from cluster.config import ClusterConfig, Task
 from common import net
+from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE
 from launcher import observing, stopping
 from launcher.backends import backends_for
 from launcher.backends.base import AgentFailed, HostUnreachable, TaskStatus
@@ -118,8 +119,10 @@ class Supervisor:
 
     def _apply(self, rows: list[TaskStatus], asked_at: float) -> None:
         """Takes rows into the records, except rows asked before a task's latest start (they describe the past) and
-        rows of tasks a reload took out while the question was in flight."""
-        for row in rows:
+        rows of tasks a reload took out while the question was in flight. Of the tasks seen gone in one look, those
+        that left because a task they needed went away come last: the one that went away is the cause, and it is
+        the one the group restarts with (worker:0 may notice a killed worker:1 and exit before the look)."""
+        for row in sorted(rows, key=_left_because_of_another):
             record = self.records.get(row.task)
             if record is None:
                 continue
@@ -277,3 +280,7 @@ class Supervisor:
                 host.fetch_logs()
             else:
                 self.background.take(f"logs {name}", host.fetch_logs)
+
+
+def _left_because_of_another(row: TaskStatus) -> bool:
+    return not row.running and row.exit_code == CLUSTER_UNAVAILABLE_EXIT_CODE

@@ -106,6 +106,26 @@ def _launcher_run(tmp_path, training: dict, **launcher):
     return write_cluster(tmp_path, document), logs
 
 
+def test_the_group_restarts_with_the_killed_worker_when_a_peer_it_took_down_is_seen_gone_in_the_same_look(tmp_path):
+    """worker:0 exits with code 3 the moment a killed worker:1 leaves the collective; when one status look sees both
+    gone, the cause is the one named (pure logic; the run is the test below)."""
+    from launcher.backends.base import TaskStatus
+    from launcher.records import TaskState
+    from launcher.supervisor import Supervisor
+
+    said: list[str] = []
+    supervisor = Supervisor(_load(tmp_path, {"strategy": "multi_worker_mirrored"}), said.append)
+    for record in supervisor.records.values():
+        record.state, record.started_at = TaskState.RUNNING, 1.0
+    supervisor.hosts["localhost"].stop = lambda tasks, **_: None
+    gone = [TaskStatus(task="worker:0", pid=7, running=False, exit_code=3, uptime_s=30.0,
+                       last_line="error: a worker left the collective"),
+            TaskStatus(task="worker:1", pid=8, running=False, exit_code=None, uptime_s=30.0, last_line="step 20")]
+    supervisor._apply(gone, asked_at=2.0)
+    assert said[0].startswith("worker:1 died; restarting"), said
+    assert said[1].startswith("stopped worker:0: the whole group restarts with worker:1"), said
+
+
 @pytest.mark.cluster
 def test_multi_worker_mirrored_heals_a_killed_worker_by_restarting_the_group(tmp_path):
     training = {"strategy": "multi_worker_mirrored", "loop": "custom", "epochs": 2, "steps_per_epoch": 60,
