@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from common import durable
 from common.errors import CHIEF_REPLACED_EXIT_CODE, CLUSTER_UNAVAILABLE_EXIT_CODE
 
 FOLDER = ".generations"
@@ -43,11 +44,11 @@ def _read(path: Path) -> str | None:
 
 
 def _write(path: Path, text: str) -> None:
-    """Whole or not at all: written under a hidden name, then renamed."""
+    """Whole or not at all: written under a hidden name, flushed, then renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     hidden = path.with_name(f".{path.name}.{os.getpid()}")
     hidden.write_text(text)
-    hidden.replace(path)
+    durable.publish(hidden, path)
 
 
 def start_generation(config, timeout_s: float, log) -> None:

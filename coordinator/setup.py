@@ -117,7 +117,7 @@ def resume(run: TrainingRun, checkpoints: EpochCheckpoints, model) -> Position |
                                 f"holds a different run ({'; '.join(found)})", "use a new output_dir, or `sh run.sh "
                                 "--fresh` to move the old run aside and start over"))
     if run.lead:
-        remove_leftovers(run)  # of an export that died midway: never opened by a reader, gone now
+        remove_leftovers(run)  # of an export that died midway (a model/ set aside goes back; the rest is gone)
     started = time.monotonic()
     position = checkpoints.restore_latest()
     restored_s = time.monotonic() - started

@@ -15,7 +15,7 @@ from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.strategies import StrategyName
 from cluster.training_options import FIELD_NAMES, TrainingOptions
 from cluster.training_parse import with_overrides
-from common import stack_dump
+from common import durable, stack_dump
 from common.errors import Problem, UserError, exit_on_user_error
 from common.disk_full import exit_on_full_disk
 from common.exit_file import run_recording_exit, skip_collection_at_exit
@@ -80,6 +80,7 @@ def train(cluster: str = "cluster.json", worker: int | None = None, workers=None
     config = dataclasses.replace(_trainer_workers(config, workers), training=with_overrides(config.training, overrides))
     options = config.training
     preflight(options, PROJECT_ROOT)  # data set on disk checked before TensorFlow loads
+    durable.refuse_object_store(str(config.path(options.output_dir)), "training.output_dir")  # renames publish
     task = _this_task(config, worker)
     taskspec.apply_to_this_process(config, task)
     log = task_logger(task.name)

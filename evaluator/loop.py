@@ -53,7 +53,7 @@ class SidecarEvaluator:
         self.training, self.evaluation, self.files, self.log, self.source = training, evaluation, files, log, source
         self.checkpoint_dir = files.checkpoints
         self.template = Template(training, source, chunk_bytes=chunk_bytes_of(training), log=log)
-        remove_leftovers(files.best_dir)  # of a best model whose writing died midway
+        remove_leftovers(files.best_dir)  # of a best model whose writing died midway (the old one goes back)
         self._reference_path().unlink(missing_ok=True)
         self.validation = (ProgressiveValidation(source, examples=evaluation.progressive_examples,
                                                  batch=evaluation.batch, log=log) if training.follow_data

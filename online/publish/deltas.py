@@ -22,6 +22,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from common import durable
 from tables.changed_rows import TrackedTable, step_clock
 from tables.dynamic.checkpoint import state_prefix
 from online.publish import delta_format as names
@@ -170,8 +171,10 @@ class DeltaFiles:
         return self.directory / (names.WRITING_PREFIX + names.delta_name(version, sequence))
 
     def publish(self, version: int, sequence: int) -> Path:
+        """Renames the written delta into place, its files and folder flushed to disk first (a host crash must not
+        leave a delta of empty files for a follower to apply); returns its path."""
         final = self.directory / names.delta_name(version, sequence)
-        self.writing(version, sequence).rename(final)
+        durable.publish(self.writing(version, sequence), final)
         return final
 
     def drop_before(self, version: int) -> int:

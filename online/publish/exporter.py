@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import stack_dump
+from common import durable, stack_dump
 from common.errors import UserError
 from online.publish.request import MODEL, VERSION, ExportRequest, ExportResult
 
@@ -179,19 +179,35 @@ def _side_paths(destination: Path) -> tuple[Path, Path]:
 
 
 def remove_leftovers(destination: Path) -> None:
-    """What a writer of model folder `destination` that died midway left (called when its writer starts)."""
+    """What a writer of model folder `destination` that died midway left (called when its writer starts). A swap
+    that died between its two renames left the old folder aside and none in place: the old one goes back, never
+    the new one, since what describes the folder (best.json inside it, the evaluator's recorded best, the run
+    summary) is written after the swap and still describes the old; the writer then writes the new one again."""
+    _put_back(destination)
     for leftover in _side_paths(destination):
         shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _swap_in(writing: Path, destination: Path) -> None:
-    """`writing` takes `destination`'s place (the old one, if any, goes): a reader sees the old whole or the new."""
+    """`writing` takes `destination`'s place (the old one, if any, goes): a reader sees the old whole, the new
+    whole or, between the two renames, none. A crash at any point, of the process or the host, leaves one whole:
+    the new one is flushed to disk before the first rename, each rename before the next step, and
+    remove_leftovers puts the old one back."""
     _, old = _side_paths(destination)
+    _put_back(destination)  # of an earlier swap that died between its renames
     shutil.rmtree(old, ignore_errors=True)
+    durable.sync_tree(writing)
     if destination.exists():
-        destination.rename(old)
-    writing.rename(destination)
+        durable.rename(destination, old)
+    durable.rename(writing, destination)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _put_back(destination: Path) -> None:
+    """The old folder back in `destination`'s place when a swap died after moving it aside."""
+    _, old = _side_paths(destination)
+    if old.is_dir() and not destination.exists():
+        durable.rename(old, destination)
 
 
 def _bytes(directory: Path) -> int:

@@ -22,7 +22,8 @@ BEAT_EVERY_S = 2.0
 
 
 def remove_leftovers(run) -> None:
-    """What an export of TrainingRun `run` that died midway left: its scratch and a half-written model folder."""
+    """What an export of TrainingRun `run` that died midway left: its scratch and a half-written model folder
+    (an old model/ it had set aside goes back in place)."""
     shutil.rmtree(run.files.output / SCRATCH, ignore_errors=True)
     exporter.remove_leftovers(run.files.model_dir)
 

@@ -4,9 +4,10 @@ Each version is a SavedModel of the exported model, which takes the features as 
 raw-feature export, models/raw_export.py: Criteo's integers and hex strings, a TFRecord schema's features
 or its serialized records), with `assets.extra/trained_through.json` (what it has trained on: each file done,
 and the file and position it stands in) and `assets.extra/reference_predictions.npz` (raw inputs and the trained
-model's predictions on them, so a reader can check what it loaded). A version is written under a hidden name
-and renamed into place, so a reader never sees half of one; versions are increasing integers (the largest is
-the newest, as TensorFlow Serving reads them); the newest `keep` stay.
+model's predictions on them, so a reader can check what it loaded). A version is written under a hidden name,
+flushed to disk (common/durable.py) and renamed into place, so a reader never sees half of one, even after a host
+crash; versions are increasing integers (the largest is the newest, as TensorFlow Serving reads them); the newest
+`keep` stay.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+
+from common import durable
 
 WRITING_PREFIX = ".writing-"  # not an integer: TensorFlow Serving ignores it, and so does `versions`
 EXTRA = "assets.extra"
@@ -49,9 +52,10 @@ class ServingVersions:
         return self.directory / f"{WRITING_PREFIX}{version}"
 
     def publish(self, version: int) -> Path:
-        """Renames the written version into place and drops the oldest beyond `keep`; returns its path."""
+        """Renames the written version into place, flushed to disk first, and drops the oldest beyond `keep`;
+        returns its path."""
         final = self.directory / str(version)
-        self.writing(version).rename(final)
+        durable.publish(self.writing(version), final)
         for old in self.versions()[:-self.keep]:
             shutil.rmtree(self.directory / str(old), ignore_errors=True)
         return final
