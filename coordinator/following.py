@@ -29,6 +29,7 @@ from online.follow.loop import FollowLoop, FollowParts
 from online.follow.publishing import Publishing
 from online.follow.quarantine import QuarantineReport
 from online.follow.report import FollowReport, duration
+from online.follow.run_record import RunRecord
 from online.follow.schedule import Schedule
 from online.follow.watch import FolderWatch
 from common.lost_tasks import exit_when_a_task_is_lost
@@ -63,7 +64,7 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
                                    extra={CHECKPOINT_NAME: state}, chunk_bytes=chunk_bytes_of(options),
                                    keep_unevaluated=options.keep_unevaluated_checkpoints)
     position = setup.resume(run, checkpoints, model) or Position(0)
-    ledger = _restored_ledger(state, run.files, options, log)
+    record, versions, ledger = _record_and_ledger(run, data, state, position, log)
     newest_first = options.backlog_order == "newest"
     watch = FolderWatch(landing_for(data, ledger.known, settle_s=options.settle_s,  # the first look knows the ledger
                                     unfinished_after_s=options.unfinished_after_s),
@@ -77,14 +78,14 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
                     max_bad_fraction=options.max_bad_fraction)
     schedule = Schedule(ledger=ledger, trainer=trainer, data=data, report=report, watch=watch, intake=intake,
                         straggler_after_s=options.straggler_after_s, newest_first=newest_first)
-    saving = FollowCheckpoints(checkpoints=checkpoints, state=state, model=model, ledger=ledger,
+    saving = FollowCheckpoints(checkpoints=checkpoints, state=state, model=model, ledger=ledger, record=record,
                                every_s=options.checkpoint_every_s, resumed_number=position.steps, log=log)
     parts = FollowParts(
         run=run, model=model, report=report, watch=watch, stop=stop, tables=tables, schedule=schedule, saving=saving,
         publishing=Publishing(run=run, data=data, model=model, ledger=ledger, report=report, task=config.lead.name,
-                              serving=ServingVersions(run.files.serving, options.keep_serving_versions),
-                              pieces_done=lambda: sum(schedule.pieces_by_worker.values()),
-                              for_serving=saving.for_serving, deltas=FollowDeltas.create(run, model, distribution)))
+                              serving=versions, pieces_done=lambda: sum(schedule.pieces_by_worker.values()),
+                              for_serving=saving.for_serving, record=record,
+                              deltas=FollowDeltas.create(run, model, distribution)))
     with exit_when_a_task_is_lost(log, "lost part of the cluster", "the run resumes from the last checkpoint (pieces "
                                   "done since are trained again)"):
         return FollowLoop(parts).run()
@@ -100,13 +101,26 @@ def _report_per_ps(model, data, global_batch: int, log) -> None:
         log.info("per ps: no report (the newest data cannot be read: %s)", (error.message or "").strip()[-200:])
 
 
-def _restored_ledger(state: tf.Variable, files: RunFiles, options: TrainingOptions, log) -> Ledger:
+def _record_and_ledger(run, data, state: tf.Variable, position: Position, log):
+    """(the run's RunRecord, its ServingVersions, the restored ledger): this chief's generation taken, the step
+    served read, and safe_to_delete.json written from the checkpoint it resumed (empty for a new run)."""
+    record = RunRecord(run.files.output, data.root, log)
+    record.take_generation()
+    versions = ServingVersions(run.files.serving, run.options.keep_serving_versions)
+    ledger = _restored_ledger(state, versions, record, log)
+    record.read_served(versions)
+    record.write_safe_to_delete(ledger, position.name if position.steps else "", position.steps)
+    return record, versions, ledger
+
+
+def _restored_ledger(state: tf.Variable, versions: ServingVersions, record: RunRecord, log) -> Ledger:
     """The ledger of the restored checkpoint (empty for a new run), knowing which files the newest serving
-    version already holds (it may have been written after that checkpoint)."""
+    version already holds (it may have been written after that checkpoint) and which of those were deleted
+    before a resume could keep their training (counted lost, by name)."""
     ledger = Ledger.from_json(state.numpy().decode())
-    versions = ServingVersions(files.serving, options.keep_serving_versions)
     if versions.versions():
         ledger.served_from(versions.trained_through(versions.versions()[-1]))
+        record.count_deleted_before_safe(ledger, versions)
     if ledger.file_count():
         waiting, behind_s = ledger.behind(time.time())
         behind = f", {waiting} not yet (the oldest landed {duration(behind_s)} ago)" if waiting else ""

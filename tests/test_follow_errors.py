@@ -35,7 +35,7 @@ def test_a_data_file_removed_while_read_is_one_line_naming_it_and_exit_2(capsys)
     code, said, printed = ended(GONE, capsys)
     assert code == 2 and said == [] and printed == (
         "error: data file = '/data/clicks/2026/day_3.gz': was removed (or renamed) before it was trained; put it "
-        "back: a file may go once a serving version lists it in trained_through.json\n")
+        "back: a file may go once output/safe_to_delete.json lists it\n")
 
 
 @pytest.mark.parametrize("error", [LOST_VARIABLE, LOST_TABLE, tf.errors.UnavailableError(None, None, "Socket closed")],

@@ -3,7 +3,8 @@ step (`ckpt-0-<step>`), every `checkpoint_every_s` and when a run ends, with the
 reads these; with `serving_checkpoint` settled, every serving version is written from one of them); and by default,
 for each serving version, on a thread while the workers train on, a checkpoint of its own
 (`start_for_version`: without deltas, the tables' rows without their optimizer slots) in
-output/checkpoints/for-serving/, which no resume reads (for_serving.py)."""
+output/checkpoints/for-serving/, which no resume reads (for_serving.py). After each settled checkpoint,
+safe_to_delete.json lists the files done in it (run_record.py)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,17 @@ import time
 from models.checkpoints import Position
 from online.follow.for_serving import ForServing
 from online.follow.ledger import Ledger
+from online.follow.run_record import RunRecord
 
 
 class FollowCheckpoints:
     """Writes the run's checkpoints (an EpochCheckpoints `checkpoints` saving `state`, the ledger's JSON variable);
     `resumed_number` is the step the restored checkpoint is named by (0 for a new run)."""
 
-    def __init__(self, *, checkpoints, state, model, ledger: Ledger, every_s: float, resumed_number: int, log):
+    def __init__(self, *, checkpoints, state, model, ledger: Ledger, every_s: float, resumed_number: int, log,
+                 record: RunRecord):
         self.checkpoints, self.state, self.model, self.ledger, self.every_s = checkpoints, state, model, ledger, every_s
-        self.log = log
+        self.log, self.record = log, record
         self.saved_json, self.saved_number = ledger.to_json(), resumed_number
         self.last_save = time.monotonic()
         self.for_serving = ForServing(checkpoints.directory)
@@ -47,8 +50,10 @@ class FollowCheckpoints:
     def save(self) -> str:
         """A checkpoint of the model and the ledger as they stand now (a piece still running is not done in it)."""
         begun = self._begin()
+        self.record.check_writer()
         path = self.checkpoints.save(begun.position)
         self._end(begun)
+        self.record.write_safe_to_delete(self.saved_ledger(), self.name, begun.step, path)
         return path
 
     @property

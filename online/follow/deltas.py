@@ -4,10 +4,11 @@ thread of the chief's, so neither hand-out nor the workers wait for it.
 
 Deltas form a chain on the newest published version: its first delta starts from the step its checkpoint was
 read at, each next one from the step the one before was read at. When a newer version is published the chain
-moves to it and the older version's deltas go (a follower moves to the newer version). A version being written
-does not stop the chain of the one before: deltas keep serving until it lands. On SIGTERM and at the end of a
-run a last delta is written (`write_last`). A restarted chief starts no chain before its first version is
-published (the old chain's rows are the killed run's).
+moves to it and the older version's deltas go (a follower moves to the newer version). Once a newer version's
+checkpoint is taken the older chain writes no more deltas (`hold`): the new version then holds every step they
+served, so no reader goes back in time when it switches; its first delta comes as soon as it is out. On SIGTERM
+and at the end of a run a last delta is written (`write_last`). A restarted chief starts no chain before its first
+version is published (the old chain's rows are the killed run's).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class FollowDeltas:
         self.origin = self.last_tick = time.monotonic()  # the deltas' clock ticks every `every_s` from `origin`
         self.wanted_at: float | None = None  # when a delta was first wanted since the last one
         self._checkpoint_steps: dict[str, int] = {}  # a version's checkpoint -> the step counter it holds
+        self.held = False  # a version's checkpoint was taken: no delta of this chain until it is out or dropped
 
     @classmethod
     def create(cls, run, model, distribution):
@@ -91,6 +93,7 @@ class FollowDeltas:
         delta of the older chain being written goes once done). Its first delta, when wanted, comes at once, off the
         clock: the files trained since the checkpoint (which a dropped delta would have served) wait for it."""
         self.chain = Chain(version, 1, from_step, self._checkpoint_steps.pop(checkpoint, from_step))
+        self.held = False
         self.last_tick = self.wanted_at = float("-inf")
         stale = self.files.of(version)  # none but a killed run's, whose rows are not this chain's
         dropped = self.files.drop_before(version) + self.files.drop(version, stale)
@@ -100,6 +103,17 @@ class FollowDeltas:
     @property
     def busy(self) -> bool:
         return self.job is not None
+
+    def hold(self, ledger: Ledger) -> None:
+        """A version's checkpoint is about to be taken: the delta being written is finished and no other of this
+        chain starts until that version is out (`based_on`) or dropped (`release`), so the version holds every step
+        a delta served and a reader switching to it never goes back."""
+        self.finish(ledger)
+        self.held = True
+
+    def release(self) -> None:
+        """The version a hold waited for is not published: this chain goes on."""
+        self.held = False
 
     def _trained_since(self) -> bool:
         return self.chain is not None and self.source.step() > self.chain.through
@@ -118,7 +132,7 @@ class FollowDeltas:
             self.wanted_at = self.last_tick if self._wanted(ledger) else None  # steps while it was written
         if self.job is None:
             self.source.advance()
-        if self.job is None and self.chain is not None and self._ticked(ledger, time.monotonic()):
+        if self.job is None and self.chain is not None and not self.held and self._ticked(ledger, time.monotonic()):
             self._start(ledger)
 
     def _ticked(self, ledger: Ledger, now: float) -> bool:

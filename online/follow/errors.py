@@ -27,7 +27,7 @@ from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, USER_ERROR_EXIT_CODE, P
 from common.exit_file import code_of, end_process
 from common.lost_tasks import LOST_TASK_ERRORS, lost_task_reason
 
-PUT_IT_BACK = "put it back: a file may go once a serving version lists it in trained_through.json"
+PUT_IT_BACK = "put it back: a file may go once output/safe_to_delete.json lists it"
 LOST_RESOURCE = re.compile(r"\b(Resource|Container)\b[^\n]* does not exist")
 UNEXPECTED_EXIT_CODE = 1  # what Python itself exits with on an uncaught exception
 

@@ -86,7 +86,7 @@ class Intake:
         pieces = f"{len(entry.pieces) - len(entry.done)} of {entry.piece_count} pieces"
         self.ledger.end(entry, LOST, f"{why} before it was trained", now)
         self.report.log.info("%s: %s before it was trained: counted as lost (%s, %s not trained; a file may go "
-                             "once a serving version lists it in trained_through.json)", name, why, pieces,
+                             "once output/safe_to_delete.json lists it)", name, why, pieces,
                              size_text(entry.lost_bytes))
         self.quarantine.record(name, LOST, entry.note)
 

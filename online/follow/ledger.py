@@ -69,6 +69,14 @@ class Ledger:
             entry.started = entry.finished = now
         return entry
 
+    def add_gone(self, entry: FileEntry, now: float) -> FileEntry:
+        """A file this ledger never held, already gone from the folder (a resume learns of it from what was served)."""
+        entry.seq, entry.gone = self.next_seq, now
+        self.next_seq += 1
+        self.files.append(entry)
+        self.by_seq[entry.seq] = entry
+        return entry
+
     def renamed(self, new: str, old: str) -> FileEntry | None:
         """A held file found under the name `new` (its name `old` left, or a hard link): it follows the file."""
         entry = self.entry_named(old)

@@ -77,6 +77,7 @@ class FollowLoop:
             if not self.schedule.running:
                 time.sleep(BEAT_S)  # nothing to wait on: a quiet beat
             training = self._beat()
+            self.publishing.record.check_writer()  # a newer chief on this output_dir: this one stops here
             self.publishing.poll()
             self._publish_written_for_version()
             if self._save_due():
@@ -96,7 +97,7 @@ class FollowLoop:
         """A resumed run whose checkpoint is newer than the newest version (a chief stopped between the two)
         publishes it first: every file trained is served."""
         number = self.saving.saved_number
-        if not number or not self.publishing.behind(number):
+        if not number or not self.publishing.behind(number) or not self.publishing.may_serve(number):
             return
         reference = self.publishing.reference()
         if reference is None:
@@ -114,7 +115,8 @@ class FollowLoop:
         return not self.saving.writing and (self._periodic_due() or self._serve_due())
 
     def _serve_due(self) -> bool:
-        return self.schedule.trained_since_version and self.publishing.due()
+        return self.schedule.trained_since_version and self.publishing.due() and \
+            self.publishing.may_serve(self._step())
 
     def _idle_long_enough(self, training: bool) -> bool:
         limit = self.p.run.options.stop_when_idle_s
@@ -132,17 +134,21 @@ class FollowLoop:
         return len(self.schedule.trainer.running)
 
     def _save_and_serve(self, *, serve: bool) -> None:
+        serve = serve and self.schedule.last_piece is not None
+        if serve:
+            self.publishing.hold_deltas()  # the version holds every step a delta served
         stragglers = self._settle()
         moving = self.schedule.trainer.moving  # stragglers, or the other closure of a piece given twice
         checkpoint = self._save(stragglers) if self._moved_since_save() else self.saving.latest_path()
         if not moving:  # a reset while a closure runs would race its updates
             self.p.report.reset_metrics()  # each line's metrics are those since this checkpoint
             self.schedule.metrics = {}
-        if not serve or self.schedule.last_piece is None:
+        if not serve:
             return
         reference = self.publishing.reference(self.schedule.last_piece)  # the checkpoint's, unless `moving`
-        if reference is None:
-            return  # the piece's file is gone: the next version takes its reference inputs from a later one
+        if reference is None:  # the piece's file is gone: the next version takes its reference inputs from a later one
+            self.publishing.dropped(checkpoint)
+            return
         self.publishing.start(checkpoint, self.saving.name, self.saving.saved_number, self.saving.saved_ledger(),
                               *reference, against_checkpoint=moving)  # the workers go on while it is written
         self.schedule.trained_since_version = False
@@ -172,6 +178,7 @@ class FollowLoop:
     def _checkpoint_for_version(self) -> None:
         """The next version's checkpoint, written while the workers train on (and deltas go on being written); the
         version starts once it is done."""
+        self.publishing.hold_deltas()  # the version holds every step a delta served
         name = self.saving.start_for_version(table_slots=self.publishing.deltas is not None)  # a delta's base: whole
         running = len(self.schedule.trainer.running)
         self.p.run.log.info("checkpoint %s for the next serving version: written while %d piece%s run%s on",
@@ -185,7 +192,7 @@ class FollowLoop:
             return
         reference = self.publishing.reference(self.schedule.last_piece)
         if reference is None:  # the piece's file is gone: the next version takes its reference inputs from a later one
-            self.saving.for_serving.dropped(written.path)
+            self.publishing.dropped(written.path)
             return
         self.publishing.start(written.path, written.name, written.number, written.ledger, *reference,
                               against_checkpoint=True)  # pieces ran on while it was written: its own predictions
@@ -216,7 +223,9 @@ class FollowLoop:
         self.schedule.record(self.schedule.trainer.all_finished(
             max(0.0, wait_s - (time.monotonic() - stop.requested_at))))
         left = len(self.schedule.trainer.running)
-        self.saving.written_for_version(wait=True)  # not published: the next run publishes what is trained
+        written = self.saving.written_for_version(wait=True)  # not published: the next run publishes what is trained
+        if written is not None:
+            self.publishing.dropped(written.path)
         said = "not needed (the last one holds every piece done)"
         if self._moved_since_save():
             self._save()

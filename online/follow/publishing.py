@@ -28,6 +28,7 @@ from online.follow.for_serving import ForServing
 from online.follow.ledger import Ledger
 from online.follow.served import freshness_summary, trained_through
 from online.follow.report import duration
+from online.follow.run_record import RunRecord
 from online.publish.process import ExportProcess
 from online.publish.request import VERSION, ExportRequest, ExportResult
 from online.publish.versions import ServingVersions
@@ -52,13 +53,15 @@ class Publishing:
     """Serving versions of a follow-mode run (into `serving`, a ServingVersions) and the files each first serves."""
 
     def __init__(self, *, run, data, model, serving: ServingVersions, ledger: Ledger, report, task: str,
-                 pieces_done: Callable[[], int], for_serving: ForServing, deltas=None):
+                 pieces_done: Callable[[], int], for_serving: ForServing, record: RunRecord, deltas=None):
         """`pieces_done()`: the pieces trained so far in this run (how many trained while a version was written
         is said beside it); `for_serving`: where the checkpoints written for versions lie (each goes once it is
-        no longer needed); `deltas`: the run's FollowDeltas, or None."""
+        no longer needed); `record`: the run's RunRecord (who writes, the step served); `deltas`: the run's
+        FollowDeltas, or None."""
         self.run, self.data, self.model, self.serving, self.ledger = run, data, model, serving, ledger
         self.report, self.task, self.pieces_done, self.deltas = report, task, pieces_done, deltas
-        self.for_serving = for_serving
+        self.for_serving, self.record = for_serving, record
+        self.said_older = False
         self.scratch = run.files.output / SCRATCH
         shutil.rmtree(self.scratch, ignore_errors=True)  # a killed run's requests and references
         # nothing served yet: the first version is due as soon as something is trained (the first files would
@@ -73,6 +76,30 @@ class Publishing:
 
     def due(self) -> bool:
         return not self.busy and time.monotonic() - self.last_version >= self.run.options.serving_export_every_s
+
+    def may_serve(self, step: int) -> bool:
+        """Whether a version of the training up to `step` is at least as new as what readers were served (after a
+        crash, a resumed run's versions wait until training passes it); said once while it waits."""
+        if self.record.serves_no_older(step):
+            return True
+        self.last_version = float("-inf")  # due as soon as training passes it
+        if not self.said_older:
+            self.said_older = True
+            self.run.log.info("serving | no version before training passes optimizer step %d (%s, served before "
+                              "this run resumed from step %d): the served model never goes back",
+                              self.record.served_step, self.record.served_at, step)
+        return False
+
+    def hold_deltas(self) -> None:
+        """A version's checkpoint is about to be taken: the older chain's deltas stop (deltas.py: `hold`)."""
+        if self.deltas is not None:
+            self.deltas.hold(self.ledger)
+
+    def dropped(self, checkpoint: str) -> None:
+        """The version of `checkpoint` is not written: its checkpoint goes (one for serving) and deltas go on."""
+        self.for_serving.dropped(checkpoint)
+        if self.deltas is not None:
+            self.deltas.release()
 
     def behind(self, number: int) -> bool:
         """Whether the checkpoint at step `number` is newer than what the newest version was written from; with
@@ -124,6 +151,10 @@ class Publishing:
         next serving version, to be checked against `trained`, the predictions on `raw` at that checkpoint; with
         `against_checkpoint` (pieces ran on while it was written, so `trained` is not the checkpoint's model)
         against the checkpoint's own predictions on `raw` instead (read where `raw` looks)."""
+        self.record.check_writer()
+        if not self.may_serve(number):
+            self.dropped(checkpoint)
+            return
         self.scratch.mkdir(parents=True, exist_ok=True)
         reference = self.scratch / f"reference-{number}.npz"
         np.savez(reference, predictions=trained, **export.saved_inputs(raw))
@@ -149,6 +180,8 @@ class Publishing:
                 self._done(result)
         if self.deltas is not None:
             self.deltas.poll(self.ledger)
+            if self.deltas.chain is not None:
+                self.record.served(self.deltas.chain.through)
 
     def finish(self, timeout_s: float | None = None) -> None:
         """Waits up to `timeout_s` for the version being written (one left unfinished is stopped)."""
@@ -158,7 +191,7 @@ class Publishing:
         if result is None:
             self.exporting.process.stop()
             self.exporting.reference.unlink(missing_ok=True)
-            self.for_serving.dropped(self.exporting.process.request.checkpoint)
+            self.dropped(self.exporting.process.request.checkpoint)
             self.run.log.warning("version %d was not done in time: stopped (the next run publishes it)",
                                  self.exporting.process.request.version)
             self.exporting = None
@@ -175,9 +208,10 @@ class Publishing:
         if result.error:
             self.run.log.error("serving version %d from %s not written (the next one tries again): %s",
                                exporting.process.request.version, name, result.error)
-            self.for_serving.dropped(exporting.process.request.checkpoint)
+            self.dropped(exporting.process.request.checkpoint)
             return
         self.for_serving.published(exporting.process.request.checkpoint)
+        self.record.served(exporting.process.request.trained_through["optimizer_step"])
         if self.deltas is not None:
             self.deltas.based_on(result.version, exporting.process.request.checkpoint,
                                  exporting.process.request.delta_from_step)

@@ -1,0 +1,190 @@
+"""The follow-mode run's record of what its readers may rely on: which chief writes (its generation), the step served
+(nothing older is published), which files a retention job may delete (safe_to_delete.json) and which were deleted
+before they were safe.
+
+- **One writer.** Each chief takes the next generation (`output/writers/<n>.json`, created exclusively, so two
+  chiefs starting at once take two numbers) and checks before it publishes that no newer one exists: a chief of an
+  older generation (a Slurm requeue or a rescheduled pod whose predecessor still runs) publishes nothing and stops.
+- **The served step.** What readers were last served: the newest version's step or the read step of its newest
+  delta. A restarted chief publishes no version older than it; training has to pass it first.
+- **safe_to_delete.json.** The files done in the newest settled checkpoint, the one a resume reads: whatever
+  crashes, their training is kept. Written after that checkpoint is on disk, never before.
+- **Deleted before safe.** At a resume, a file a version or delta served that the restored checkpoint has not done
+  with and that is gone from the folder lost its training: it is counted as lost, with its name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from cluster.run_files import write_json_atomically
+from common import durable
+from common.errors import Problem, UserError
+from online.follow.file_entry import LOST, FileEntry
+from online.follow.ledger import Ledger
+from online.publish import delta_format
+from online.publish.versions import ServingVersions
+
+SAFE_TO_DELETE = "safe_to_delete.json"
+WRITERS = "writers"
+WRITERS_KEPT = 10  # older generations' files removed beyond these
+FORMAT = 1
+
+
+class Superseded(UserError):
+    """A newer chief writes to this output_dir: this one publishes nothing more."""
+
+
+class RunRecord:
+    """The record of the follow-mode run writing to `output` (its data under `data_root`)."""
+
+    def __init__(self, output: Path, data_root: Path, log):
+        self.output, self.data_root, self.log = Path(output), Path(data_root), log
+        self.writers = self.output / WRITERS
+        self.generation = 0
+        self.served_step = 0
+        self.served_at = "nothing served yet"
+
+    # ----- one writer ----------------------------------------------------------------------------------------------
+    def take_generation(self) -> int:
+        """This chief's generation: one more than any taken before (created exclusively: a race takes the next)."""
+        self.writers.mkdir(parents=True, exist_ok=True)
+        number = max(self._generations(), default=0) + 1
+        while True:
+            try:
+                descriptor = os.open(self.writers / f"{number}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                number += 1
+                continue
+            with os.fdopen(descriptor, "w") as handle:
+                json.dump({"generation": number, "host": socket.gethostname(), "pid": os.getpid(),
+                           "started": time.time()}, handle)
+            durable.sync_file(self.writers / f"{number}.json")
+            durable.sync_folder(self.writers)
+            break
+        self.generation = number
+        for old in sorted(self._generations())[:-WRITERS_KEPT]:
+            (self.writers / f"{old}.json").unlink(missing_ok=True)
+        return number
+
+    def check_writer(self) -> None:
+        """Raises Superseded when a chief of a newer generation writes to this output_dir."""
+        newest = max(self._generations(), default=self.generation)
+        if newest <= self.generation:
+            return
+        try:
+            other = json.loads((self.writers / f"{newest}.json").read_text())
+            who = f"on {other.get('host')} (pid {other.get('pid')})"
+        except (OSError, ValueError):
+            who = "elsewhere"
+        raise Superseded(Problem("output_dir", str(self.output),
+                                 f"is written by a newer chief now (generation {newest}, {who}); this one "
+                                 f"(generation {self.generation}) publishes nothing more and stops",
+                                 "run one chief per output_dir: stop this launcher, or give it its own output_dir"))
+
+    def _generations(self) -> list[int]:
+        try:
+            return [int(p.stem) for p in self.writers.glob("*.json") if p.stem.isdigit()]
+        except OSError:
+            return []
+
+    # ----- the served step -----------------------------------------------------------------------------------------
+    def read_served(self, versions: ServingVersions) -> int:
+        """The step readers were last served (newest version, or its newest delta); 0 when nothing is served."""
+        numbers = versions.versions()
+        if not numbers:
+            return 0
+        newest = numbers[-1]
+        through = versions.trained_through(newest)
+        self.served_step, self.served_at = int(through.get("optimizer_step", 0)), f"version {newest}"
+        for manifest in _delta_manifests(versions.directory, newest):
+            if manifest.get("read_step", 0) > self.served_step:
+                self.served_step = int(manifest["read_step"])
+                self.served_at = f"version {newest} delta {manifest.get('sequence')}"
+        return self.served_step
+
+    def served(self, step: int) -> None:
+        """Readers are served the training up to `step` now (a version or a delta was published)."""
+        if step > self.served_step:
+            self.served_step, self.served_at = step, "this run"
+
+    def serves_no_older(self, step: int) -> bool:
+        """Whether a version holding the training up to `step` is at least as new as what readers were served."""
+        return step >= self.served_step
+
+    # ----- safe to delete ------------------------------------------------------------------------------------------
+    def write_safe_to_delete(self, ledger: Ledger, checkpoint: str, step: int, path: str | None = None) -> None:
+        """The files done in checkpoint `checkpoint` (a settled one; `path`, its files, are flushed to disk first),
+        as a retention job reads them."""
+        if path is not None:
+            _sync_checkpoint(path)
+        names = sorted({name for entry in ledger.files if entry.complete for name in (entry.name, *entry.aliases)})
+        write_json_atomically(self.output / SAFE_TO_DELETE, {
+            "format": FORMAT, "generation": self.generation, "checkpoint": checkpoint, "optimizer_step": step,
+            "written": time.time(), "data_dir": str(self.data_root), "files": names})
+
+    def count_deleted_before_safe(self, ledger: Ledger, versions: ServingVersions) -> list[str]:
+        """Files served (by the newest version or its deltas) that `ledger`, the restored checkpoint's, has not done
+        with and that are gone from the folder: counted lost, with their names; returns the names."""
+        served = _served_files(versions)
+        lost = []
+        now = time.time()
+        for name, item in served.items():
+            entry = ledger.entry_named(name)
+            if (entry is not None and entry.complete) or (self.data_root / name).exists():
+                continue
+            note = ("deleted before safe_to_delete.json listed it: served, but not in the checkpoint a resume "
+                    "reads, so its training is lost")
+            if entry is None:
+                entry = ledger.add_gone(FileEntry(name, 0, 0.0, float(item.get("landed") or now), []), now)
+            else:
+                ledger.gone(name, now)
+            ledger.end(entry, LOST, note, now)
+            lost.append(name)
+        if lost:
+            shown = ", ".join(lost[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
+            self.log.warning("%d file%s deleted before safe_to_delete.json listed %s: %s; served, but not in the "
+                             "checkpoint this run resumes from: counted as lost (a retention job must read %s "
+                             "and nothing else)", len(lost), "s" * (len(lost) != 1),
+                             "them" if len(lost) != 1 else "it", shown, SAFE_TO_DELETE)
+        return lost
+
+
+def _served_files(versions: ServingVersions) -> dict[str, dict]:
+    """name -> its record, of every file the newest version or one of its deltas served."""
+    numbers = versions.versions()
+    if not numbers:
+        return {}
+    served = {item["name"]: item for item in versions.trained_through(numbers[-1]).get("files_done", [])}
+    for manifest in _delta_manifests(versions.directory, numbers[-1]):
+        for item in manifest.get("trained_through", {}).get("files_done", []):
+            served.setdefault(item["name"], item)
+    return served
+
+
+def _delta_manifests(serving: Path, version: int) -> list[dict]:
+    """The manifests of `version`'s deltas on disk (one unreadable is skipped: it was never whole)."""
+    folder = serving / delta_format.DIRECTORY
+    manifests = []
+    for path in sorted(folder.glob(f"{version}.*")) if folder.is_dir() else []:
+        if delta_format.parse_delta_name(path.name) is None:
+            continue
+        try:
+            manifests.append(json.loads((path / delta_format.MANIFEST).read_text()))
+        except (OSError, ValueError):
+            continue
+    return manifests
+
+
+def _sync_checkpoint(prefix: str) -> None:
+    """The files of checkpoint `prefix` (its index and data) and their folder on disk: safe_to_delete.json may
+    then name what it holds."""
+    folder = Path(prefix).parent
+    for path in [*folder.glob(Path(prefix).name + ".*"), folder / "checkpoint"]:
+        if path.exists():
+            durable.sync_file(path)
+    durable.sync_folder(folder)
