@@ -6,7 +6,9 @@ written at the end. Hashed and dynamic tables (rows expiring and given to new id
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import shutil
 
 import numpy as np
 import pytest
@@ -120,8 +122,9 @@ def test_expired_ids_leave_and_new_ones_come(run):
     assert not held.all()  # freed rows travel as rows held by no id
 
 
-def _version(run, checkpoint: str, serving, number: int, from_step: int, predictions: tuple) -> None:
-    """Version `number` of `checkpoint` in `serving`, checked against `predictions` (raw inputs, predictions)."""
+def _version(run, checkpoint: str, serving, number: int, from_step: int, predictions: tuple, **through) -> None:
+    """Version `number` of `checkpoint` in `serving`, checked against `predictions` (raw inputs, predictions); its
+    trained_through.json holds `through` too."""
     raw, expected = predictions
     reference = serving.parent / f"reference-{number}.npz"
     serving.mkdir(parents=True, exist_ok=True)
@@ -129,7 +132,7 @@ def _version(run, checkpoint: str, serving, number: int, from_step: int, predict
     result = export_checkpoint(ExportRequest(
         kind=VERSION, checkpoint=checkpoint, destination=str(serving), options=dataclasses.asdict(run.options),
         reference=str(reference), version=number, keep=3, delta_from_step=from_step,
-        trained_through={"version": number}), LOG)
+        trained_through={"version": number, **through}), LOG)
     assert not result.error, result
 
 
@@ -273,8 +276,8 @@ class FakeServing:
                 specs = signature.structured_input_signature[1]
                 inputs = {name: tf.constant(np.array(value, specs[name].dtype.as_numpy_dtype))
                           for name, value in request["inputs"].items()}
-                self._answer({"outputs": {name: value.numpy().tolist() for name, value in
-                                          signature(**inputs).items()}})
+                self._answer({"outputs": {name: value.numpy().decode() if value.dtype == tf.string else
+                                          value.numpy().tolist() for name, value in signature(**inputs).items()}})
 
             def log_message(self, *args):
                 pass
@@ -300,6 +303,15 @@ def test_a_tensorflow_serving_replica_is_fed_the_same_deltas_through_its_predict
         Replica(replica.base, run.serving, log=LOG.info).catch_up()  # again: nothing more to send
         through = replica.model.signatures["applied_through"]()
         assert (int(through["version"]), int(through["sequence"])) == (1, 3)
+        served, step, said = _laid_out(run, tmp_path / "serving", deltas=3), int(through["read_step"]), []
+        _relabeled(served, 3, 1, 4, step + 1, step + 9)  # a delta of another chain
+        feeding = Replica(replica.base, served, log=said.append)
+        feeding.catch_up()
+        feeding.catch_up()  # said once
+        assert said == [f"[follower] {replica.base}: version 1: delta 1.4 starts at step {step + 1} but the model "
+                        f"holds through step {step} (version 1, delta 3): a delta is missing or of another chain; "
+                        "not sent"]
+        assert int(replica.model.signatures["applied_through"]()["sequence"]) == 3
         follower = Follower(run.serving, log=LOG.info)
         follower.catch_up()
         raw, _ = run.base_predictions
@@ -316,3 +328,125 @@ def test_a_version_written_without_deltas_is_served_as_it_is(run, tmp_path):
     follower = Follower(serving, log=LOG.info)
     assert follower.catch_up() and follower.version == 1 and follower.sequence == 0
     assert "apply_delta" not in follower.model.signatures
+
+
+def _version_one(run):
+    """Version 1 of the base checkpoint in `run.serving` (its deltas 1.1 to 1.3 are there), written once."""
+    if not (run.serving / "1").exists():
+        _version(run, run.base, run.serving, 1, run.from_step, run.base_predictions)
+    return run.serving / "1"
+
+
+def _laid_out(run, serving, *, deltas: int, **through):
+    """A serving folder holding a copy of version 1 (its trained_through.json holding `through` too) and of its
+    first `deltas` deltas."""
+    shutil.copytree(_version_one(run), serving / "1")
+    record = serving / "1" / "assets.extra" / "trained_through.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), **through}))
+    for sequence in range(1, deltas + 1):
+        shutil.copytree(run.serving / names.DIRECTORY / f"1.{sequence}", serving / names.DIRECTORY / f"1.{sequence}")
+    return serving
+
+
+def _relabeled(serving, like: int, version: int, sequence: int, from_step: int, read_step: int) -> None:
+    """Delta `version`.`sequence` of `serving`: the rows of its delta 1.`like`, its manifest saying `from_step` and
+    `read_step` (a delta of another chain, or one written after a restart)."""
+    target = serving / names.DIRECTORY / f"{version}.{sequence}"
+    shutil.copytree(serving / names.DIRECTORY / f"1.{like}", target)
+    manifest = json.loads((target / names.MANIFEST).read_text())
+    (target / names.MANIFEST).write_text(json.dumps({**manifest, "version": version, "sequence": sequence,
+                                                     "from_step": from_step, "read_step": read_step}))
+
+
+def _predicted(predict, run) -> np.ndarray:
+    raw, _ = run.base_predictions
+    inputs = {key.removeprefix("inputs_"): tf.constant(value) for key, value in export.saved_inputs(raw).items()}
+    return next(iter(predict(**inputs).values())).numpy()
+
+
+@pytest.mark.parametrize("run", ["hashed"], indirect=True)
+def test_apply_delta_refuses_a_delta_of_another_version_a_gap_or_a_repeat_and_changes_nothing(run):
+    from online.publish.follower import delta_inputs, refusal
+
+    model = tf.saved_model.load(str(_version_one(run)))
+    apply, through = model.signatures["apply_delta"], model.signatures["applied_through"]
+    manifest = json.loads((run.serving / names.DIRECTORY / "1.1" / names.MANIFEST).read_text())
+    inputs = delta_inputs(run.serving, manifest, dict(apply.structured_input_signature[1]))
+    before, step = _predicted(model.signatures["serving_default"], run), run.from_step
+    other = f"delta 1.1 starts at step {step + 1} but the model holds through step {step} (version 1, delta 0): a " \
+        "delta is missing or of another chain"
+    for changed, why in (({names.VERSION: np.int64(2)}, "delta 2.1 is of version 2, the model is version 1"),
+                         ({names.FROM_STEP: np.int64(step + 1)}, other)):
+        answer = apply(**{name: tf.constant(value) for name, value in {**inputs, **changed}.items()})
+        assert answer["refused"].numpy().decode() == why and not answer["applied"]
+        assert refusal({**manifest, "version": 2} if names.VERSION in changed else {**manifest, "from_step": step + 1},
+                       1, 0, step) == why  # the follower says it in the same words
+        np.testing.assert_array_equal(_predicted(model.signatures["serving_default"], run), before)
+    assert int(through()["sequence"]) == 0
+    answer = apply(**{name: tf.constant(value) for name, value in inputs.items()})
+    assert answer["applied"] and answer["refused"].numpy() == b"" and int(answer["sequence"]) == 1
+    after = _predicted(model.signatures["serving_default"], run)
+    assert not np.array_equal(after, before)
+    answer = apply(**{name: tf.constant(value) for name, value in inputs.items()})  # again: applied already
+    assert answer["refused"].numpy().decode() == "delta 1.1 is applied already (the model holds through delta 1)"
+    np.testing.assert_array_equal(_predicted(model.signatures["serving_default"], run), after)
+    assert _refused_through_tensorflow_1(_version_one(run), {**inputs, names.VERSION: np.int64(2)}) == \
+        "delta 2.1 is of version 2, the model is version 1"  # TensorFlow Serving's loader runs the same check
+
+
+def _refused_through_tensorflow_1(path, inputs: dict) -> str:
+    """apply_delta's `refused` for `inputs`, run as TensorFlow Serving runs it: TensorFlow 1's loader, a session."""
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        signature = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(path)).signature_def["apply_delta"]
+        feed = {signature.inputs[name].name: value for name, value in inputs.items()}
+        return session.run(signature.outputs["refused"].name, feed).decode()
+
+
+@pytest.mark.parametrize("run", ["hashed"], indirect=True)
+def test_a_follower_never_serves_a_lower_step_and_holds_a_newer_version_back_until_it_catches_up(run, tmp_path):
+    said = []
+    serving = _laid_out(run, tmp_path / "serving", deltas=3, optimizer_step=4, delta_from_step=run.from_step)
+    follower = Follower(serving, log=said.append, events=tmp_path / "events.jsonl")
+
+    def look(version: int, sequence: int) -> None:
+        follower.catch_up()
+        assert (follower.version, follower.sequence) == (version, sequence), said
+
+    look(1, 3)
+    read = [json.loads((serving / names.DIRECTORY / f"1.{n}" / names.MANIFEST).read_text())["read_step"]
+            for n in (1, 2, 3)]
+    before = _predicted(follower.predict, run)
+    _version(run, run.base, serving, 2, run.from_step, run.base_predictions, optimizer_step=4,
+             delta_from_step=run.from_step)  # a restarted chief's, from an older checkpoint than deltas 1.x reached
+    look(1, 3)
+    assert sum("version 2 held back" in line for line in said) == 1, said
+    _relabeled(serving, 3, 1, 4, read[2], read[2] + 5)  # version 1 takes its deltas on meanwhile
+    look(1, 4)
+    for sequence, (start, end) in enumerate(zip([run.from_step, *read[:2]], read), 1):
+        _relabeled(serving, sequence, 2, sequence, start, end)
+        look(1, 4)  # version 2 with its deltas: still below step read[2] + 5
+    _relabeled(serving, 3, 2, 4, read[2], read[2] + 5)
+    look(2, 4)
+    assert said[-1] == f"[follower] serving version 2 through delta 4 (step {read[2] + 5}) (held back until then)"
+    assert sum("held back:" in line for line in said) == 1, said
+    served = [json.loads(line)["step"] for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert served == [read[2], read[2] + 5, read[2] + 5] and follower.step == read[2] + 5 > 4  # never lower
+    np.testing.assert_allclose(_predicted(follower.predict, run), before, atol=1e-6)  # the same rows, by version 2
+
+
+@pytest.mark.parametrize("run", ["hashed"], indirect=True)
+def test_a_newer_version_that_does_not_load_is_said_once_and_the_current_one_takes_its_deltas_on(run, tmp_path):
+    said = []
+    serving = _laid_out(run, tmp_path / "serving", deltas=2)
+    follower = Follower(serving, log=said.append)
+    assert follower.catch_up() and (follower.version, follower.sequence) == (1, 2)
+    for version, broken in ((2, "variables/variables.data-*"), (3, "saved_model.pb")):
+        shutil.copytree(serving / "1", serving / str(version))
+        for path in (serving / str(version)).glob(broken):
+            path.write_bytes(path.read_bytes()[:100])  # cut short, as a disk that filled up leaves it
+    assert not follower.catch_up()
+    shutil.copytree(run.serving / names.DIRECTORY / "1.3", serving / names.DIRECTORY / "1.3")
+    assert follower.catch_up() and not follower.catch_up()
+    assert (follower.version, follower.sequence) == (1, 3)
+    for version in (2, 3):
+        assert sum(f"version {version} does not load" in line for line in said) == 1, said

@@ -25,7 +25,9 @@ SLOT_PREFIX = "slot_"
 SEPARATOR = "__"
 SERVED_HASHED = (ROWS, VECTORS)  # what a served model takes of a table's rows (the rest is training's)
 SERVED_DYNAMIC = (ROWS, HELD, IDS, VECTORS)
-SEQUENCE, FROM_STEP, READ_STEP = "delta_sequence", "delta_from_step", "delta_read_step"  # the signature's scalars
+# the signature's scalar inputs, each a field of the delta's manifest (follower.py repeats them)
+VERSION, SEQUENCE, FROM_STEP, READ_STEP = "delta_version", "delta_sequence", "delta_from_step", "delta_read_step"
+SCALARS = {VERSION: "version", SEQUENCE: "sequence", FROM_STEP: "from_step", READ_STEP: "read_step"}
 
 _NAME = re.compile(r"^(\d+)\.(\d+)$")
 

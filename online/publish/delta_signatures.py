@@ -2,13 +2,14 @@
 `apply_delta` writes a delta (delta_format.py) into the served variables, `applied_through` says which it holds.
 
 `apply_delta` takes, per table, the rows a delta holds (a hashed table: row numbers and vectors; a dynamic table:
-row numbers, held flags, ids and vectors), every dense weight whole, and the delta's sequence number and steps. It
-applies a delta only if it is the next one (its sequence is one more than the last applied; any other is a no-op
-that changes nothing, so calling it twice, or out of order, is safe) and answers what is applied. A dynamic table
-keeps its id -> row index right: a row's previous id leaves the index (where the index still points it at that
-row), then the delta's held ids go in, the last row of an id winning. Hashed rows and dense weights are
-overwritten. Both `tf.saved_model.load` and TensorFlow 1's loader (TensorFlow Serving's) run it; predictions
-made while it runs may mix rows from before and after.
+row numbers, held flags, ids and vectors), every dense weight whole, and the delta's version, sequence number and
+steps. It applies a delta only if it follows what the model holds: of its version, the next one (its sequence one
+more than the last applied), starting at the step the last one was read at (the version's own before any). Any
+other changes nothing and is answered with the reason (`refused`), so calling it twice, out of order, or with a
+delta of another chain is safe. A dynamic table keeps its id -> row index right: a row's previous id leaves the
+index (where the index still points it at that row), then the delta's held ids go in, the last row of an id
+winning. Hashed rows and dense weights are overwritten. Both `tf.saved_model.load` and TensorFlow 1's loader
+(TensorFlow Serving's) run it; predictions made while it runs may mix rows from before and after.
 """
 
 from __future__ import annotations
@@ -35,6 +36,28 @@ class AppliedThrough(tf.Module):
         return {"applied": applied, "version": self.version.read_value(), "sequence": self.sequence.read_value(),
                 "read_step": self.read_step.read_value()}
 
+    def refusal(self, version, sequence, from_step) -> tf.Tensor:
+        """Why a delta (its version, sequence and from_step) does not follow what is held, "" when it does: in the
+        words of follower.py's `refusal` (which skips a delta applied already without asking)."""
+        held_version, held, step = self.version.read_value(), self.sequence.read_value(), self.read_step.read_value()
+        text, join = tf.strings.as_string, tf.strings.join
+        name = join(["delta ", text(version), ".", text(sequence)])
+        reasons = [  # the first that holds is the answer
+            (tf.not_equal(version, held_version),
+             join([name, " is of version ", text(version), ", the model is version ", text(held_version)])),
+            (sequence <= held, join([name, " is applied already (the model holds through delta ", text(held), ")"])),
+            (tf.not_equal(sequence, held + 1),
+             join([name, " does not follow delta ", text(held), ": delta ", text(held_version), ".", text(held + 1),
+                   " is missing"])),
+            (tf.not_equal(from_step, step),
+             join([name, " starts at step ", text(from_step), " but the model holds through step ", text(step),
+                   " (version ", text(held_version), ", delta ", text(held), "): a delta is missing or of another "
+                   "chain"]))]
+        answer = tf.constant("")
+        for wrong, why in reversed(reasons):
+            answer = tf.where(wrong, why, answer)
+        return answer
+
 
 def version_signatures(serve, inner, serving: dict | None, *, version: int, from_step: int) -> dict:
     """`serving` (the raw-feature export's signatures; None: Keras' own `serving_default`) with the delta ones."""
@@ -58,12 +81,12 @@ def delta_signatures(serve, inner, *, version: int, from_step: int) -> dict:
                 return tf.group(state.sequence.assign(inputs[names.SEQUENCE]),
                                 state.read_step.assign(inputs[names.READ_STEP]))
 
-        applies = tf.equal(inputs[names.SEQUENCE], state.sequence + 1)
+        refused = state.refusal(inputs[names.VERSION], inputs[names.SEQUENCE], inputs[names.FROM_STEP])
+        applies = tf.equal(refused, "")
         tf.cond(applies, lambda: tf.group(write()), tf.no_op)
-        return state.answer(applies)
+        return {**state.answer(applies), "refused": refused}
 
-    scalars = {name: tf.TensorSpec([], tf.int64, name=name)
-               for name in (names.SEQUENCE, names.FROM_STEP, names.READ_STEP)}
+    scalars = {name: tf.TensorSpec([], tf.int64, name=name) for name in names.SCALARS}
     applying = tf.function(apply).get_concrete_function({**scalars, **specs})
     through = tf.function(lambda: state.answer(tf.constant(False))).get_concrete_function()
     return {"apply_delta": _keywords(applying, sorted({**scalars, **specs})), "applied_through": through}

@@ -1,20 +1,18 @@
 """Keeps a served model fresh from a run's serving folder: the newest full version, then each delta of it as it lands,
-in order; the next full version as soon as one appears. Needs TensorFlow and numpy only: copy this file anywhere.
+in order; the next full version once it loads and serves no earlier step. Needs TensorFlow and numpy only: copy
+this file anywhere.
 
-    python -m online.publish.follower --serving output/serving            # a model kept fresh in this process
-    python -m online.publish.follower --serving output/serving \\
-        --rest http://replica-1:8501/v1/models/clicks --rest http://replica-2:8501/v1/models/clicks
-
-or, in Python, `Follower("output/serving")`: `catch_up()` applies what landed since (it is idempotent: a delta the
-model holds is skipped), `predict(**features)` runs `serving_default`. With `--rest`, the same deltas go to each
-TensorFlow Serving replica through its Predict API (`apply_delta`), for every version the replica has loaded,
-starting after what the replica says it holds (`applied_through`). A delta is `deltas/<version>.<sequence>/`:
-`manifest.json` and a TensorFlow bundle whose keys are `apply_delta`'s inputs (docs/online-training.md).
+`python -m online.publish.follower --serving output/serving` keeps a model fresh in this process (in Python:
+`Follower("output/serving")`, `catch_up()`, `predict(**features)`); with `--rest http://replica-1:8501/v1/models/m`
+(repeated), each TensorFlow Serving replica's loaded versions get the deltas through its Predict API. A delta,
+`deltas/<version>.<sequence>/` (`manifest.json` and a TensorFlow bundle whose keys are `apply_delta`'s inputs:
+docs/online-training.md), goes only where it follows what the model holds (`refusal`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -43,8 +41,13 @@ def _tensorflow_imported_quietly():
 tf = _tensorflow_imported_quietly()
 
 DELTAS, BUNDLE, MANIFEST, TRAINED_THROUGH = "deltas", "delta", "manifest.json", "assets.extra/trained_through.json"
-SCALARS = {"delta_sequence": "sequence", "delta_from_step": "from_step", "delta_read_step": "read_step"}
-DELTA_NAME = re.compile(r"^(\d+)\.(\d+)$")
+SCALARS = {"delta_version": "version", "delta_sequence": "sequence", "delta_from_step": "from_step",
+           "delta_read_step": "read_step"}  # apply_delta's scalar inputs: manifest fields (as delta_format.py says)
+RETRY_S = 60.0  # a version that did not load is tried again after this
+
+
+def _trained_through(path: Path) -> dict:
+    return json.loads((path / TRAINED_THROUGH).read_text()) if (path / TRAINED_THROUGH).exists() else {}
 
 
 def versions(serving: Path) -> list[int]:
@@ -55,89 +58,180 @@ def versions(serving: Path) -> list[int]:
 def deltas_of(serving: Path, version: int) -> list[int]:
     """The sequence numbers of `version`'s deltas on disk, in order."""
     folder = serving / DELTAS
-    found = [DELTA_NAME.match(p.name) for p in folder.iterdir()] if folder.is_dir() else []
+    found = [re.match(r"^(\d+)\.(\d+)$", p.name) for p in folder.iterdir()] if folder.is_dir() else []
     return sorted(int(m.group(2)) for m in found if m and int(m.group(1)) == version)
 
 
-def delta_inputs(serving: Path, version: int, sequence: int, wanted: dict) -> tuple[dict, dict]:
-    """(the manifest, the inputs `wanted` names, as numpy arrays) of one delta."""
-    folder = serving / DELTAS / f"{version}.{sequence}"
-    manifest = json.loads((folder / MANIFEST).read_text())
-    reader = tf.train.load_checkpoint(str(folder / BUNDLE))
-    stored = reader.get_variable_to_shape_map()
-    inputs = {}
-    for name, spec in wanted.items():
-        if name in SCALARS:
-            inputs[name] = np.array(manifest[SCALARS[name]], np.int64)
-        elif name in stored:
-            inputs[name] = reader.get_tensor(name).astype(spec.dtype.as_numpy_dtype, copy=False)
-        else:
-            raise KeyError(f"delta {version}.{sequence} has no {name}: it was not written for this model")
-    return manifest, inputs
+def delta_inputs(serving: Path, manifest: dict, wanted: dict) -> dict:
+    """The inputs `wanted` names of the delta of `manifest`, as numpy arrays."""
+    name = f"{manifest['version']}.{manifest['sequence']}"
+    reader = tf.train.load_checkpoint(str(serving / DELTAS / name / BUNDLE))
+    for key in set(wanted) - set(SCALARS) - set(reader.get_variable_to_shape_map()):
+        raise KeyError(f"delta {name} has no {key}: it was not written for this model")
+    return {key: np.array(manifest[SCALARS[key]], np.int64) if key in SCALARS else
+            reader.get_tensor(key).astype(spec.dtype.as_numpy_dtype, copy=False) for key, spec in wanted.items()}
+
+
+def refusal(manifest: dict, version: int, sequence: int, step: int | None) -> str:
+    """Why the delta of `manifest` does not follow a model at version `version`, delta `sequence`, read at `step`
+    (the version's delta start before any; None: not known); "" when it does. As apply_delta's `refused` says it."""
+    name = f"delta {manifest['version']}.{manifest['sequence']}"
+    if manifest["version"] != version:
+        return f"{name} is of version {manifest['version']}, the model is version {version}"
+    if manifest["sequence"] != sequence + 1:
+        return f"{name} does not follow delta {sequence}: delta {version}.{sequence + 1} is missing"
+    if step is not None and manifest["from_step"] != step:
+        return (f"{name} starts at step {manifest['from_step']} but the model holds through step {step} (version "
+                f"{version}, delta {sequence}): a delta is missing or of another chain")
+    return ""
+
+
+def following(serving: Path, version: int, held: dict, send):
+    """Sends (`send(manifest)` -> the model's answer) each delta of `version` on disk after what `held` (a model's
+    `applied_through`, kept up to date) says, while they follow it: yields (manifest, "") for each applied, then
+    (manifest, why) for the first refused here (`refusal`) or by the model (`refused`; before 0.6 only `applied`)."""
+    for number in (number for number in deltas_of(serving, version) if number > held["sequence"]):
+        manifest = json.loads((serving / DELTAS / f"{version}.{number}" / MANIFEST).read_text())
+        why = refusal(manifest, held["version"], held["sequence"], held["read_step"])
+        try:
+            answer = {} if why else {k: np.asarray(v).item() for k, v in send(manifest).items()}
+        except KeyError as error:  # a bundle without an input the model takes
+            why = error.args[0]
+        why = why or answer.get("refused", "" if answer["applied"] else f"the model did not apply delta {number}")
+        if why:
+            yield manifest, why.decode() if isinstance(why, bytes) else why
+            return
+        held.update(sequence=int(answer["sequence"]), read_step=int(answer["read_step"]))
+        yield manifest, ""
+
+
+def reach(serving: Path, version: int) -> int | None:
+    """The step version `version` serves with its deltas on disk that follow each other (its trained_through.json's
+    `optimizer_step` before any); None when it says none."""
+    record = _trained_through(serving / str(version))
+    held = {"version": version, "sequence": 0, "read_step": record.get("delta_from_step")}
+    steps = [manifest["read_step"] for manifest, why in following(serving, version, held, lambda manifest: {
+        "applied": True, "sequence": manifest["sequence"], "read_step": manifest["read_step"]}) if not why]
+    return steps[-1] if steps else record.get("optimizer_step", held["read_step"])
+
+
+@dataclasses.dataclass
+class Served:
+    """A loaded version: its `applied_through`, the step it serves, why it takes no more deltas, files to say."""
+    model: object
+    version: int
+    held: dict
+    step: int | None
+    refused: str = ""
+    files: list = dataclasses.field(default_factory=list)
 
 
 class Follower:
-    """A model kept fresh from `serving`: load with `catch_up()`, predict with `predict(**features)`."""
+    """A model kept fresh from `serving`: `catch_up()`, `predict(**features)`. The step it serves never goes back: a
+    newer version, its deltas on disk applied, replaces the model once it reaches the step served (until then the
+    model served takes its own deltas on); a version that does not load is said and tried after `retry_s` again."""
 
-    def __init__(self, serving, *, log=print, events=None):
-        self.serving, self.log, self.events = Path(serving), log, events
-        self.model, self.version, self.sequence = None, None, 0
+    model = property(lambda self: getattr(self.served, "model", None))
+    version = property(lambda self: getattr(self.served, "version", None))
+    sequence = property(lambda self: self.served.held["sequence"] if self.served else 0)
+    step = property(lambda self: getattr(self.served, "step", None))
+
+    def __init__(self, serving, *, log=print, events=None, retry_s: float = RETRY_S):
+        self.serving, self.log, self.events, self.retry_s = Path(serving), log, events, retry_s
+        self.served: Served | None = None
+        self._waiting, self._held_back = {}, set()  # {version that did not load: when to try again}, versions said
 
     def catch_up(self) -> bool:
-        """Loads a newer full version if one landed, then applies its deltas not applied yet; whether it changed."""
-        newest = versions(self.serving)
-        changed = False
-        if newest and newest[-1] != self.version:
-            self._load(newest[-1])
-            changed = True
-        if self.model is None or "apply_delta" not in self.model.signatures:
-            return changed
-        apply = self.model.signatures["apply_delta"]
-        for sequence in deltas_of(self.serving, self.version):
-            if sequence <= self.sequence:
+        """Moves to a newer full version when one may, then applies the deltas not applied yet; whether it changed."""
+        return self._move() | self._apply(self.served, say=True)  # both run, in this order
+
+    def _move(self) -> bool:
+        for version in reversed(versions(self.serving)):
+            if self.served is not None and version <= self.served.version:
+                return False
+            if time.monotonic() < self._waiting.get(version, 0.0) or \
+                    self.step is not None and self._below(version, reach(self.serving, version)):
                 continue
-            if sequence != self.sequence + 1:
-                self.log(f"[follower] version {self.version}: delta {sequence} follows {self.sequence}, which is "
-                         "missing; waiting for the next full version")
-                break
-            manifest, inputs = delta_inputs(self.serving, self.version, sequence, _wanted(apply))
-            answer = apply(**{name: tf.constant(value) for name, value in inputs.items()})
-            self.sequence = int(answer["sequence"])
-            self._note(manifest, "delta")
-            changed = True
-        return changed
+            candidate = self._load(version)
+            if candidate is not None and self._below(version, candidate.step):  # its deltas did not all apply
+                self._waiting[version] = time.monotonic() + self.retry_s
+            elif candidate is not None:
+                self.served = candidate  # one assignment: predict() has the old model or the new one, whole
+                self._note(candidate, "version", " (held back until then)" if version in self._held_back else "")
+                return True
+        return False
 
-    def _load(self, version: int) -> None:
+    def _below(self, version: int, reached: int | None) -> bool:
+        """Whether version `version`, at step `reached` (None: not known), stands below the step served (said once)."""
+        if self.step is None or reached is None or reached >= self.step:
+            return False
+        if version not in self._held_back:
+            self._held_back.add(version)
+            self.log(f"[follower] version {version} held back: it and its deltas reach step {reached}, below step "
+                     f"{self.step} served (version {self.version}, delta {self.sequence}); served once they reach it")
+        return True
+
+    def _load(self, version: int) -> Served | None:
+        """Version `version` loaded and its deltas on disk applied; None when it does not load (said)."""
         path = self.serving / str(version)
-        self.model, self.version = tf.saved_model.load(str(path)), version
-        through = self.model.signatures.get("applied_through")
-        self.sequence = int(through()["sequence"]) if through is not None else 0
-        trained = path / TRAINED_THROUGH
-        self._note(json.loads(trained.read_text()) if trained.exists() else {"version": version}, "version")
+        try:
+            model = tf.saved_model.load(str(path))
+            through = model.signatures.get("applied_through")
+            held = {k: int(v) for k, v in through().items()} if through else {"sequence": 0, "read_step": None}
+        except Exception as error:  # a truncated or half-copied version: OpError, DecodeError, OSError, ValueError
+            said = (str(error).strip() or "-").splitlines()[0][:200]
+            self.log(f"[follower] version {version} does not load ({type(error).__name__}: {said}); what is served "
+                     f"stays, trying again in {self.retry_s:.0f} s")
+            self._waiting[version] = time.monotonic() + self.retry_s
+            return None
+        record = _trained_through(path)
+        served = Served(model, version, {"version": version, **held},
+                        record.get("optimizer_step", held["read_step"]), files=record.get("files_done", []))
+        self._apply(served, say=False)
+        return served
 
-    def _note(self, record: dict, kind: str) -> None:
-        where = f"{self.version}" + (f".{self.sequence}" if kind == "delta" else "")
-        self.log(f"[follower] serving {kind} {where} (step {record.get('read_step', record.get('optimizer_step'))})")
+    def _apply(self, served: Served | None, *, say: bool) -> bool:
+        """Applies `served`'s deltas on disk while they follow: the first refused is said and ends them; whether any."""
+        if served is None or served.refused or "apply_delta" not in served.model.signatures:
+            return False
+        signature, applied = served.model.signatures["apply_delta"], False
+        wanted = dict(signature.structured_input_signature[1])
+        for manifest, why in following(self.serving, served.version, served.held, lambda manifest: signature(
+                **{k: tf.constant(v) for k, v in delta_inputs(self.serving, manifest, wanted).items()})):
+            if why:
+                served.refused = why
+                self.log(f"[follower] version {served.version}: {why}; no more of its deltas: waiting for a newer one")
+                break
+            served.step, applied = served.held["read_step"], True
+            served.files += manifest.get("trained_through", {}).get("files_done", [])
+            if say:
+                self._note(served, "delta")
+        return applied
+
+    def _note(self, served: Served, kind: str, after: str = "") -> None:
+        sequence = served.held["sequence"]
+        where = f"{served.version}.{sequence}" if kind == "delta" else f"{served.version} through delta {sequence}"
+        self.log(f"[follower] serving {kind} {where} (step {served.step}){after}")
         if self.events is not None:
-            files = record.get("trained_through", record).get("files_done", [])
             with open(self.events, "a") as handle:
-                handle.write(json.dumps({"time": time.time(), "kind": kind, "version": self.version,
-                                         "sequence": self.sequence, "files": [f["name"] for f in files]}) + "\n")
+                print(json.dumps({"time": time.time(), "kind": kind, "version": served.version, "sequence": sequence,
+                                  "step": served.step, "files": [f["name"] for f in served.files]}), file=handle)
+        served.files = []
 
     def predict(self, **features):
         """`serving_default` of the model as it stands."""
-        return self.model.signatures["serving_default"](**features)
-
-
-def _wanted(signature) -> dict:
-    return dict(signature.structured_input_signature[1])
+        return self.served.model.signatures["serving_default"](**features)
 
 
 class Replica:
-    """A TensorFlow Serving replica's model (its REST `base`: http://host:8501/v1/models/NAME), fed through Predict."""
+    """A TensorFlow Serving replica's model (its REST `base`: http://host:8501/v1/models/NAME), fed through Predict:
+    each loaded version gets the deltas that follow what it holds (checked here too: a version written before 0.6
+    does not check it itself); a refused one is said once. The replica loads and serves versions as its policy
+    says, so this cannot hold a newer version back until its deltas are sent: the chief never publishes a version
+    older than what the deltas of the one before it served."""
 
     def __init__(self, base: str, serving: Path, *, log=print):
-        self.base, self.serving, self.log = base.rstrip("/"), serving, log
+        self.base, self.serving, self.log, self._said = base.rstrip("/"), serving, log, set()  # refusals said
 
     def _post(self, version: int, body: dict) -> dict:
         request = urllib.request.Request(f"{self.base}/versions/{version}:predict", json.dumps(body).encode(),
@@ -153,21 +247,20 @@ class Replica:
     def catch_up(self) -> None:
         """Sends each loaded version the deltas it lacks, in order."""
         for version in self.loaded():
-            held = int(self._post(version, {"signature_name": "applied_through", "inputs": {}})["sequence"])
-            for sequence in deltas_of(self.serving, version):
-                if sequence != held + 1:
-                    continue
-                wanted = _specs_of(self.serving / str(version))
-                _, inputs = delta_inputs(self.serving, version, sequence, wanted)
-                body = {"signature_name": "apply_delta", "inputs": {k: v.tolist() for k, v in inputs.items()}}
-                held = int(self._post(version, body)["sequence"])
-                self.log(f"[follower] {self.base}: version {version} through delta {held}")
+            held = self._post(version, {"signature_name": "applied_through", "inputs": {}})
+            for manifest, why in following(self.serving, version, held, lambda manifest, v=version: self._post(v, {
+                    "signature_name": "apply_delta", "inputs": {k: a.tolist() for k, a in delta_inputs(
+                        self.serving, manifest, _specs_of(self.serving / str(v))).items()}})):
+                if not why:
+                    self.log(f"[follower] {self.base}: version {version} through delta {manifest['sequence']}")
+                elif (version, why) not in self._said:
+                    self._said.add((version, why))
+                    self.log(f"[follower] {self.base}: version {version}: {why}; not sent")
 
 
 def _specs_of(path: Path) -> dict:
     """`apply_delta`'s inputs of the SavedModel at `path`, read from its signature (no model is loaded)."""
     from tensorflow.core.protobuf import saved_model_pb2
-
     proto = saved_model_pb2.SavedModel.FromString((path / "saved_model.pb").read_bytes())
     inputs = proto.meta_graphs[0].signature_def["apply_delta"].inputs
     return {name: tf.TensorSpec(None, tf.as_dtype(info.dtype)) for name, info in inputs.items()}
@@ -176,14 +269,12 @@ def _specs_of(path: Path) -> dict:
 def follow(serving, *, every_s: float = 1.0, rest: list[str] = (), until=None, events=None) -> Follower | None:
     """Catches up every `every_s` until `until()` is true (forever when None): a model in this process, or each
     TensorFlow Serving replica of `rest`."""
-    serving = Path(serving)
-    targets = [Replica(base, serving) for base in rest] or [Follower(serving, events=events)]
+    targets = [Replica(base, Path(serving)) for base in rest] or [Follower(serving, events=events)]
     while True:
         for target in targets:
             try:
                 target.catch_up()
-            except (OSError, KeyError, ValueError, tf.errors.OpError) as error:  # a file pruned meanwhile, a replica
-                # down: said, and tried again at the next look
+            except (OSError, KeyError, ValueError, tf.errors.OpError) as error:  # a file pruned, a replica down
                 print(f"[follower] {getattr(target, 'base', serving)}: {type(error).__name__}: {error}; trying again",
                       file=sys.stderr)
         if until is not None and until():
