@@ -450,3 +450,19 @@ def test_a_newer_version_that_does_not_load_is_said_once_and_the_current_one_tak
     assert (follower.version, follower.sequence) == (1, 3)
     for version in (2, 3):
         assert sum(f"version {version} does not load" in line for line in said) == 1, said
+
+
+@pytest.mark.parametrize("run", ["hashed"], indirect=True)
+def test_a_followers_05_reading_of_a_delta_finds_every_input_and_applies_it(run):
+    """0.5's follower took sequence and steps from the manifest and every other input from the bundle by name: the
+    bundle carries `delta_version`, so a 0.5 follower keeps applying 0.6 deltas (docs/upgrading.md)."""
+    old_scalars = {names.SEQUENCE: "sequence", names.FROM_STEP: "from_step", names.READ_STEP: "read_step"}
+    model = tf.saved_model.load(str(_version_one(run)))
+    apply = model.signatures["apply_delta"]
+    folder = run.serving / names.DIRECTORY / "1.1"
+    manifest = json.loads((folder / names.MANIFEST).read_text())
+    reader = tf.train.load_checkpoint(str(folder / names.BUNDLE))
+    inputs = {name: tf.constant(manifest[old_scalars[name]], tf.int64) if name in old_scalars else
+              tf.constant(reader.get_tensor(name)) for name in apply.structured_input_signature[1]}
+    answer = apply(**inputs)
+    assert answer["applied"] and int(answer["sequence"]) == 1 and int(inputs[names.VERSION]) == 1

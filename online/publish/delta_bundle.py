@@ -62,9 +62,10 @@ class _Scratch:
             self.writer.abandon()
 
 
-def write_bundle(source, writing: Path, from_step: int, chunk_bytes: int) -> dict[str, int]:
-    """The delta's bundle of DeltaSource `source` in `writing`: rows stamped at or after `from_step`, and the dense
-    weights; returns the rows written per table."""
+def write_bundle(source, writing: Path, from_step: int, chunk_bytes: int, version: int) -> dict[str, int]:
+    """The delta's bundle of DeltaSource `source` in `writing`: rows stamped at or after `from_step`, the dense
+    weights, and the version it applies to (`delta_version`, as `apply_delta` takes it: a 0.5 follower, which reads
+    it from the bundle, can send it); returns the rows written per table."""
     writer = BundleWriter(str(writing / names.BUNDLE))
     scratch = _Scratch(str(writing / "scratch"))
     try:
@@ -78,6 +79,7 @@ def write_bundle(source, writing: Path, from_step: int, chunk_bytes: int) -> dic
         for name, variables in source.dense.items():
             values = [variable.read_value() for variable in variables]
             writer.add(name, values[0] if len(values) == 1 else tf.concat(values, axis=0))
+        writer.add(names.VERSION, tf.constant(version, tf.int64))
         writer.finish()
     except BaseException:
         writer.abandon()

@@ -137,7 +137,7 @@ def write_delta(source: DeltaSource, files: "DeltaFiles", *, version: int, seque
     try:
         read_step = source.advance()
         time.sleep(settle_s)
-        rows = write_bundle(source, writing, from_step, chunk_bytes)
+        rows = write_bundle(source, writing, from_step, chunk_bytes, version)
         size = sum(path.stat().st_size for path in writing.iterdir())
         manifest = {"format": names.FORMAT, "version": version, "sequence": sequence, "from_step": from_step,
                     "read_step": read_step, "written": time.time(), "rows": rows, "bytes": size,
