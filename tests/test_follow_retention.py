@@ -1,6 +1,7 @@
 """A retention job at safe_to_delete.json on real servers: it deletes each file the moment the signal lists it, the
 chief is killed in the middle of the next file and resumed, and every deleted file's examples are in the resumed
-run's model (its optimizer steps), none counted lost; a second chief on the same output_dir stops the first."""
+run's model (its optimizer steps), none counted lost, while a follower sampling versions and deltas throughout never
+serves a lower step; a second chief on the same output_dir stops the first."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from clusterkit import derive_cluster, finish, start_module, wait_for_line
 from test_follow import FOLLOW, write_day
+from test_follow_deltas import _events, _follower
 
 pytestmark = pytest.mark.cluster
 
@@ -40,25 +42,28 @@ def test_files_deleted_at_the_signal_keep_their_training_through_a_killed_chief(
     for number in range(3):
         write_day(data, f"day_{number}", 200, 200 * number)
     cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
-        **FOLLOW, "data_dir": str(data), "output_dir": str(output), "checkpoint_every_s": 2})
+        **FOLLOW, "data_dir": str(data), "output_dir": str(output), "checkpoint_every_s": 2,
+        "serving_delta_every_s": 1})
     retention = Retention(data, output)
     retention.start()
     chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
+    follower = _follower(tmp_path)
     resumed = None
     try:
         assert wait_for_line(log, "day_2: done", 300, chief), log.read_text()[-3000:]
-        write_day(data, "day_3", 4000, 600)
+        write_day(data, "day_3", 8000, 600)
         assert wait_for_line(log, "day_3: started", 300, chief), log.read_text()[-3000:]
-        assert wait_for_line(log, "checkpoint ckpt-0-", 120, chief) and _deleted(retention, 3), retention.deleted
-        chief.kill()  # in the middle of day_3, some of its pieces in a settled checkpoint, some not
+        assert wait_for_line(log, "serving | delta 1.", 120, chief) and _deleted(retention, 3), retention.deleted
+        assert "day_3: done" not in log.read_text()
+        chief.kill()  # in the middle of day_3, after deltas served some of it: the resume is behind what was served
         chief.wait(timeout=30)
-        write_day(data, "day_4", 200, 4600)
+        write_day(data, "day_4", 200, 8600)
         resumed = start_module("coordinator.train", "--cluster", str(cluster), "--stop_when_idle_s", "4",
                                log_path=again)
         assert finish(resumed, timeout_s=600) == [0], again.read_text()[-3000:]
     finally:
         retention.halt.set()
-        for started in (p for p in (chief, resumed) if p is not None):
+        for started in (p for p in (chief, resumed, follower) if p is not None):
             started.kill()
             started.wait()
     retention.join(timeout=10)
@@ -66,10 +71,12 @@ def test_files_deleted_at_the_signal_keep_their_training_through_a_killed_chief(
     summary = json.loads((output / "summary.json").read_text())
     trained = {f["name"]: (f["examples"], f["outcome"]) for f in summary["follow"]["per_file"]}
     assert trained == {"day_0": (200, "trained"), "day_1": (200, "trained"), "day_2": (200, "trained"),
-                       "day_3": (4000, "trained"), "day_4": (200, "trained")}, summary["follow"]["per_file"]
+                       "day_3": (8000, "trained"), "day_4": (200, "trained")}, summary["follow"]["per_file"]
     assert summary["follow"]["problems"]["lost_files"] == 0
     assert summary["optimizer_steps"] == summary["follow"]["steps"]  # each example trained once, in the model
     assert {"day_0", "day_1", "day_2"} <= set(retention.deleted)
+    steps = [event["step"] for event in _events(tmp_path)]
+    assert len(steps) >= 3 and steps == sorted(steps), steps  # served: never a lower step, the kill included
     listed = json.loads((output / "safe_to_delete.json").read_text())
     assert listed["checkpoint"] == summary["checkpoint"].rsplit("/", 1)[-1] and listed["generation"] == 2
 

@@ -83,12 +83,20 @@ def test_files_served_but_deleted_before_the_checkpoint_a_resume_reads_are_count
     data, serving = tmp_path / "data", tmp_path / "serving"
     data.mkdir()
     (data / "day_4").write_text("still here")
-    _version(serving, 1, 50, ["day_1", "day_3", "day_4"])
+    _version(serving, 1, 50, ["day_1", "day_3", "day_4", "day_5"])
     _delta(serving, 1, 1, 60, ["day_2"])
-    ledger = Ledger([_entry("day_1", done=False), _entry("day_3", done=True), _entry("day_4", done=False)])
+    deleted_once_safe = _entry("day_5", done=True)
+    deleted_once_safe.gone = 4.0  # the retention job deleted it once safe_to_delete.json listed it
+    ledger = Ledger([_entry("day_1", done=False), _entry("day_3", done=True), _entry("day_4", done=False),
+                     deleted_once_safe])
+    folded = serving / "1" / "assets.extra" / "trained_through.json"  # an older file, folded into counts since
+    through = json.loads(folded.read_text())
+    folded.write_text(json.dumps({**through, "files_done": [*through["files_done"], {"name": "day_0", "seq": 0}]}))
+    ledger.next_seq = 9
     with caplog.at_level(logging.WARNING):
         lost = RunRecord(tmp_path, data, LOG).count_deleted_before_safe(ledger, ServingVersions(serving, keep=5))
-    assert sorted(lost) == ["day_1", "day_2"]  # day_3 was done in the checkpoint; day_4 is still in the folder
+    assert sorted(lost) == ["day_1", "day_2"]  # day_3 and day_5 were done in the checkpoint, day_0 folded away in
+    # it; day_4 is still in the folder
     by_name = {entry.name: entry for entry in ledger.files}
     assert by_name["day_1"].outcome == by_name["day_2"].outcome == LOST
     assert "deleted before safe_to_delete.json" in by_name["day_2"].note and by_name["day_2"].gone is not None

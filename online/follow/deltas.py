@@ -152,7 +152,8 @@ class FollowDeltas:
 
     def _start(self, ledger: Ledger) -> None:
         chain = dataclasses.replace(self.chain)
-        serves = [{"name": e.name, "landed": e.landed} for e in ledger.files if e.complete and e.served_version is None]
+        serves = [{"name": e.name, "landed": e.landed, "seq": e.seq} for e in ledger.files
+                  if e.complete and e.served_version is None]
         extra = {"trained_through": {"files_done": serves}}
         self.job = _Job(lambda: write_delta(self.source, self.files, version=chain.version, sequence=chain.sequence,
                                             from_step=chain.from_step, chunk_bytes=self.chunk_bytes, extra=extra),

@@ -130,11 +130,14 @@ class RunRecord:
     def count_deleted_before_safe(self, ledger: Ledger, versions: ServingVersions) -> list[str]:
         """Files served (by the newest version or its deltas) that `ledger`, the restored checkpoint's, has not done
         with and that are gone from the folder: counted lost, with their names; returns the names."""
-        served = _served_files(versions)
+        held = {name: entry for entry in ledger.files for name in (entry.name, *entry.aliases)}
+        newest_landed = max((entry.landed for entry in ledger.files), default=float("-inf"))
         lost = []
         now = time.time()
-        for name, item in served.items():
-            entry = ledger.entry_named(name)
+        for name, item in _served_files(versions).items():
+            entry = held.get(name)
+            if entry is None and not _after_the_checkpoint(item, ledger, newest_landed):
+                continue  # folded into the ledger's counts: done with in the checkpoint
             if (entry is not None and entry.complete) or (self.data_root / name).exists():
                 continue
             note = ("deleted before safe_to_delete.json listed it: served, but not in the checkpoint a resume "
@@ -152,6 +155,14 @@ class RunRecord:
                              "and nothing else)", len(lost), "s" * (len(lost) != 1),
                              "them" if len(lost) != 1 else "it", shown, SAFE_TO_DELETE)
         return lost
+
+
+def _after_the_checkpoint(item: dict, ledger: Ledger, newest_landed: float) -> bool:
+    """Whether a served file the ledger holds no entry of landed after its checkpoint (rather than being folded away
+    in it): by its landing number, or, in a record written before they were given, by its landing time."""
+    if "seq" in item:
+        return item["seq"] >= ledger.next_seq
+    return float(item.get("landed") or 0.0) > newest_landed
 
 
 def _served_files(versions: ServingVersions) -> dict[str, dict]:

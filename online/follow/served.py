@@ -9,7 +9,7 @@ from online.follow.ledger import Ledger
 def trained_through(ledger: Ledger, *, version: int, written: float, checkpoint: str, step: int) -> dict:
     """What a serving version has trained on: each file done, and each file it stands inside (and where)."""
     return {"version": version, "written": written, "checkpoint": checkpoint, "optimizer_step": step,
-            "files_done": [{"name": e.name, "examples": e.examples, "steps": e.steps, "landed": e.landed,
+            "files_done": [{"name": e.name, "seq": e.seq, "examples": e.examples, "steps": e.steps, "landed": e.landed,
                             "done": e.finished} for e in ledger.files if e.trained],
             "in_progress": [{"name": e.name, "pieces_done": len(e.done), "pieces": e.piece_count,
                              "through_byte": e.through_byte(), "size": e.size, "examples": e.examples,
