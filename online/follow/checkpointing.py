@@ -47,6 +47,10 @@ class FollowCheckpoints:
         """The ledger as the newest checkpoint holds it."""
         return Ledger.from_json(self.saved_json)
 
+    def settled(self, path: str | None = None) -> ForVersion:
+        """The newest settled checkpoint as a version's source (at `path`, when it was just written there)."""
+        return ForVersion(path or self.latest_path(), self.name, self.saved_number, self.saved_ledger())
+
     def save(self) -> str:
         """A checkpoint of the model and the ledger as they stand now (a piece still running is not done in it)."""
         begun = self._begin()
@@ -108,8 +112,8 @@ class FollowCheckpoints:
 
 @dataclasses.dataclass(frozen=True)
 class ForVersion:
-    """A checkpoint written for a serving version: its path, its name (relative to output/checkpoints), the step
-    it began at, the ledger as it stood then."""
+    """A checkpoint a serving version is written from (one written for it, or a settled one): its path, its name
+    (relative to output/checkpoints), the step it began at, the ledger as it stood then."""
 
     path: str
     name: str

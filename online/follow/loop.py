@@ -99,8 +99,7 @@ class FollowLoop:
         number = self.saving.saved_number
         if not number or not self.publishing.behind(number) or not self.publishing.may_serve(number):
             return
-        reference = self.publishing.reference()
-        if reference is None:
+        if self.publishing.reference() is None:
             self.p.run.log.warning("%s is not served yet, and no data file is left to check a version of it on: "
                                    "the next version serves it", self.saving.name)
             return
@@ -108,8 +107,7 @@ class FollowLoop:
         checkpoint = self.saving.latest_path()
         if of_earlier_form(checkpoint) or self.publishing.needs_live_rows:  # an earlier version's dynamic table,
             checkpoint = self._save()  # or deltas that name the rows a restore laid the ids out in: written again
-        self.publishing.start(checkpoint, self.saving.name, self.saving.saved_number, self.saving.saved_ledger(),
-                              *reference)
+        self.publishing.publish(self.saving.settled(checkpoint))
 
     def _save_due(self) -> bool:
         return not self.saving.writing and (self._periodic_due() or self._serve_due())
@@ -143,15 +141,9 @@ class FollowLoop:
         if not moving:  # a reset while a closure runs would race its updates
             self.p.report.reset_metrics()  # each line's metrics are those since this checkpoint
             self.schedule.metrics = {}
-        if not serve:
-            return
-        reference = self.publishing.reference(self.schedule.last_piece)  # the checkpoint's, unless `moving`
-        if reference is None:  # the piece's file is gone: the next version takes its reference inputs from a later one
-            self.publishing.dropped(checkpoint)
-            return
-        self.publishing.start(checkpoint, self.saving.name, self.saving.saved_number, self.saving.saved_ledger(),
-                              *reference, against_checkpoint=moving)  # the workers go on while it is written
-        self.schedule.trained_since_version = False
+        if serve and self.publishing.publish(self.saving.settled(checkpoint), self.schedule.last_piece,
+                                             against_checkpoint=moving):  # the workers go on while it is written
+            self.schedule.trained_since_version = False
 
     def _checkpoint(self, *, serve: bool) -> None:
         """A settled checkpoint, and a version of it when `serve`; with versions' checkpoints beside training (the
@@ -188,14 +180,8 @@ class FollowLoop:
     def _publish_written_for_version(self, wait: bool = False) -> None:
         """Starts the version of the checkpoint written for it once that is done (with `wait`, waits)."""
         written = self.saving.written_for_version(wait)
-        if written is None:
-            return
-        reference = self.publishing.reference(self.schedule.last_piece)
-        if reference is None:  # the piece's file is gone: the next version takes its reference inputs from a later one
-            self.publishing.dropped(written.path)
-            return
-        self.publishing.start(written.path, written.name, written.number, written.ledger, *reference,
-                              against_checkpoint=True)  # pieces ran on while it was written: its own predictions
+        if written is not None:  # pieces ran on while it was written: checked on its own predictions
+            self.publishing.publish(written, self.schedule.last_piece, against_checkpoint=True)
 
     def _step(self) -> int:
         return int(self.p.model.optimizer.iterations.numpy())
@@ -244,13 +230,10 @@ class FollowLoop:
         self.publishing.finish(max(0.0, deadline - time.monotonic()))
         if self.publishing.takes_deltas or not self.publishing.behind(self.saving.saved_number):
             return
-        reference = self.publishing.reference(self.schedule.last_piece)
-        if reference is None:
-            return
-        self.p.run.log.info("publishing %s before stopping", self.saving.name)
-        self.publishing.start(self.saving.latest_path(), self.saving.name, self.saving.saved_number,
-                              self.saving.saved_ledger(), *reference, against_checkpoint=self.schedule.trainer.moving)
-        self.publishing.finish(max(0.0, deadline - time.monotonic()))
+        if self.publishing.publish(self.saving.settled(), self.schedule.last_piece,
+                                   against_checkpoint=self.schedule.trainer.moving):
+            self.p.run.log.info("publishing %s before stopping", self.saving.name)
+            self.publishing.finish(max(0.0, deadline - time.monotonic()))
 
     def _finish(self):
         """Idle for stop_when_idle_s: the last checkpoint and serving version, and the summary says complete."""

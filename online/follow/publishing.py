@@ -7,7 +7,9 @@ version due while the previous one is still being written is not queued behind i
 taken at the first beat after it is done (settled, or beside training: `serving_checkpoint`), and that version starts
 once its checkpoint is written. With
 `serving_delta_every_s`, deltas of the newest version come between versions (deltas.py), and a run ends with a
-delta instead of a version.
+delta instead of a version. Every version starts through `publish`, whichever checkpoint it comes from (one written
+for it, a periodic one, the one resumed, the one written on SIGTERM), so each is guarded alike: this chief's
+generation, the step served (run_record.py), data to check it on.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import tensorflow as tf
 from cluster.run_files import read_summary, write_summary
 from common.errors import Problem, UserError
 from models import export
+from online.follow.checkpointing import ForVersion
 from online.follow.for_serving import ForServing
 from online.follow.ledger import Ledger
 from online.follow.served import freshness_summary, trained_through
@@ -145,16 +148,26 @@ class Publishing:
             return None
         return self.raw, export.predictions(self.model, export.model_inputs(self.data, self.raw))
 
-    def start(self, checkpoint: str, name: str, number: int, snapshot: Ledger, raw, trained, *,
-              against_checkpoint: bool = False) -> None:
-        """Starts writing checkpoint `checkpoint` (named `name`, at step `number`, holding ledger `snapshot`) as the
-        next serving version, to be checked against `trained`, the predictions on `raw` at that checkpoint; with
-        `against_checkpoint` (pieces ran on while it was written, so `trained` is not the checkpoint's model)
-        against the checkpoint's own predictions on `raw` instead (read where `raw` looks)."""
+    def publish(self, source: ForVersion, piece=None, *, against_checkpoint: bool = False) -> bool:
+        """The one way a version starts: checkpoint `source` written as the next serving version, checked on the
+        reference inputs (`reference(piece)`) against the trained model's predictions now, or with
+        `against_checkpoint` (pieces ran on while it was written, so the model moved) against the checkpoint's own;
+        not when this chief was superseded (raises), when it would serve an older step than was served, or when no
+        data is left to check it on (its checkpoint, if its own, goes; deltas go on). Whether it started."""
         self.record.check_writer()
-        if not self.may_serve(number):
-            self.dropped(checkpoint)
-            return
+        if not self.may_serve(source.number):
+            self.dropped(source.path)
+            return False
+        reference = self.reference(piece)
+        if reference is None:  # the piece's file is gone: the next version takes its reference inputs from a later one
+            self.dropped(source.path)
+            return False
+        self._start(source.path, source.name, source.number, source.ledger, *reference,
+                    against_checkpoint=against_checkpoint)
+        return True
+
+    def _start(self, checkpoint: str, name: str, number: int, snapshot: Ledger, raw, trained, *,
+               against_checkpoint: bool) -> None:
         self.scratch.mkdir(parents=True, exist_ok=True)
         reference = self.scratch / f"reference-{number}.npz"
         np.savez(reference, predictions=trained, **export.saved_inputs(raw))
