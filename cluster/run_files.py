@@ -2,8 +2,8 @@
 
 The chief (or lead worker) writes checkpoints, TensorBoard train events, the export and `summary.json`; the
 evaluator writes `checkpoints/evaluated.json`, validation events and `best_model/`; the launcher and bench read
-them. Writers replace JSON files atomically and flushed to disk (common/durable.py), so a reader never sees half
-of one, nor an empty one after a host crash.
+them. Writers replace JSON files atomically, so a reader never sees half of one; those a reader acts on (the
+summary, the best model's record) are flushed to disk first (common/durable.py), so a host crash leaves none empty.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from common import durable
+from common import durable as durable_files
 from common.version import VERSION
 
 RUN_VARIABLE = "PSCLUSTER_RUN"  # names one launcher run: every task it starts carries it; the lead stamps summaries
@@ -100,13 +100,17 @@ class RunFiles:
         return self.output / f".worker-{worker_index}"
 
 
-def write_json_atomically(path: Path, document: Any) -> None:
-    """Writes `document` to `path` whole: under a hidden name, flushed, then renamed (about 1 ms more than an
-    unflushed write: the heartbeat's every 2 s is flushed too, a restarted lead reads its training time)."""
+def write_json_atomically(path: Path, document: Any, *, durable: bool = False) -> None:
+    """Writes `document` to `path` whole: under a hidden name, then renamed; with `durable` (what a reader acts on:
+    the summary, the best model's record) flushed to disk first. A heartbeat is not: on a busy disk a flush can
+    take seconds, and the loop that beats would wait for it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(document, indent=2))
-    durable.publish(partial, path)
+    if durable:
+        durable_files.publish(partial, path)
+    else:
+        partial.replace(path)
 
 
 def _read_json(path: Path) -> Any:
@@ -166,7 +170,7 @@ def read_summary(files: RunFiles) -> RunSummary | None:
 def write_summary(files: RunFiles, summary: RunSummary) -> None:
     """Writes `summary`, stamped with the launcher run and the release of the process that writes it."""
     stamped = dataclasses.replace(summary, run=this_run(), version=VERSION)
-    write_json_atomically(files.summary, dataclasses.asdict(stamped))
+    write_json_atomically(files.summary, dataclasses.asdict(stamped), durable=True)
 
 
 def training_finished(files: RunFiles, planned_epochs: int, *, run: str | None = None) -> bool:
@@ -226,7 +230,7 @@ def read_best(files: RunFiles) -> BestRecord | None:
 
 
 def write_best(files: RunFiles, record: BestRecord) -> None:
-    write_json_atomically(files.best_record, dataclasses.asdict(record))
+    write_json_atomically(files.best_record, dataclasses.asdict(record), durable=True)
 
 
 @dataclasses.dataclass

@@ -61,7 +61,7 @@ elif action == "delta":
     deltas.publish(1, 2)
 elif action == "summary":
     from cluster.run_files import write_json_atomically
-    write_json_atomically(paths[0], {"status": "complete"})
+    write_json_atomically(paths[0], {"status": "complete"}, durable=True)
 elif action == "swap":
     from online.publish.exporter import _swap_in
     _swap_in(paths[0], paths[1])

@@ -73,6 +73,7 @@ def test_safe_to_delete_lists_the_files_done_in_the_checkpoint_under_every_name(
     record = RunRecord(tmp_path, tmp_path / "data", LOG)
     record.take_generation()
     record.write_safe_to_delete(Ledger([done, running]), "ckpt-0-40", 40)
+    record.flush()
     written = json.loads((tmp_path / SAFE_TO_DELETE).read_text())
     assert written["files"] == ["day_1", "link_1"] and written["checkpoint"] == "ckpt-0-40"
     assert written["optimizer_step"] == 40 and written["generation"] == 1

@@ -221,6 +221,7 @@ class FollowLoop:
         self.p.run.log.info("stopped as asked: checkpoint %s %.1f s after SIGTERM; %d piece%s still running will "
                             "be trained again by the next run; exiting", said,
                             time.monotonic() - stop.requested_at, left, "s" * (left != 1))
+        self.publishing.record.flush()  # safe_to_delete.json of the stop checkpoint
         exit_preempted()
 
     def _publish_before_stopping(self, deadline: float) -> None:
@@ -258,5 +259,6 @@ class FollowLoop:
                                        tensorboard=str(run.files.tensorboard),
                                        follow={**freshness_summary(self.ledger),
                                                "pieces_given_twice": self.schedule.given_twice})
+        self.publishing.record.flush()  # safe_to_delete.json of the last checkpoint, before the summary says complete
         write_summary(run.files, finished)
         return finished

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -48,6 +49,9 @@ class RunRecord:
         self.generation = 0
         self.served_step = 0
         self.served_at = "nothing served yet"
+        self._lock = threading.Lock()
+        self._pending: tuple[dict, str | None] | None = None
+        self._writer: threading.Thread | None = None
 
     # ----- one writer ----------------------------------------------------------------------------------------------
     def take_generation(self) -> int:
@@ -119,13 +123,35 @@ class RunRecord:
     # ----- safe to delete ------------------------------------------------------------------------------------------
     def write_safe_to_delete(self, ledger: Ledger, checkpoint: str, step: int, path: str | None = None) -> None:
         """The files done in checkpoint `checkpoint` (a settled one; `path`, its files, are flushed to disk first),
-        as a retention job reads them."""
-        if path is not None:
-            _sync_checkpoint(path)
+        as a retention job reads them: written on a thread (a flush can take seconds on a busy disk, and the loop
+        must not wait), a newer one replacing one not begun; `flush()` waits for the last."""
         names = sorted({name for entry in ledger.files if entry.complete for name in (entry.name, *entry.aliases)})
-        write_json_atomically(self.output / SAFE_TO_DELETE, {
-            "format": FORMAT, "generation": self.generation, "checkpoint": checkpoint, "optimizer_step": step,
-            "written": time.time(), "data_dir": str(self.data_root), "files": names})
+        document = {"format": FORMAT, "generation": self.generation, "checkpoint": checkpoint, "optimizer_step": step,
+                    "written": time.time(), "data_dir": str(self.data_root), "files": names}
+        with self._lock:
+            self._pending = (document, path)
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_pending, name="safe-to-delete", daemon=True)
+                self._writer.start()
+
+    def _write_pending(self) -> None:
+        while True:
+            with self._lock:
+                pending, self._pending = self._pending, None
+                if pending is None:
+                    self._writer = None
+                    return
+            document, path = pending
+            if path is not None:
+                _sync_checkpoint(path)
+            write_json_atomically(self.output / SAFE_TO_DELETE, document, durable=True)
+
+    def flush(self) -> None:
+        """Waits until the newest safe_to_delete.json asked for is written (a run's end, SIGTERM)."""
+        with self._lock:
+            writer = self._writer
+        if writer is not None:
+            writer.join()
 
     def count_deleted_before_safe(self, ledger: Ledger, versions: ServingVersions) -> list[str]:
         """Files served (by the newest version or its deltas) that `ledger`, the restored checkpoint's, has not done
