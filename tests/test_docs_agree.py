@@ -241,3 +241,13 @@ def test_the_tests_page_names_every_system_package_the_suite_installs():
     page = (docskit.ROOT / "docs" / "tests.md").read_text()
     missing = sorted(package for package in packages if package not in page)
     assert len(packages) > 5 and not missing, f"docs/tests.md: name these Debian packages: {missing}"
+
+
+def test_the_readers_table_names_every_step_a_kill_test_stops_at():
+    from online.follow.kill_points import STEPS
+
+    text = (docskit.ROOT / "docs" / "online-training.md").read_text()
+    section = text.split("\n## What a reader may rely on\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    missing = [step for step in STEPS if not any(f"(`{step}`)" in row for row in rows)]
+    assert not missing, f"online-training.md#what-a-reader-may-rely-on: a row for each named step: {missing}"

@@ -1,16 +1,23 @@
 """A retention job at safe_to_delete.json on real servers: it deletes each file the moment the signal lists it, the
-chief is killed in the middle of the next file and resumed, and every deleted file's examples are in the resumed
-run's model (its optimizer steps), none counted lost, while a follower sampling versions and deltas throughout never
-serves a lower step; a second chief on the same output_dir stops the first."""
+chief and a ps are killed at each of publication's named steps and healed by the launcher, and every file's examples
+are in the model (its optimizer steps), none counted lost, while a follower sampling versions and deltas throughout
+never serves a lower step; a second chief on the same output_dir stops the first."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
 import threading
 
 import pytest
 
-from clusterkit import derive_cluster, finish, start_module, wait_for_line
+from clusterkit import (ROOT, cluster_document, derive_cluster, finish, start_module, wait_for_launcher,
+                        wait_for_line, write_cluster)
+from launcher import process
+from online.follow import kill_points
 from test_follow import FOLLOW, write_day
 from test_follow_deltas import _events, _follower
 
@@ -36,59 +43,101 @@ class Retention(threading.Thread):
                     self.deleted.append(name)
 
 
-def test_files_deleted_at_the_signal_keep_their_training_through_a_killed_chief(shared_servers, tmp_path):
-    data, output, log, again = tmp_path / "data", tmp_path / "output", tmp_path / "chief.log", tmp_path / "again.log"
-    data.mkdir()
-    for number in range(3):
-        write_day(data, f"day_{number}", 200, 200 * number)
-    cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
-        **FOLLOW, "data_dir": str(data), "output_dir": str(output), "checkpoint_every_s": 2,
-        "serving_delta_every_s": 1})
-    retention = Retention(data, output)
-    retention.start()
-    chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
-    follower = _follower(tmp_path)
-    resumed = None
+def test_a_chief_and_a_ps_killed_at_each_named_step_under_retention_lose_nothing(tmp_path):
+    """The chief SIGKILLed at each of publication's named steps (kill_points.py: a hook, not timing), a ps killed
+    with it each time, the launcher healing both, while files land and a retention job deletes what the signal
+    lists: every file trained once with all its examples, in the model's optimizer steps; each resume at least
+    where the signal stood at the kill; a follower sampling throughout never served a lower step."""
+    data, logs, output, marks = (tmp_path / name for name in ("data", "logs", "output", "marks"))
+    for folder in (data, marks):
+        folder.mkdir()
+    training = {**FOLLOW, "data_dir": str(data), "output_dir": str(output), "checkpoint_every_s": 2,
+                "serving_delta_every_s": 1, "stop_when_idle_s": 8}
+    document = cluster_document(workers=1, ps=2, evaluator=False, logs_dir=str(logs), training=training)
+    document["launcher"].update(restart_backoff_s=0.5, poll_s=0.5, max_restarts=30)
+    path = write_cluster(tmp_path, document)
+    feeder, retention = Feeder(data), Retention(data, output)
+    environment = {**os.environ, kill_points.KILL_AT: f"{marks}:{','.join(kill_points.STEPS)}"}
+    follower, listed_at_kill = None, {}
     try:
-        assert wait_for_line(log, "day_2: done", 300, chief), log.read_text()[-3000:]
-        write_day(data, "day_3", 8000, 600)
-        assert wait_for_line(log, "day_3: started", 300, chief), log.read_text()[-3000:]
-        assert wait_for_line(log, "serving | delta 1.", 120, chief) and _deleted(retention, 3), retention.deleted
-        assert "day_3: done" not in log.read_text()
-        chief.kill()  # in the middle of day_3, after deltas served some of it: the resume is behind what was served
-        chief.wait(timeout=30)
-        write_day(data, "day_4", 200, 8600)
-        resumed = start_module("coordinator.train", "--cluster", str(cluster), "--stop_when_idle_s", "4",
-                               log_path=again)
-        assert finish(resumed, timeout_s=600) == [0], again.read_text()[-3000:]
+        feeder.start()
+        retention.start()
+        follower = _follower(tmp_path)
+        started = subprocess.run(["sh", str(ROOT / "run.sh"), "--detach", str(path)], capture_output=True, text=True,
+                                 timeout=120, stdin=subprocess.DEVNULL, env=environment)
+        assert started.returncode == 0, started.stderr
+        for step in kill_points.STEPS:
+            listed_at_kill[step] = _kill_a_ps_with_the_chief_at(step, marks, logs, output)
+        feeder.halt.set()  # the chief finishes after stop_when_idle_s without new files
+        launcher_log = wait_for_launcher(logs, timeout_s=600)
     finally:
-        retention.halt.set()
-        for started in (p for p in (chief, resumed, follower) if p is not None):
-            started.kill()
-            started.wait()
+        for thread in (feeder, retention):
+            thread.halt.set()
+        subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=180)
+        if follower is not None:
+            follower.kill()
+            follower.wait()
     retention.join(timeout=10)
-
-    summary = json.loads((output / "summary.json").read_text())
-    trained = {f["name"]: (f["examples"], f["outcome"]) for f in summary["follow"]["per_file"]}
-    assert trained == {"day_0": (200, "trained"), "day_1": (200, "trained"), "day_2": (200, "trained"),
-                       "day_3": (8000, "trained"), "day_4": (200, "trained")}, summary["follow"]["per_file"]
-    assert summary["follow"]["problems"]["lost_files"] == 0
-    assert summary["optimizer_steps"] == summary["follow"]["steps"]  # each example trained once, in the model
-    assert {"day_0", "day_1", "day_2"} <= set(retention.deleted)
+    _assert_nothing_lost(output, feeder.written, launcher_log)
+    _assert_each_resume_keeps_the_signal(logs / "chief-0.log", listed_at_kill)
+    assert len(retention.deleted) >= 2, retention.deleted
     steps = [event["step"] for event in _events(tmp_path)]
-    assert len(steps) >= 3 and steps == sorted(steps), steps  # served: never a lower step, the kill included
-    listed = json.loads((output / "safe_to_delete.json").read_text())
-    assert listed["checkpoint"] == summary["checkpoint"].rsplit("/", 1)[-1] and listed["generation"] == 2
+    assert len(steps) >= 3 and steps == sorted(steps), steps  # served: never a lower step, the kills included
 
 
-def _deleted(retention: Retention, count: int, timeout_s: float = 60) -> bool:
-    """Whether the retention job deleted `count` files within `timeout_s`."""
-    stop = threading.Event()
-    for _ in range(int(timeout_s / 0.2)):
-        if len(retention.deleted) >= count:
+class Feeder(threading.Thread):
+    """Lands a file of 300 examples every 2 s (each named as it comes: day_0, day_1, ...) until stopped."""
+
+    def __init__(self, data):
+        super().__init__(daemon=True)
+        self.data, self.written, self.halt = data, {}, threading.Event()
+
+    def run(self) -> None:
+        for number in range(300):
+            if self.halt.is_set():
+                return
+            write_day(self.data, f"day_{number}", 300, 300 * number)
+            self.written[f"day_{number}"] = 300
+            self.halt.wait(2)
+
+
+def _kill_a_ps_with_the_chief_at(step: str, marks, logs, output) -> int:
+    """Waits for the chief to stop at `step`, kills ps:0 and lets the chief's hook kill it; returns the optimizer
+    step of the checkpoint safe_to_delete.json named then (0 before the first)."""
+    mark = marks / step
+    assert wait_for_path(mark, 300), f"the chief never reached {step}: {sorted(p.name for p in marks.iterdir())}"
+    signal_file = output / "safe_to_delete.json"
+    listed = json.loads(signal_file.read_text())["optimizer_step"] if signal_file.exists() else 0
+    os.kill(process.PidRecord.read(logs / "ps-0.pid").pid, signal.SIGKILL)
+    (marks / f"{step}.go").touch()
+    return listed
+
+
+def wait_for_path(path, timeout_s: float) -> bool:
+    waited = threading.Event()
+    for _ in range(int(timeout_s / 0.1)):
+        if path.exists():
             return True
-        stop.wait(0.2)
+        waited.wait(0.1)
     return False
+
+
+def _assert_nothing_lost(output, written: dict, launcher_log: str) -> None:
+    summary = json.loads((output / "summary.json").read_text())
+    trained = {f["name"]: f["examples"] for f in summary["follow"]["per_file"] if f["outcome"] == "trained"}
+    assert trained == written, (launcher_log[-3000:], summary["follow"]["per_file"])
+    assert summary["follow"]["problems"]["lost_files"] == 0, summary["follow"]["problems"]
+    assert summary["optimizer_steps"] == summary["follow"]["steps"]  # each example trained once, in the model
+    assert f"followed the data: {len(written)} of {len(written)} files" in launcher_log, launcher_log[-3000:]
+
+
+def _assert_each_resume_keeps_the_signal(chief_log, listed_at_kill: dict) -> None:
+    """Each chief started after a kill resumed from a checkpoint at least as new as the one safe_to_delete.json
+    named when it was killed: what the signal let go is in the model."""
+    resumed = [int(found) for found in re.findall(r"resuming .* \(optimizer step (\d+)\)", chief_log.read_text())]
+    assert len(resumed) >= len(listed_at_kill), resumed
+    for listed, step in zip(listed_at_kill.values(), resumed[-len(listed_at_kill):]):
+        assert step >= listed, (listed_at_kill, resumed)
 
 
 def test_a_second_chief_on_the_same_output_dir_stops_the_first(shared_servers, tmp_path):

@@ -13,6 +13,7 @@ import threading
 import time
 
 from models.checkpoints import Position
+from online.follow import kill_points
 from online.follow.for_serving import ForServing
 from online.follow.ledger import Ledger
 from online.follow.run_record import RunRecord
@@ -57,6 +58,7 @@ class FollowCheckpoints:
         self.record.check_writer()
         path = self.checkpoints.save(begun.position)
         self._end(begun)
+        kill_points.reached("settled_checkpoint")
         self.record.write_safe_to_delete(self.saved_ledger(), self.name, begun.step, path)
         return path
 

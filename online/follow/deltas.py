@@ -20,6 +20,7 @@ import time
 import tensorflow as tf
 
 from tables.changed_rows import step_clock, track_changes
+from online.follow import kill_points
 from online.follow.ledger import Ledger
 from online.follow.report import duration
 from online.publish.deltas import DeltaFiles, DeltaSource, Written, write_delta
@@ -173,6 +174,7 @@ class FollowDeltas:
             self.log.info("serving | delta %d.%d dropped: version %d is out", written.version, written.sequence,
                           self.chain.version)
             return
+        kill_points.reached("delta_published")
         self.chain = Chain(written.version, written.sequence + 1, written.read_step, written.read_step)
         served = ledger.serve(written.version, time.time(), {entry["name"] for entry in job.serves})
         rows = sum(written.rows.values())

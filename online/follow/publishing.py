@@ -27,6 +27,7 @@ from cluster.run_files import read_summary, write_summary
 from common.errors import Problem, UserError
 from models import export
 from online.follow.checkpointing import ForVersion
+from online.follow import kill_points
 from online.follow.for_serving import ForServing
 from online.follow.ledger import Ledger
 from online.follow.served import freshness_summary, trained_through
@@ -162,6 +163,7 @@ class Publishing:
         if reference is None:  # the piece's file is gone: the next version takes its reference inputs from a later one
             self.dropped(source.path)
             return False
+        kill_points.reached("version_checkpoint")
         self._start(source.path, source.name, source.number, source.ledger, *reference,
                     against_checkpoint=against_checkpoint)
         return True
@@ -223,6 +225,7 @@ class Publishing:
                                exporting.process.request.version, name, result.error)
             self.dropped(exporting.process.request.checkpoint)
             return
+        kill_points.reached("version_published")
         self.for_serving.published(exporting.process.request.checkpoint)
         self.record.served(exporting.process.request.trained_through["optimizer_step"])
         if self.deltas is not None:

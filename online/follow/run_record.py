@@ -25,6 +25,7 @@ from pathlib import Path
 from cluster.run_files import write_json_atomically
 from common import durable
 from common.errors import Problem, UserError
+from online.follow import kill_points
 from online.follow.file_entry import LOST, FileEntry
 from online.follow.ledger import Ledger
 from online.publish import delta_format
@@ -145,6 +146,8 @@ class RunRecord:
             if path is not None:
                 _sync_checkpoint(path)
             write_json_atomically(self.output / SAFE_TO_DELETE, document, durable=True)
+            if path is not None:
+                kill_points.reached("safe_to_delete")
 
     def flush(self) -> None:
         """Waits until the newest safe_to_delete.json asked for is written (a run's end, SIGTERM)."""
