@@ -56,7 +56,7 @@ def test_a_chief_and_a_ps_killed_at_each_named_step_under_retention_lose_nothing
     document = cluster_document(workers=1, ps=2, evaluator=False, logs_dir=str(logs), training=training)
     document["launcher"].update(restart_backoff_s=0.5, poll_s=0.5, max_restarts=30)
     path = write_cluster(tmp_path, document)
-    feeder, retention = Feeder(data), Retention(data, output)
+    feeder, retention = Feeder(data, logs / "chief-0.log"), Retention(data, output)
     environment = {**os.environ, kill_points.KILL_AT: f"{marks}:{','.join(kill_points.STEPS)}"}
     follower, listed_at_kill = None, {}
     try:
@@ -86,19 +86,25 @@ def test_a_chief_and_a_ps_killed_at_each_named_step_under_retention_lose_nothing
 
 
 class Feeder(threading.Thread):
-    """Lands a file of 300 examples every 2 s (each named as it comes: day_0, day_1, ...) until stopped."""
+    """Lands a file of 150 examples (day_0, day_1, ...) once the chief has done the one before, or after 15 s,
+    until stopped: a trickle the chief keeps up with, whatever its kills."""
 
-    def __init__(self, data):
+    def __init__(self, data, chief_log):
         super().__init__(daemon=True)
-        self.data, self.written, self.halt = data, {}, threading.Event()
+        self.data, self.chief_log, self.written, self.halt = data, chief_log, {}, threading.Event()
 
     def run(self) -> None:
-        for number in range(300):
+        for number in range(100):
             if self.halt.is_set():
                 return
-            write_day(self.data, f"day_{number}", 300, 300 * number)
-            self.written[f"day_{number}"] = 300
-            self.halt.wait(2)
+            write_day(self.data, f"day_{number}", 150, 150 * number)
+            self.written[f"day_{number}"] = 150
+            for _ in range(75):
+                if self.halt.wait(0.2) or self._done(f"day_{number}"):
+                    break
+
+    def _done(self, name: str) -> bool:
+        return self.chief_log.exists() and f"{name}: done" in self.chief_log.read_text(errors="replace")
 
 
 def _kill_a_ps_with_the_chief_at(step: str, marks, logs, output) -> int:
@@ -124,11 +130,14 @@ def wait_for_path(path, timeout_s: float) -> bool:
 
 def _assert_nothing_lost(output, written: dict, launcher_log: str) -> None:
     summary = json.loads((output / "summary.json").read_text())
-    trained = {f["name"]: f["examples"] for f in summary["follow"]["per_file"] if f["outcome"] == "trained"}
-    assert trained == written, (launcher_log[-3000:], summary["follow"]["per_file"])
-    assert summary["follow"]["problems"]["lost_files"] == 0, summary["follow"]["problems"]
-    assert summary["optimizer_steps"] == summary["follow"]["steps"]  # each example trained once, in the model
-    assert f"followed the data: {len(written)} of {len(written)} files" in launcher_log, launcher_log[-3000:]
+    follow, count = summary["follow"], len(written)
+    assert (follow["files_done"], follow["files"], follow["examples"]) == (count, count, sum(written.values())), \
+        launcher_log[-3000:]
+    assert all(written[f["name"]] == f["examples"] and f["outcome"] == "trained" for f in follow["per_file"]), \
+        follow["per_file"]  # files compacted out of per_file count in the totals
+    assert follow["problems"]["lost_files"] == 0, follow["problems"]
+    assert summary["optimizer_steps"] == follow["steps"]  # each example trained once, in the model
+    assert f"followed the data: {count} of {count} files" in launcher_log, launcher_log[-3000:]
 
 
 def _assert_each_resume_keeps_the_signal(chief_log, listed_at_kill: dict) -> None:
