@@ -52,8 +52,8 @@ def test_a_chief_and_a_ps_killed_at_each_named_step_under_retention_lose_nothing
     for folder in (data, marks):
         folder.mkdir()
     training = {**FOLLOW, "data_dir": str(data), "output_dir": str(output), "checkpoint_every_s": 2,
-                "serving_delta_every_s": 1, "stop_when_idle_s": 8}
-    document = cluster_document(workers=1, ps=2, evaluator=False, logs_dir=str(logs), training=training)
+                "serving_delta_every_s": 1, "stop_when_idle_s": 5}
+    document = cluster_document(workers=1, ps=1, evaluator=False, logs_dir=str(logs), training=training)
     document["launcher"].update(restart_backoff_s=0.5, poll_s=0.5, max_restarts=30)
     path = write_cluster(tmp_path, document)
     feeder, retention = Feeder(data, logs / "chief-0.log"), Retention(data, output)
