@@ -149,29 +149,21 @@ class FollowLoop:
         """A settled checkpoint, and a version of it when `serve`; with versions' checkpoints beside training (the
         default), when a version is due and no periodic checkpoint with it, the version's own checkpoint instead, so
         hand-out never pauses for a version (a periodic one due meanwhile comes after it)."""
-        if serve and self.schedule.last_piece is not None and self._beside() and not self._serve_from_settled():
+        mode = self.publishing.mode
+        if serve and self.schedule.last_piece is not None and mode.own_checkpoint and \
+                not (mode.shares_periodic and self._periodic_due()):  # one checkpoint, not two
             self._checkpoint_for_version()
         else:
             self._save_and_serve(serve=serve)
 
-    def _beside(self) -> bool:
-        """Whether a version's checkpoint is its own, written beside training (`serving_checkpoint`; a delta's base
-        always is)."""
-        return self.p.run.options.serving_checkpoint == "beside" or self.publishing.deltas is not None
-
     def _periodic_due(self) -> bool:
         return self.schedule.trained_since_save and self.saving.due()
-
-    def _serve_from_settled(self) -> bool:
-        """Whether a version due comes from the periodic checkpoint due with it (one checkpoint, not two); with
-        deltas never: a version's base is its own checkpoint, kept while the version is the newest."""
-        return self.publishing.deltas is None and self._periodic_due()
 
     def _checkpoint_for_version(self) -> None:
         """The next version's checkpoint, written while the workers train on (and deltas go on being written); the
         version starts once it is done."""
         self.publishing.hold_deltas()  # the version holds every step a delta served
-        name = self.saving.start_for_version(table_slots=self.publishing.deltas is not None)  # a delta's base: whole
+        name = self.saving.start_for_version(table_slots=self.publishing.mode.with_slots)
         running = len(self.schedule.trainer.running)
         self.p.run.log.info("checkpoint %s for the next serving version: written while %d piece%s run%s on",
                             name, running, "s" * (running != 1), "s" * (running == 1))

@@ -30,6 +30,7 @@ from online.follow.checkpointing import ForVersion
 from online.follow import kill_points
 from online.follow.for_serving import ForServing
 from online.follow.ledger import Ledger
+from online.follow.publication_mode import PublicationMode
 from online.follow.served import freshness_summary, trained_through
 from online.follow.report import duration
 from online.follow.run_record import RunRecord
@@ -65,6 +66,7 @@ class Publishing:
         self.run, self.data, self.model, self.serving, self.ledger = run, data, model, serving, ledger
         self.report, self.task, self.pieces_done, self.deltas = report, task, pieces_done, deltas
         self.for_serving, self.record = for_serving, record
+        self.mode = PublicationMode.of(run.options)
         self.said_older = False
         self.scratch = run.files.output / SCRATCH
         shutil.rmtree(self.scratch, ignore_errors=True)  # a killed run's requests and references
