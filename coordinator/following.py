@@ -119,7 +119,8 @@ def _restored_ledger(state: tf.Variable, versions: ServingVersions, record: RunR
     before a resume could keep their training (counted lost, by name)."""
     ledger = Ledger.from_json(state.numpy().decode())
     if versions.versions():
-        ledger.served_from(versions.trained_through(versions.versions()[-1]))
+        for served in record.served_records(versions):  # the version, then each delta that served more of it
+            ledger.served_from(served)
         record.count_deleted_before_safe(ledger, versions)
     if ledger.file_count():
         waiting, behind_s = ledger.behind(time.time())

@@ -29,7 +29,7 @@ def _delta(serving, version: int, sequence: int, read_step: int, files: list[str
     folder = serving / "deltas" / f"{version}.{sequence}"
     folder.mkdir(parents=True)
     (folder / "manifest.json").write_text(json.dumps({
-        "version": version, "sequence": sequence, "read_step": read_step,
+        "version": version, "sequence": sequence, "read_step": read_step, "written": 10.0 + sequence,
         "trained_through": {"files_done": [{"name": name, "landed": 6.0} for name in files]}}))
 
 
@@ -65,6 +65,18 @@ def test_the_served_step_is_the_newest_versions_or_its_newest_deltas(tmp_path):
     assert record.served_at == "version 3 delta 2"
     assert not record.serves_no_older(139) and record.serves_no_older(140)
     assert RunRecord(tmp_path, tmp_path / "data", LOG).read_served(ServingVersions(tmp_path / "none", keep=5)) == 0
+
+
+def test_a_resumed_ledger_knows_each_file_served_by_the_version_or_by_the_delta_that_first_served_it(tmp_path):
+    serving = tmp_path / "serving"
+    _version(serving, 3, 100, ["day_0"])
+    _delta(serving, 3, 1, 120, ["day_1"])
+    _delta(serving, 3, 2, 140, ["day_2"])
+    ledger = Ledger([_entry(name, done=True) for name in ("day_0", "day_1", "day_2", "day_3")])
+    for served in RunRecord(tmp_path, tmp_path / "data", LOG).served_records(ServingVersions(serving, keep=5)):
+        ledger.served_from(served)
+    assert [(e.name, e.served_version, e.served) for e in ledger.files] == [
+        ("day_0", 3, 1.0), ("day_1", 3, 11.0), ("day_2", 3, 12.0), ("day_3", None, None)]  # when first served
 
 
 def test_safe_to_delete_lists_the_files_done_in_the_checkpoint_under_every_name(tmp_path):

@@ -53,6 +53,7 @@ class RunRecord:
         self._lock = threading.Lock()
         self._pending: tuple[dict, str | None] | None = None
         self._writer: threading.Thread | None = None
+        self._served: list[dict] | None = None
 
     # ----- one writer ----------------------------------------------------------------------------------------------
     def take_generation(self) -> int:
@@ -98,18 +99,25 @@ class RunRecord:
             return []
 
     # ----- the served step -----------------------------------------------------------------------------------------
+    def served_records(self, versions: ServingVersions) -> list[dict]:
+        """What readers were served, read once at the start: the newest version's trained_through.json, then each of
+        its deltas' manifests as one of the same form (`version`, `written`, `files_done`, the step served)."""
+        if self._served is None:
+            numbers = versions.versions()
+            self._served = [] if not numbers else [
+                {**versions.trained_through(numbers[-1]), "served_at": f"version {numbers[-1]}"},
+                *({**manifest.get("trained_through", {}), "version": manifest.get("version"),
+                   "written": manifest.get("written"), "optimizer_step": manifest.get("read_step", 0),
+                   "served_at": f"version {numbers[-1]} delta {manifest.get('sequence')}"}
+                  for manifest in _delta_manifests(versions.directory, numbers[-1]))]
+        return self._served
+
     def read_served(self, versions: ServingVersions) -> int:
         """The step readers were last served (newest version, or its newest delta); 0 when nothing is served."""
-        numbers = versions.versions()
-        if not numbers:
-            return 0
-        newest = numbers[-1]
-        through = versions.trained_through(newest)
-        self.served_step, self.served_at = int(through.get("optimizer_step", 0)), f"version {newest}"
-        for manifest in _delta_manifests(versions.directory, newest):
-            if manifest.get("read_step", 0) > self.served_step:
-                self.served_step = int(manifest["read_step"])
-                self.served_at = f"version {newest} delta {manifest.get('sequence')}"
+        for index, record in enumerate(self.served_records(versions)):
+            step = int(record.get("optimizer_step", 0))
+            if index == 0 or step > self.served_step:  # the version, then a delta serving a later step
+                self.served_step, self.served_at = step, record["served_at"]
         return self.served_step
 
     def served(self, step: int) -> None:
@@ -163,7 +171,7 @@ class RunRecord:
         newest_landed = max((entry.landed for entry in ledger.files), default=float("-inf"))
         lost = []
         now = time.time()
-        for name, item in _served_files(versions).items():
+        for name, item in _served_files(self.served_records(versions)).items():
             entry = held.get(name)
             if entry is None and not _after_the_checkpoint(item, ledger, newest_landed):
                 continue  # folded into the ledger's counts: done with in the checkpoint
@@ -194,14 +202,11 @@ def _after_the_checkpoint(item: dict, ledger: Ledger, newest_landed: float) -> b
     return float(item.get("landed") or 0.0) > newest_landed
 
 
-def _served_files(versions: ServingVersions) -> dict[str, dict]:
-    """name -> its record, of every file the newest version or one of its deltas served."""
-    numbers = versions.versions()
-    if not numbers:
-        return {}
-    served = {item["name"]: item for item in versions.trained_through(numbers[-1]).get("files_done", [])}
-    for manifest in _delta_manifests(versions.directory, numbers[-1]):
-        for item in manifest.get("trained_through", {}).get("files_done", []):
+def _served_files(records: list[dict]) -> dict[str, dict]:
+    """name -> its record, of every file the newest version or one of its deltas served (RunRecord.served_records)."""
+    served = {}
+    for record in records:
+        for item in record.get("files_done", []):
             served.setdefault(item["name"], item)
     return served
 
