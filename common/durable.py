@@ -95,15 +95,23 @@ def object_store(kind: str, source: str) -> str | None:
     return name if name in OBJECT_STORES else None
 
 
-def refuse_object_store(path: str, field: str, mounts: Path | None = None) -> None:
-    """Raises a UserError naming `field` when folder `path` (existing or not) lies on an object-store mount."""
+def object_store_problem(path: str, field: str, mounts: Path | None = None) -> Problem | None:
+    """The problem naming `field` when folder `path` (existing or not) lies on an object-store mount, else None."""
     try:
         text = (mounts or MOUNTS).read_text()
     except OSError:  # no /proc (not Linux): nothing to judge by
-        return
+        return None
     point, kind, source = mount_of(os.path.realpath(path), text)
     store = object_store(kind, source)
-    if store:
-        raise UserError(Problem(field, path, f"is on a {store} mount ({point}, type {kind}) where rename is not "
-                                "atomic, so a reader could find half a serving version, delta or model",
-                                "put output_dir on a local disk, NFS, Lustre or CephFS (docs/online-training.md)"))
+    if not store:
+        return None
+    return Problem(field, path, f"is on a {store} mount ({point}, type {kind}) where rename is not atomic, so a "
+                   "reader could find half a serving version, delta or model",
+                   "put output_dir on a local disk, NFS, Lustre or CephFS (docs/online-training.md)")
+
+
+def refuse_object_store(path: str, field: str, mounts: Path | None = None) -> None:
+    """Raises a UserError naming `field` when folder `path` (existing or not) lies on an object-store mount."""
+    problem = object_store_problem(path, field, mounts)
+    if problem is not None:
+        raise UserError(problem)

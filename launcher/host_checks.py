@@ -10,6 +10,7 @@ import sys
 
 from cluster import ps_memory
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
+from common import durable
 from common.net import port_in_use
 from launcher import previous_run, process, user_code_checks
 from launcher.backends.base import PreflightReport
@@ -45,6 +46,9 @@ def preflight(config: ClusterConfig, tasks: list[Task], min_free_bytes: int = 51
         except OSError as error:
             problems.append(f"{lead.name}: output_dir {output} is not writable ({error.strerror}); fix its "
                             "permissions or set training.output_dir")
+        store = durable.object_store_problem(str(output), "training.output_dir")
+        if store is not None:  # the chief refuses it too; here no task starts
+            problems.append(f"{lead.name}: {store.text()}")
         problems += [line for line in [previous_run.different_run(config)] if line]
         problems += user_code_checks.problems(config, host_python(config, lead.address.host))
     return problems

@@ -241,3 +241,19 @@ def test_the_chief_refuses_an_object_store_output_dir_before_anything_else(tmp_p
         "on a local disk, NFS, Lustre or CephFS (docs/online-training.md)"]
     assert not output.exists()
 
+
+
+def test_the_launchers_preflight_names_an_object_store_output_dir_before_any_task_starts(tmp_path, monkeypatch):
+    from cluster import config as cluster_config
+    from launcher import host_checks
+
+    output = tmp_path / "bucket" / "run"
+    config = cluster_config.load(write_cluster(tmp_path, cluster_document(training={"output_dir": str(output)})))
+    fake = tmp_path / "mounts"
+    fake.write_text(f"/dev/vda / ext4 rw 0 0\nruns {tmp_path / 'bucket'} fuse.gcsfuse rw 0 0\n")
+    monkeypatch.setattr(durable, "MOUNTS", fake)
+    problems = host_checks.preflight(config, [config.lead])
+    assert [line for line in problems if "gcsfuse" in line] == [
+        f"chief:0: training.output_dir = '{output}': is on a gcsfuse mount ({tmp_path / 'bucket'}, type fuse.gcsfuse) "
+        "where rename is not atomic, so a reader could find half a serving version, delta or model; put output_dir "
+        "on a local disk, NFS, Lustre or CephFS (docs/online-training.md)"]
