@@ -32,6 +32,7 @@ from online.follow.schedule import Schedule
 from common.preemption import exit_preempted
 
 BEAT_S = 1.0  # the loop's pace: pieces finished, SIGTERM, heartbeat, looks at the folder
+WRITER_LOOK_S = 5.0  # between looks for a newer chief (writers/), besides one before each checkpoint and version
 STOP_WAIT_S = 20.0  # SIGTERM's longest wait for running pieces (the launcher waits stop_grace_s, 60 s)
 STOP_MARGIN_S = 10.0  # SIGTERM: what a stop leaves of the launcher's stop_grace_s for the exit itself
 
@@ -77,7 +78,7 @@ class FollowLoop:
             if not self.schedule.running:
                 time.sleep(BEAT_S)  # nothing to wait on: a quiet beat
             training = self._beat()
-            self.publishing.record.check_writer()  # a newer chief on this output_dir: this one stops here
+            self.publishing.record.check_writer(WRITER_LOOK_S)  # a newer chief on this output_dir: it stops here
             self.publishing.poll()
             self._publish_written_for_version()
             if self._save_due():

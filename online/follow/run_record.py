@@ -34,6 +34,7 @@ from online.publish.versions import ServingVersions
 SAFE_TO_DELETE = "safe_to_delete.json"
 WRITERS = "writers"
 WRITERS_KEPT = 10  # older generations' files removed beyond these
+RACING_CHIEFS = 1000  # generations a chief tries past the newest it saw before it gives up
 FORMAT = 1
 
 
@@ -54,17 +55,17 @@ class RunRecord:
         self._pending: tuple[dict, str | None] | None = None
         self._writer: threading.Thread | None = None
         self._served: list[dict] | None = None
+        self._looked = float("-inf")
 
     # ----- one writer ----------------------------------------------------------------------------------------------
     def take_generation(self) -> int:
         """This chief's generation: one more than any taken before (created exclusively: a race takes the next)."""
         self.writers.mkdir(parents=True, exist_ok=True)
-        number = max(self._generations(), default=0) + 1
-        while True:
+        first = max(self._generations(), default=0) + 1
+        for number in range(first, first + RACING_CHIEFS):
             try:
                 descriptor = os.open(self.writers / f"{number}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
-                number += 1
                 continue
             with os.fdopen(descriptor, "w") as handle:
                 json.dump({"generation": number, "host": socket.gethostname(), "pid": os.getpid(),
@@ -72,13 +73,20 @@ class RunRecord:
             durable.sync_file(self.writers / f"{number}.json")
             durable.sync_folder(self.writers)
             break
-        self.generation = number
+        else:
+            raise UserError(Problem("output_dir", str(self.output), f"{RACING_CHIEFS} chiefs took a generation in "
+                                    f"{self.writers} while this one tried", "run one chief per output_dir"))
+        self.generation, self._looked = number, time.monotonic()
         for old in sorted(self._generations())[:-WRITERS_KEPT]:
             (self.writers / f"{old}.json").unlink(missing_ok=True)
         return number
 
-    def check_writer(self) -> None:
-        """Raises Superseded when a chief of a newer generation writes to this output_dir."""
+    def check_writer(self, every_s: float = 0.0) -> None:
+        """Raises Superseded when a chief of a newer generation writes to this output_dir (looked at only when the
+        last look is `every_s` old: the loop's beat asks every few seconds, a checkpoint or version each time)."""
+        if time.monotonic() - self._looked < every_s:
+            return
+        self._looked = time.monotonic()
         newest = max(self._generations(), default=self.generation)
         if newest <= self.generation:
             return
