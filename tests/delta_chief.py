@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +34,14 @@ from data import contract, source_for  # noqa: E402
 
 CHIEF_CPU = "/job:chief/replica:0/task:0/device:CPU:0"
 CHUNK = 64 << 10
+STALLED_PS = "DELTA_CHIEF_STALLED_PS"  # the pid of a ps that `check` stops for STALL_S during its second delta
+STALL_S = 1.5
+
+
+def stall(pid: int, seconds: float) -> None:
+    """SIGSTOPs process `pid` now and SIGCONTs it `seconds` later, on a timer thread."""
+    os.kill(pid, signal.SIGSTOP)
+    threading.Timer(seconds, os.kill, args=(pid, signal.SIGCONT)).start()
 
 
 def cluster(table_rows: int, dim: int = 8, batch: int = 256):
@@ -68,17 +78,20 @@ def check(out: str) -> dict:
     coordinator.join()
     root = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
     base = checkpoint_io.save(root, str(Path(out) / "ckpt-base"), device=CHIEF_CPU, chunk_bytes=CHUNK)
-    from_step = source.watermark_before(int(step_clock(model).numpy()))
+    from_step = rows_from = source.watermark_before(int(step_clock(model).numpy()))
     during = []
     for sequence in range(1, 6):
         if sequence < 5:
             schedule(coordinator, step, batches, 12, 10 + 12 * sequence)  # running while the delta is read
         else:
             coordinator.join()
+        if sequence == 2 and os.environ.get(STALLED_PS):  # a ps stalled while updates and this delta's reads run
+            stall(int(os.environ[STALLED_PS]), STALL_S)
         before = int(step_clock(model).numpy())
-        written = write_delta(source, files, version=1, sequence=sequence, from_step=from_step, chunk_bytes=CHUNK)
+        written = write_delta(source, files, version=1, sequence=sequence, from_step=from_step, rows_from=rows_from,
+                              chunk_bytes=CHUNK)
         during.append(int(step_clock(model).numpy()) - before)
-        from_step = written.read_step
+        from_step, rows_from = written.read_step, written.from_step  # as the follow loop's chain does
     live = deltakit.live_tables(model, tracked)
     deltas = deltakit.deltas_on_disk(Path(out) / "serving", 1)
     replayed = deltakit.replayed(deltakit.base_tables(base, {t: list(f) for t, f in live.items()}), deltas)

@@ -85,11 +85,11 @@ def test_a_delta_is_wanted_for_a_file_that_finished_after_the_last_delta_began()
     ledger = ledger_of_two()
     ledger.finish((1, 0), 10, now=120.0)
     assert not deltas._wanted(ledger)  # no version to build on yet
-    deltas.chain = Chain(version=1, sequence=2, from_step=9, through=9)  # no step since the last delta's read
+    deltas.chain = Chain(version=1, sequence=2, from_step=9, through=9, rows_from=5)  # no step since its read
     assert deltas._wanted(ledger)  # day_1.gz is trained and served by none
     ledger.serve(1, 130.0, names={"day_1.gz"})
     assert not deltas._wanted(ledger)  # nothing new: no empty deltas
-    deltas.chain = Chain(version=1, sequence=3, from_step=9, through=8)
+    deltas.chain = Chain(version=1, sequence=3, from_step=9, through=8, rows_from=5)
     assert deltas._wanted(ledger)  # a step since
 
 
@@ -101,7 +101,7 @@ def test_deltas_start_on_their_clock_not_at_the_first_steps_after_a_quiet_spell(
     deltas = object.__new__(FollowDeltas)  # its clock alone: no model, no tables
     steps = {"now": 9}
     deltas.source = type("Steps", (), {"step": staticmethod(lambda: steps["now"])})()
-    deltas.chain = Chain(version=1, sequence=2, from_step=9, through=9)
+    deltas.chain = Chain(version=1, sequence=2, from_step=9, through=9, rows_from=5)
     deltas.every_s, deltas.origin, deltas.last_tick, deltas.wanted_at = 10.0, 0.0, 0.0, None
     ledger = ledger_of_two()
     assert not deltas._ticked(ledger, 15.0)  # nothing trained since the last delta

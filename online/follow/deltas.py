@@ -30,13 +30,16 @@ from tables.streaming.rows import chunk_bytes_of
 
 @dataclasses.dataclass
 class Chain:
-    """Deltas of `version`: the next is number `sequence`, from step `from_step`; what is served holds the training
-    up to step `through` (the version's checkpoint's, or the last delta's)."""
+    """Deltas of `version`: the next is number `sequence`, from step `from_step`, carrying the rows stamped at or
+    after `rows_from` (the delta before's own `from_step`: a stamp landing up to one whole interval late is still
+    carried); what is served holds the training up to step `through` (the version's checkpoint's, or the last
+    delta's)."""
 
     version: int
     sequence: int
     from_step: int
     through: int
+    rows_from: int
 
 
 class _Job:
@@ -93,7 +96,7 @@ class FollowDeltas:
         """Version `version`, written from `checkpoint`, is published: the chain moves to it, from `from_step` (a
         delta of the older chain being written goes once done). Its first delta, when wanted, comes at once, off the
         clock: the files trained since the checkpoint (which a dropped delta would have served) wait for it."""
-        self.chain = Chain(version, 1, from_step, self._checkpoint_steps.pop(checkpoint, from_step))
+        self.chain = Chain(version, 1, from_step, self._checkpoint_steps.pop(checkpoint, from_step), from_step)
         self.held = False
         self.last_tick = self.wanted_at = float("-inf")
         stale = self.files.of(version)  # none but a killed run's, whose rows are not this chain's
@@ -157,7 +160,8 @@ class FollowDeltas:
                   if e.complete and e.served_version is None]
         extra = {"trained_through": {"files_done": serves}}
         self.job = _Job(lambda: write_delta(self.source, self.files, version=chain.version, sequence=chain.sequence,
-                                            from_step=chain.from_step, chunk_bytes=self.chunk_bytes, extra=extra),
+                                            from_step=chain.from_step, rows_from=chain.rows_from,
+                                            chunk_bytes=self.chunk_bytes, extra=extra),
                         chain, serves)
         self.last_tick, self.wanted_at = self._newest_tick(time.monotonic()), None
         self.job.thread.start()
@@ -175,7 +179,8 @@ class FollowDeltas:
                           self.chain.version)
             return
         kill_points.reached("delta_published")
-        self.chain = Chain(written.version, written.sequence + 1, written.read_step, written.read_step)
+        self.chain = Chain(written.version, written.sequence + 1, written.read_step, written.read_step,
+                           written.from_step)
         served = ledger.serve(written.version, time.time(), {entry["name"] for entry in job.serves})
         rows = sum(written.rows.values())
         self.log.info("serving | delta %d.%d | steps %d to %d | %d row%s changed | %d file%s newly served | "

@@ -5,9 +5,12 @@ A delta reads the step counter first (its `read_step`) and advances every ps's s
 (an update whose stamp was being written meanwhile lands), then reads, table by table and shard by shard on each
 ps, the rows stamped at or after its `from_step`, a chunk at most at a time (delta_rows.py). The next delta starts from
 this one's `read_step`: a change landing after a row was read carries a stamp at or after it
-(tables/changed_rows.py), so deltas overlap rather than leave a gap. The rows go into the delta's bundle as one
-key per field (delta_bundle.py): no process holds more than a chunk read and a chunk kept. Nothing waits for the
-workers and nothing stops them.
+(tables/changed_rows.py), so deltas overlap rather than leave a gap. An update's clock read and its stamp are two ops:
+a stamp landing later than SETTLE_S after its clock was read (a ps stalled between them) carries a step before this
+one's `read_step`, so the follow loop has each delta read rows from the one before's `from_step` (`rows_from`): a
+stamp up to one whole delta interval late is still carried, at the cost of rows sent twice. The rows go into the
+delta's bundle as one key per field (delta_bundle.py): no process holds more than a chunk read and a chunk kept.
+Nothing waits for the workers and nothing stops them.
 """
 
 from __future__ import annotations
@@ -127,9 +130,12 @@ class Written:
 
 
 def write_delta(source: DeltaSource, files: "DeltaFiles", *, version: int, sequence: int, from_step: int,
-                chunk_bytes: int = CHUNK_BYTES, extra: dict | None = None, settle_s: float = SETTLE_S) -> Written:
-    """Writes delta `sequence` of version `version`: rows stamped at or after `from_step`, the dense weights, and a
-    manifest holding `extra` too; whole under its name, or nothing visible if this fails."""
+                rows_from: int | None = None, chunk_bytes: int = CHUNK_BYTES, extra: dict | None = None,
+                settle_s: float = SETTLE_S) -> Written:
+    """Writes delta `sequence` of version `version`, which follows the one that read at `from_step`: rows stamped at
+    or after `rows_from` (default `from_step`; earlier, it carries rows of stamps that landed late), the dense
+    weights, and a manifest holding `extra` too; whole under its name, or nothing visible if this fails."""
+    rows_from = from_step if rows_from is None else rows_from
     started = time.monotonic()
     writing = files.writing(version, sequence)
     shutil.rmtree(writing, ignore_errors=True)
@@ -137,10 +143,11 @@ def write_delta(source: DeltaSource, files: "DeltaFiles", *, version: int, seque
     try:
         read_step = source.advance()
         time.sleep(settle_s)
-        rows = write_bundle(source, writing, from_step, chunk_bytes, version)
+        rows = write_bundle(source, writing, rows_from, chunk_bytes, version)
         size = sum(path.stat().st_size for path in writing.iterdir())
         manifest = {"format": names.FORMAT, "version": version, "sequence": sequence, "from_step": from_step,
-                    "read_step": read_step, "written": time.time(), "rows": rows, "bytes": size,
+                    "rows_from_step": rows_from, "read_step": read_step, "written": time.time(), "rows": rows,
+                    "bytes": size,
                     "seconds": round(time.monotonic() - started, 3), **(extra or {})}
         (writing / names.MANIFEST).write_text(json.dumps(manifest, indent=1))
         final = files.publish(version, sequence)
