@@ -57,6 +57,7 @@ class PieceTrainer:
         self.workers, self.ahead = workers, PIECES_AHEAD_PER_WORKER * workers
         self.running: dict[tuple[int, int], list[concurrent.futures.Future]] = {}  # two once given twice
         self.abandoned: list[concurrent.futures.Future] = []  # a piece's other closure, once one finished
+        self.steps_again = 0  # steps of abandoned closures that ran to their end (in the model, counted by no file)
         self.cancelling_until = 0.0  # monotonic: CancelledErrors before then are a data failure's cancel
         self._train = _piece_function(distribution, model, data, global_batch, seed)
         self._train.get_concrete_function()  # traced now: the model's metrics exist before the first piece runs
@@ -64,8 +65,23 @@ class PieceTrainer:
     @property
     def moving(self) -> bool:
         """Whether a closure may still be changing the model: a piece running, or a finished piece's other one."""
-        self.abandoned = [future for future in self.abandoned if not future.done()]
+        self._settle_abandoned()
         return bool(self.running or self.abandoned)
+
+    def _settle_abandoned(self) -> None:
+        """Abandoned closures that ended: the steps of one that ran to its end are counted (`steps_again`; run in
+        full again when TensorFlow queued it once more after its worker was lost), and one that failed for its data
+        is taken as such a failure: TensorFlow then cancels the running closures, which come back cancelled and are
+        handed out again, not raised as a lost task."""
+        running = []
+        for future in self.abandoned:
+            if not future.done():
+                running.append(future)
+            elif future.exception() is None:
+                self.steps_again += int(future.result()[1])
+            elif is_data_error(future.exception(), self.data_root):
+                self._cancelled_by_data()
+        self.abandoned = running
 
     @property
     def room(self) -> int:
@@ -91,6 +107,7 @@ class PieceTrainer:
         """Pieces that finished, waiting up to `timeout_s` for the first: a Trained for each that trained, a
         DataFailure for each that failed for its data (or was cancelled by such a failure); any other error is
         raised (the root cause first: a failed piece cancels the others, which then fail as cancelled)."""
+        self._settle_abandoned()
         if not self.running:
             return []
         concurrent.futures.wait([future for closures in self.running.values() for future in closures],

@@ -251,7 +251,8 @@ class FollowLoop:
                                        ps_report=self.p.tables.summary() if self.p.tables else summary.ps_report,
                                        tensorboard=str(run.files.tensorboard),
                                        follow={**freshness_summary(self.ledger),
-                                               "pieces_given_twice": self.schedule.given_twice})
+                                               "pieces_given_twice": self.schedule.given_twice,
+                                               "steps_trained_again": self.schedule.trainer.steps_again})
         self.publishing.record.flush()  # safe_to_delete.json of the last checkpoint, before the summary says complete
         write_summary(run.files, finished)
         return finished
