@@ -47,7 +47,8 @@ def test_a_chief_and_a_ps_killed_at_each_named_step_under_retention_lose_nothing
     """The chief SIGKILLed at each of publication's named steps (kill_points.py: a hook, not timing), a ps killed
     with it each time, the launcher healing both, while files land and a retention job deletes what the signal
     lists: every file trained once with all its examples, in the model's optimizer steps; each resume at least
-    where the signal stood at the kill; a follower sampling throughout never served a lower step."""
+    where the signal stood at the kill; a follower and a reader of the newest version (TensorFlow Serving's view)
+    sampling throughout never saw a lower step across the version switches."""
     data, logs, output, marks = (tmp_path / name for name in ("data", "logs", "output", "marks"))
     for folder in (data, marks):
         folder.mkdir()
@@ -56,12 +57,13 @@ def test_a_chief_and_a_ps_killed_at_each_named_step_under_retention_lose_nothing
     document = cluster_document(workers=1, ps=1, evaluator=False, logs_dir=str(logs), training=training)
     document["launcher"].update(restart_backoff_s=0.5, poll_s=0.5, max_restarts=30)
     path = write_cluster(tmp_path, document)
-    feeder, retention = Feeder(data, logs / "chief-0.log"), Retention(data, output)
+    feeder, retention, newest = Feeder(data, logs / "chief-0.log"), Retention(data, output), NewestVersion(output)
     environment = {**os.environ, kill_points.KILL_AT: f"{marks}:{','.join(kill_points.STEPS)}"}
     follower, listed_at_kill = None, {}
     try:
         feeder.start()
         retention.start()
+        newest.start()
         follower = _follower(tmp_path)
         started = subprocess.run(["sh", str(ROOT / "run.sh"), "--detach", str(path)], capture_output=True, text=True,
                                  timeout=120, stdin=subprocess.DEVNULL, env=environment)
@@ -71,7 +73,7 @@ def test_a_chief_and_a_ps_killed_at_each_named_step_under_retention_lose_nothing
         feeder.halt.set()  # the chief finishes after stop_when_idle_s without new files
         launcher_log = wait_for_launcher(logs, timeout_s=600)
     finally:
-        for thread in (feeder, retention):
+        for thread in (feeder, retention, newest):
             thread.halt.set()
         subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=180)
         if follower is not None:
@@ -81,8 +83,33 @@ def test_a_chief_and_a_ps_killed_at_each_named_step_under_retention_lose_nothing
     _assert_nothing_lost(output, feeder.written, launcher_log)
     _assert_each_resume_keeps_the_signal(logs / "chief-0.log", listed_at_kill)
     assert len(retention.deleted) >= 2, retention.deleted
-    steps = [event["step"] for event in _events(tmp_path)]
+    events = _events(tmp_path)
+    steps = [event["step"] for event in events]
     assert len(steps) >= 3 and steps == sorted(steps), steps  # served: never a lower step, the kills included
+    assert len({event["version"] for event in events}) >= 3, events  # across version switches
+    assert len(newest.steps) >= 3 and newest.steps == sorted(newest.steps), newest.steps  # TF Serving's view too
+
+
+class NewestVersion(threading.Thread):
+    """Samples what TensorFlow Serving's default policy serves (the highest version number under serving/): the
+    optimizer step of each newest version seen, in order."""
+
+    def __init__(self, output):
+        super().__init__(daemon=True)
+        self.serving, self.steps, self.halt = output / "serving", [], threading.Event()
+
+    def run(self) -> None:
+        seen = None
+        while not self.halt.wait(0.3):
+            numbers = [int(p.name) for p in self.serving.glob("*") if p.name.isdigit()]
+            if not numbers or max(numbers) == seen:
+                continue
+            through = self.serving / str(max(numbers)) / "assets.extra" / "trained_through.json"
+            try:
+                self.steps.append(json.loads(through.read_text())["optimizer_step"])
+            except (OSError, ValueError, KeyError):
+                continue
+            seen = max(numbers)
 
 
 class Feeder(threading.Thread):
