@@ -8,12 +8,15 @@ moves to it and the older version's deltas go (a follower moves to the newer ver
 checkpoint is taken the older chain writes no more deltas (`hold`): the new version then holds every step they
 served, so no reader goes back in time when it switches; its first delta comes as soon as it is out. On SIGTERM
 and at the end of a run a last delta is written (`write_last`). A restarted chief starts no chain before its first
-version is published (the old chain's rows are the killed run's).
+version is published (the old chain's rows are the killed run's). A chain is at most `chain_cap` deltas long (as many
+as CHAIN_VERSIONS version intervals give): while versions keep failing, each delta carrying every dense weight, the
+deltas then pause, said in one line, until a version is published and a new chain starts.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 
@@ -26,6 +29,14 @@ from online.follow.report import duration
 from online.publish.deltas import DeltaFiles, DeltaSource, Written, write_delta
 from tables.streaming.entries import variable_keys
 from tables.streaming.rows import chunk_bytes_of
+
+CHAIN_VERSIONS = 4  # a chain holds at most the deltas of this many version intervals (three versions failed in a row)
+CHAIN_FLOOR = 10  # and never fewer than this many deltas
+
+
+def chain_cap(export_every_s: float, delta_every_s: float) -> int:
+    """The most deltas a chain holds before deltas pause until a version is published."""
+    return max(CHAIN_FLOOR, math.ceil(CHAIN_VERSIONS * export_every_s / max(delta_every_s, 1e-9)))
 
 
 @dataclasses.dataclass
@@ -59,31 +70,35 @@ class _Job:
 
 
 class FollowDeltas:
-    """The deltas of a follow-mode run of `model` (tables tracked) into `serving`; `every_s` between them."""
+    """The deltas of a follow-mode run; `every_s` between them."""
 
-    def __init__(self, *, model, tracked, serving, every_s: float, chunk_bytes: int, log):
-        self.every_s, self.chunk_bytes, self.log = every_s, chunk_bytes, log
-        self.source = DeltaSource(model, tracked)
-        self.files = DeltaFiles(serving)
-        self.dynamic = any(table.dynamic for table in tracked)
-        self.clock_key = variable_keys(tf.train.Checkpoint(model=model, optimizer=model.optimizer))[
-            step_clock(model).ref()]
+    def __init__(self, *, source: DeltaSource, files: DeltaFiles, dynamic: bool, clock_key: str, every_s: float,
+                 chunk_bytes: int, log, cap: int = 1 << 62):
+        """`source`: what deltas read; `files`: where they go; `dynamic`: a dynamic table is tracked; `clock_key`:
+        the step counter's checkpoint key; `cap`: the most deltas of one chain (chain_cap)."""
+        self.source, self.files, self.dynamic, self.clock_key = source, files, dynamic, clock_key
+        self.every_s, self.chunk_bytes, self.log, self.cap = every_s, chunk_bytes, log, cap
         self.chain: Chain | None = None
         self.job: _Job | None = None
         self.origin = self.last_tick = time.monotonic()  # the deltas' clock ticks every `every_s` from `origin`
         self.wanted_at: float | None = None  # when a delta was first wanted since the last one
         self._checkpoint_steps: dict[str, int] = {}  # a version's checkpoint -> the step counter it holds
         self.held = False  # a version's checkpoint was taken: no delta of this chain until it is out or dropped
+        self.paused_at: int | None = None  # the version whose chain reached `cap` (said once)
 
     @classmethod
     def create(cls, run, model, distribution):
-        """The run's deltas (its tables tracked from now on: call before training), or None when it writes none."""
+        """The run's deltas of `model` (its tables tracked from now on: call before training) into the run's
+        serving folder, or None when it writes none."""
         options = run.options
         if not options.serving_delta_every_s:
             return None
         tracked = track_changes(model, distribution)
-        return cls(model=model, tracked=tracked, serving=run.files.serving, every_s=options.serving_delta_every_s,
-                   chunk_bytes=chunk_bytes_of(options), log=run.log)
+        clock_key = variable_keys(tf.train.Checkpoint(model=model, optimizer=model.optimizer))[step_clock(model).ref()]
+        return cls(source=DeltaSource(model, tracked), files=DeltaFiles(run.files.serving),
+                   dynamic=any(table.dynamic for table in tracked), clock_key=clock_key,
+                   every_s=options.serving_delta_every_s, chunk_bytes=chunk_bytes_of(options), log=run.log,
+                   cap=chain_cap(options.serving_export_every_s, options.serving_delta_every_s))
 
     def from_step(self, checkpoint: str) -> int:
         """The step the chain of a version written from `checkpoint` starts at: every change landing after the
@@ -97,7 +112,8 @@ class FollowDeltas:
         delta of the older chain being written goes once done). Its first delta, when wanted, comes at once, off the
         clock: the files trained since the checkpoint (which a dropped delta would have served) wait for it."""
         self.chain = Chain(version, 1, from_step, self._checkpoint_steps.pop(checkpoint, from_step), from_step)
-        self.held = False
+        self._checkpoint_steps.clear()  # a dropped version's: never published
+        self.held, self.paused_at = False, None
         self.last_tick = self.wanted_at = float("-inf")
         stale = self.files.of(version)  # none but a killed run's, whose rows are not this chain's
         dropped = self.files.drop_before(version) + self.files.drop(version, stale)
@@ -118,6 +134,7 @@ class FollowDeltas:
     def release(self) -> None:
         """The version a hold waited for is not published: this chain goes on."""
         self.held = False
+        self._checkpoint_steps.clear()  # that version's checkpoint step: no version of it comes
 
     def _trained_since(self) -> bool:
         return self.chain is not None and self.source.step() > self.chain.through
@@ -136,8 +153,25 @@ class FollowDeltas:
             self.wanted_at = self.last_tick if self._wanted(ledger) else None  # steps while it was written
         if self.job is None:
             self.source.advance()
-        if self.job is None and self.chain is not None and not self.held and self._ticked(ledger, time.monotonic()):
+        if self.job is None and self.chain is not None and not self.held and self._ticked(ledger, time.monotonic()) \
+                and not self._paused():
             self._start(ledger)
+
+    def _paused(self) -> bool:
+        """Whether this chain holds `cap` deltas: none more until a version is published (said once per chain)."""
+        if self.chain.sequence <= self.cap:
+            return False
+        if self.paused_at != self.chain.version:
+            self.paused_at = self.chain.version
+            self.log.warning("serving | deltas paused: version %d's chain holds %d deltas (as many as %d version "
+                             "intervals give) and no newer version was published; they go on, in a new chain, once "
+                             "one is", self.chain.version, self.chain.sequence - 1, CHAIN_VERSIONS)
+        return True
+
+    def sizes(self) -> dict[str, int]:
+        """What the deltas keep, measured: the stamp clocks' advances, the newest chain's deltas on disk."""
+        return {"clock_advances": len(self.source.advances),
+                "delta_chain": self.chain.sequence - 1 if self.chain is not None else 0}
 
     def _ticked(self, ledger: Ledger, now: float) -> bool:
         """Whether the deltas' clock ticked since a delta was first wanted (and since the last delta). On a clock, not
@@ -198,6 +232,6 @@ class FollowDeltas:
         """The last delta of a run (SIGTERM, the end): written now, off the clock, if it has something to give
         (steps since the one before, or a trained file no delta served yet)."""
         self.finish(ledger)
-        if self._wanted(ledger):
+        if self._wanted(ledger) and not self._paused():
             self._start(ledger)
             self.finish(ledger)

@@ -36,7 +36,8 @@ from tables.streaming.entries import variable_keys
 from tables.streaming.rows import CHUNK_BYTES
 
 SETTLE_S = 0.5  # between reading the step and the first row: longer than an update takes to stamp what it changed
-ADVANCES_KEPT = 100_000  # clock advances kept (one a beat: hours of them, far past a version interval), some 2 MB
+ADVANCES_KEPT = 10_000  # clock advances kept (one a beat while the step moves: hours of training, far past the age of
+# a version's checkpoint, which is written just before it starts), about 1.3 MB
 
 
 @dataclasses.dataclass
@@ -94,15 +95,17 @@ class DeltaSource:
 
 class ClockAdvances:
     """When the stamp clocks were advanced, once a beat: the newest ADVANCES_KEPT (step they were advanced to,
-    step the counter read once they were)."""
+    step the counter read once they were); past it the oldest go, and a step older than every kept one gets 0."""
 
     def __init__(self, kept: int = ADVANCES_KEPT):
         self._advanced: collections.deque[tuple[int, int]] = collections.deque(maxlen=kept)
         self._lock = threading.Lock()
 
     def record(self, clocks: int, after: int) -> None:
+        """Notes an advance; one the same as the newest (an idle beat) is not kept again: idle hours push out none."""
         with self._lock:
-            self._advanced.append((clocks, after))
+            if not self._advanced or self._advanced[-1] != (clocks, after):
+                self._advanced.append((clocks, after))
 
     def watermark_before(self, step: int) -> int:
         """A step every change landing after the counter read `step` is stamped at or after: the newest step the
