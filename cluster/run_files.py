@@ -233,12 +233,17 @@ def write_best(files: RunFiles, record: BestRecord) -> None:
     write_json_atomically(files.best_record, dataclasses.asdict(record), durable=True)
 
 
+NAMES_KEPT = 100  # evaluated.json: names of deleted checkpoints kept; older ones fold into `folded`
+
+
 @dataclasses.dataclass
 class EvaluationState:
     """`checkpoints/evaluated.json`: names done with (evaluated or skipped), results, skip reasons and the best.
 
     The lead deletes an old checkpoint only once its name is in `evaluated`, and a restarted evaluator skips
-    those names, so no checkpoint is evaluated twice.
+    those names, so no checkpoint is evaluated twice. Of the names whose checkpoint is deleted, the newest
+    NAMES_KEPT (and the best) stay; older ones fold into a count and `folded_through`, the newest of them (a
+    checkpoint at or before it is done), so the file stays a size however many checkpoints a run writes.
     """
 
     path: Path
@@ -246,6 +251,8 @@ class EvaluationState:
     results: dict[str, dict] = dataclasses.field(default_factory=dict)
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
     best: str | None = None
+    folded: int = 0
+    folded_through: str | None = None
 
     @classmethod
     def load(cls, files: RunFiles) -> "EvaluationState":
@@ -253,7 +260,7 @@ class EvaluationState:
         if not isinstance(raw, dict):
             return cls(files.evaluated)
         return cls(files.evaluated, list(raw.get("evaluated", [])), dict(raw.get("results", {})),
-                   dict(raw.get("skipped", {})), raw.get("best"))
+                   dict(raw.get("skipped", {})), raw.get("best"), raw.get("folded", 0), raw.get("folded_through"))
 
     def save(self) -> None:
         write_json_atomically(self.path, {k: v for k, v in dataclasses.asdict(self).items() if k != "path"})
@@ -265,3 +272,21 @@ class EvaluationState:
     def skip(self, name: str, reason: str) -> None:
         self.evaluated.append(name)
         self.skipped[name] = reason
+
+    def done_count(self) -> int:
+        return len(self.evaluated) + self.folded
+
+    def fold(self, listed: set[str], position) -> int:
+        """Folds the names of checkpoints not `listed` (deleted), all but the newest NAMES_KEPT and the best, into
+        `folded` and `folded_through` (`position(name)` orders checkpoints); returns how many."""
+        gone = [name for name in self.evaluated if name not in listed and name != self.best]
+        folding = set(gone[:max(0, len(gone) - NAMES_KEPT)])
+        if not folding:
+            return 0
+        self.folded_through = max(folding | {self.folded_through} - {None}, key=position)
+        kept = [name for name in self.evaluated if name not in folding]
+        self.folded += len(self.evaluated) - len(kept)
+        self.evaluated = kept
+        self.results = {name: result for name, result in self.results.items() if name not in folding}
+        self.skipped = {name: why for name, why in self.skipped.items() if name not in folding}
+        return len(folding)

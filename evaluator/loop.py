@@ -10,8 +10,8 @@ import numpy as np
 import tensorflow as tf
 
 from cluster.evaluation_options import EvaluationOptions
-from cluster.run_files import (BestRecord, EvaluationState, RunFiles, read_progress, this_run, training_finished,
-                               write_best)
+from cluster.run_files import (NAMES_KEPT, BestRecord, EvaluationState, RunFiles, read_progress, this_run,
+                               training_finished, write_best)
 from cluster.training_options import TrainingOptions
 from common.errors import Problem, UserError
 from common.proc import has_live_thread
@@ -60,6 +60,7 @@ class SidecarEvaluator:
                            else FixedValidation(source.eval_dataset("validation", evaluation.batch)))
         self.state = EvaluationState.load(files)
         self.waiting: set[str] = set()  # checkpoints listed at the last look and not done yet
+        self.said_fold = False
         self.writer = tf.summary.create_file_writer(str(files.validation_events))
 
     def run(self) -> int:
@@ -67,7 +68,7 @@ class SidecarEvaluator:
         new checkpoint and no training progress for idle_timeout_s, and the lead that last wrote a heartbeat is
         gone (it runs on this host; a live but frozen lead is the launcher's to restart)."""
         if self.state.evaluated:
-            self.log.info("resuming: %d checkpoints already done (%s)", len(self.state.evaluated),
+            self.log.info("resuming: %d checkpoints already done (%s)", self.state.done_count(),
                           ", ".join(self.state.evaluated))
         last_news, last_beat = time.monotonic(), read_progress(self.files)
         run = this_run() if self.training.follow_data else None  # a followed run may be started again
@@ -79,7 +80,7 @@ class SidecarEvaluator:
             if done or beat != last_beat:
                 last_news, last_beat = time.monotonic(), beat
             elif finished and not pending:
-                self.log.info("training complete and all %d checkpoints done; best %s", len(self.state.evaluated),
+                self.log.info("training complete and all %d checkpoints done; best %s", self.state.done_count(),
                               self.state.best)
                 return 0
             elif time.monotonic() - last_news > self.evaluation.idle_timeout_s and not _writer_alive(beat):
@@ -94,11 +95,13 @@ class SidecarEvaluator:
         evaluator skips to them), and the newest listed; checkpoints deleted unread are reported as skipped."""
         paths = listed_checkpoints(self.checkpoint_dir)
         still_listed = {Path(p).name for p in paths}
+        self._fold(still_listed)
         self._skip_all([name for name in sorted(self.waiting - still_listed, key=checkpoint_position)
                         if name not in self.state.evaluated], "deleted by the chief before they were read")
         listed, done = ({p.epochs for p in map(checkpoint_position, names) if not p.steps}  # epoch ends: ckpt-<E>
                         for names in (paths, self.state.evaluated))
-        for epoch in range(1, max(listed, default=0)):
+        through = self.state.folded_through
+        for epoch in range(checkpoint_position(through).epochs + 1 if through else 1, max(listed, default=0)):
             if epoch not in listed and epoch not in done:
                 self._skip(f"ckpt-{epoch}", "deleted before it could be read")
         pending = [p for p in paths if Path(p).name not in self.state.evaluated]
@@ -109,6 +112,16 @@ class SidecarEvaluator:
             pending = pending[-window:]
         self.waiting = {Path(p).name for p in pending}
         return pending, (paths[-1] if paths else None)
+
+    def _fold(self, listed: set[str]) -> None:
+        """Keeps evaluated.json a size: names of deleted checkpoints past the newest NAMES_KEPT fold into a count."""
+        if self.state.fold(listed, checkpoint_position):
+            self.state.save()
+            if not self.said_fold:
+                self.said_fold = True
+                self.log.info("evaluated.json keeps the names of the newest %d deleted checkpoints (and the best); "
+                              "older ones are counted (%d so far): %s and every checkpoint before it count as done",
+                              NAMES_KEPT, self.state.folded, self.state.folded_through)
 
     def _skip(self, name: str, reason: str) -> None:
         self.log.warning("skipped %s: %s", name, reason)
@@ -177,8 +190,8 @@ class SidecarEvaluator:
         if is_best:
             self.state.best = name
         self.state.save()
-        self.log.info("%s | best %s%s", metrics_line(f"eval | {name} | step {step}", metrics), self.state.best,
-                      scored[1] and f" | {scored[1]}")
+        self.log.info("%s | best %s%s | kept %d names", metrics_line(f"eval | {name} | step {step}", metrics),
+                      self.state.best, scored[1] and f" | {scored[1]}", len(self.state.evaluated))
         return True
 
     def _check_best_metric(self, metrics: dict) -> None:

@@ -13,6 +13,7 @@ import os
 
 import tensorflow as tf
 
+from common.bounded import OnceKeys
 from models.checkpoints import stored_text
 from online.follow.ledger import CHECKPOINT_NAME, Ledger
 from data.pieces import WHOLE, Piece
@@ -40,7 +41,7 @@ class ProgressiveValidation:
 
     def __init__(self, data, *, examples: int, batch: int, log):
         self.data, self.examples, self.batch, self.log = data, examples, batch, log
-        self.gone: set[str] = set()
+        self.gone = OnceKeys()  # files said gone: the newest KEYS_KEPT (one long gone may be said once more)
         self.reading: list[str] = []  # the files of the last dataset handed out
 
     def for_checkpoint(self, path: str, newest: str) -> tuple[tf.data.Dataset, str] | None:
@@ -65,8 +66,7 @@ class ProgressiveValidation:
     def _present(self, name: str) -> bool:
         if os.path.exists(self.data.path(name)):
             return True
-        if name not in self.gone:
-            self.gone.add(name)
+        if self.gone.first(name):
             self.log.warning("%s: gone from %s; checkpoints are scored on the data still there", name, self.data.root)
         return False
 
