@@ -23,6 +23,7 @@ from online.follow.checkpointing import FollowCheckpoints
 from online.follow.deltas import FollowDeltas
 from online.follow.handout import PieceTrainer
 from online.follow.intake import Intake
+from online.follow.kept import kept_text
 from online.follow.landing import landing_for
 from online.follow.ledger import CHECKPOINT_NAME, Ledger
 from online.follow.loop import FollowLoop, FollowParts
@@ -80,12 +81,13 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
                         straggler_after_s=options.straggler_after_s, newest_first=newest_first)
     saving = FollowCheckpoints(checkpoints=checkpoints, state=state, model=model, ledger=ledger, record=record,
                                every_s=options.checkpoint_every_s, resumed_number=position.steps, log=log)
-    parts = FollowParts(
-        run=run, model=model, report=report, watch=watch, stop=stop, tables=tables, schedule=schedule, saving=saving,
-        publishing=Publishing(run=run, data=data, model=model, ledger=ledger, report=report, task=config.lead.name,
-                              serving=versions, pieces_done=lambda: sum(schedule.pieces_by_worker.values()),
-                              for_serving=saving.for_serving, record=record,
-                              deltas=FollowDeltas.create(run, model, distribution)))
+    publishing = Publishing(run=run, data=data, model=model, ledger=ledger, report=report, task=config.lead.name,
+                            serving=versions, pieces_done=lambda: sum(schedule.pieces_by_worker.values()),
+                            for_serving=saving.for_serving, record=record,
+                            deltas=FollowDeltas.create(run, model, distribution))
+    report.kept = lambda: kept_text(publishing.kept())  # each progress line ends with it: `run.sh status` shows it
+    parts = FollowParts(run=run, model=model, report=report, watch=watch, stop=stop, tables=tables, schedule=schedule,
+                        saving=saving, publishing=publishing)
     with exit_when_a_task_is_lost(log, "lost part of the cluster", "the run resumes from the last checkpoint (pieces "
                                   "done since are trained again)"):
         return FollowLoop(parts).run()

@@ -18,6 +18,8 @@ VALIDATION = re.compile(r"eval \| (ckpt-[\d-]+) \| step \d+ \| (.*?) \| best")
 FOLLOW = re.compile(r"follow \| files (\d+/\d+) done \| step (\d+) \| ([\d.]+) steps/s \| (\d+) ex/s \| ([^|]*)")
 SERVING = re.compile(r"serving \| version (\d+) \|")
 NOT_TRAINED = re.compile(r"follow \| files .*?\| not trained: ([^|]*)")
+KEPT = re.compile(r"follow \| files .*?\| kept ([^|]*)")  # what the chief keeps (online/follow/kept.py)
+EVALUATOR_KEPT = re.compile(r"\| kept (\d+ names)$")
 FRESHNESS = re.compile(r"serving \| (version|delta) ([\d.]+) \| .*? \| freshness (\d+:\d\d:\d\d) \|")
 LEAD_LINES = {"epoch": EPOCH, "follow": FOLLOW, "serving": SERVING, "freshness": FRESHNESS}
 
@@ -48,6 +50,9 @@ def run_progress(config: ClusterConfig) -> dict:
     validation = _tail(logs / "evaluator-0.log", {"validation": VALIDATION}).found.get("validation")
     if validation:
         progress["last_validation"] = f"{validation[1]}: {validation[2]}"
+        kept = EVALUATOR_KEPT.search(validation.string.rstrip())
+        if kept:
+            progress["evaluator_kept"] = f"{kept[1]} in evaluated.json"
     return progress
 
 
@@ -62,6 +67,9 @@ def _follow_progress(found: dict[str, re.Match]) -> dict:
         untrained = NOT_TRAINED.search(follow.string)  # records skipped, files quarantined or lost, if any
         if untrained:
             result["not_trained"] = untrained[1].strip()
+        kept = KEPT.search(follow.string)
+        if kept:
+            result["kept"] = kept[1].strip()
     if serving:
         result["serving_version"] = int(serving[1])
     if fresh:

@@ -137,6 +137,8 @@ def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(share
     assert sum(entry["expired"] for entry in summary["ps_report"].values()) > 0  # swept while following
     assert per_file["day_0"]["served_version"] < per_file["day_4"]["served_version"]
     assert all(f["freshness_s"] > 0 for f in per_file.values())
+    assert {"ledger_files", "once_lines"} <= set(summary["follow"]["kept"])  # each bounded structure's size
+    assert re.search(r"follow \| files .* \| kept \d+ files in the ledger, \d+ once-only lines", first + second)
 
     kept = sorted(p.name for p in (output / "serving").iterdir())  # no half-written (hidden) one left either
     assert kept == [str(per_file["day_4"]["served_version"])]  # the newest only: keep_serving_versions 1

@@ -112,6 +112,7 @@ class Landing:
         known = dict(self.known())
         listed = listing(self.root, self.pattern, self.excluded)
         self.taken_not_known = {name for name in self.taken_not_known if name in listed and name not in known}
+        self.reported_changes = {change for change in self.reported_changes if change[0] in known}  # held files
         look = Look(listed=len(listed), held=len(known))
         fresh = self._known_names(known, listed, look)
         by_object = {(i.dev, i.ino, i.size, i.mtime): name for name, i in known.items() if i.ino is not None}

@@ -252,7 +252,8 @@ class FollowLoop:
                                        tensorboard=str(run.files.tensorboard),
                                        follow={**freshness_summary(self.ledger),
                                                "pieces_given_twice": self.schedule.given_twice,
-                                               "steps_trained_again": self.schedule.trainer.steps_again})
+                                               "steps_trained_again": self.schedule.trainer.steps_again,
+                                               "kept": self.publishing.kept(evaluated=True)})
         self.publishing.record.flush()  # safe_to_delete.json of the last checkpoint, before the summary says complete
         write_summary(run.files, finished)
         return finished

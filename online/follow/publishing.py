@@ -29,6 +29,7 @@ from models import export
 from online.follow.checkpointing import ForVersion
 from online.follow import kill_points
 from online.follow.for_serving import ForServing
+from online.follow.kept import kept_sizes
 from online.follow.ledger import Ledger
 from online.follow.publication_mode import PublicationMode
 from online.follow.served import freshness_summary, trained_through
@@ -123,6 +124,11 @@ class Publishing:
     def takes_deltas(self) -> bool:
         """Whether a delta serves what is trained now (a published version to build on)."""
         return self.deltas is not None and self.deltas.chain is not None
+
+    def kept(self, *, evaluated: bool = False) -> dict[str, int]:
+        """The size of each structure the chief keeps (kept.py); with `evaluated`, evaluated.json's names too."""
+        return kept_sizes(ledger=self.ledger, said=self.report.said, deltas=self.deltas,
+                          files=self.run.files if evaluated else None)
 
     def write_last_delta(self) -> None:
         """SIGTERM, the end of a run: the last delta, now."""
@@ -245,4 +251,4 @@ class Publishing:
         if summary is not None:
             write_summary(self.run.files, dataclasses.replace(
                 summary, optimizer_steps=int(self.model.optimizer.iterations.numpy()),
-                follow=freshness_summary(self.ledger)))
+                follow={**freshness_summary(self.ledger), "kept": self.kept(evaluated=True)}))

@@ -62,6 +62,7 @@ class FollowReport:
             self.writer = tf.summary.create_file_writer(str(files.train_events))
         self.last_beat = self.last_line = self.last_waiting_line = 0.0
         self.line_step, self.line_examples, self.said = self._step(), 0, OnceKeys()
+        self.kept = None  # what the chief keeps, as text (online/follow/kept.py), ending each progress line
 
     def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
@@ -118,7 +119,8 @@ class FollowReport:
         line = follow_line(done=ledger.done_count(), files=ledger.file_count(), step=step, steps_per_s=steps_per_s,
                            examples_per_s=examples_per_s, waiting=waiting, behind_s=behind_s, pieces=pieces,
                            metrics=metrics, problems=problems)
-        self.log.info("%s", line + (f" | {self.tables.line()}" if self.tables else ""))
+        kept = f" | {self.kept()}" if self.kept else ""
+        self.log.info("%s", line + kept + (f" | {self.tables.line()}" if self.tables else ""))
         with tf.device(self.device), self.writer.as_default(step=step):
             scalars = {**metrics, "steps_per_sec": steps_per_s, "examples_per_sec": examples_per_s,
                        "files_done": ledger.done_count(), "behind_s": behind_s,
