@@ -191,6 +191,8 @@ def test_versions_between_deltas_are_checkpointed_while_pieces_run_and_replay_to
                                  deltas)
     at_stop = deltakit.base_tables(str(output / "checkpoints" / stopped), fields)
     assert deltakit.differences(at_stop, replayed) == []  # the version, its deltas and the last: no update lost
+    kept = json.loads((output / "summary.json").read_text())["follow"]["kept"]  # written with each version
+    assert kept["clock_advances"] > 0 and 0 <= kept["delta_chain"] <= len(deltas) + 1, kept
 
 
 def _predictions_at_end(summary: dict, output, now):
