@@ -151,3 +151,23 @@ def test_a_piece_of_a_file_done_with_is_named_no_more(tmp_path):
     watched.look(now + 1)
     ledger.end(ledger.files[0], QUARANTINED, "a corrupt record", now + 2)
     assert ledger.piece((0, 1)) is None and ledger.finish((0, 1), 1, now + 3) is False
+
+
+def test_looks_queued_while_a_resumed_chief_is_busy_say_the_moved_files_once(tmp_path):
+    """The watcher's thread queues looks while a resumed chief restores and reads what was served: each finds the
+    files under other inodes, but they are said once, when first taken up (a 0.5 run resumed on a copy said it 30
+    times)."""
+    first, copy = tmp_path / "first", tmp_path / "copy"
+    first.mkdir()
+    for day in range(3):
+        write(first / f"day_{day}", f"{day}\n")
+    watched, now = Folder(first), time.time()
+    landed_once(watched, now)
+    shutil.copytree(first, copy)
+    resumed = Folder(copy, Ledger.from_json(watched.ledger.to_json()))
+    queued = [resumed.landing.look(now=now + 100 + k) for k in range(5)]  # all taken before the first is read
+    assert all(sorted(look.moved) == ["day_0", "day_1", "day_2"] for look in queued)
+    for k, look in enumerate(queued):
+        resumed.intake.take(look, now + 100 + k)
+    assert resumed.said.count("reached through another device or inode") == 1
+    assert landed_once(resumed, now + 200) == [] and resumed.said.count("reached through another device") == 1

@@ -31,12 +31,13 @@ class Intake:
         if self.looks == 1:
             self.report.log.info("first look at %s: %d files, %d held by the ledger (not opened again), %d stat'ed, "
                                  "%d opened", self.data.root, look.listed, look.held, look.stats, look.opened)
-        for name, stat in {**look.adopted, **look.moved}.items():
+        for name, stat in look.adopted.items():
             self.ledger.adopt(name, stat)
-        if look.moved:
+        moved = [name for name, stat in look.moved.items() if self.ledger.adopt(name, stat)]  # once: looks queue
+        if moved:
             self.report.log.info("%d held file(s) reached through another device or inode now (e.g. %s: another "
                                  "node's mount, a remount or a copy that kept its times); size, time and first bytes "
-                                 "are as taken: not trained again", len(look.moved), min(look.moved))
+                                 "are as taken: not trained again", len(moved), min(moved))
         for new, old in look.renamed:
             if self.ledger.renamed(new, old) is not None:
                 self.report.once(f"{new}\0renamed", "%s: the same file as %s (renamed or linked: same inode, size "

@@ -101,13 +101,16 @@ class Ledger:
         entry.gone = now
         return entry
 
-    def adopt(self, name: str, stat: Stat) -> None:
+    def adopt(self, name: str, stat: Stat) -> bool:
         """A file found as taken but through another device or inode (a resumed older ledger's file, another
-        node's mount, a copy that kept its times): its device and inode now are recorded."""
+        node's mount, a copy that kept its times): its device and inode now are recorded; False when they were
+        already (a look queued before an earlier one was taken)."""
         entry = self.entry_named(name)
-        if entry is not None:
-            with self._lock:
-                entry.dev, entry.ino = stat.dev, stat.ino
+        if entry is None or (entry.dev, entry.ino) == (stat.dev, stat.ino):
+            return False
+        with self._lock:
+            entry.dev, entry.ino = stat.dev, stat.ino
+        return True
 
     # ----- its pieces --------------------------------------------------------------------------------------------
     def pending(self, busy: set[tuple[int, int]], newest_first: bool = False) -> Iterator[tuple[int, int]]:
