@@ -87,6 +87,14 @@ class ClusterConfig:
         worker_jobs = (self.strategy.trainer_job, *self.strategy.server_jobs)
         return len(self.training_jobs().get("worker", ())) if "worker" in worker_jobs else 1
 
+    @property
+    def stop_grace_s(self) -> float:
+        """The time a chief sent SIGTERM has before SIGKILL: launcher.stop_grace_s (under Kubernetes, the pod's
+        termination grace when shorter: the kubelet kills it then)."""
+        if self.launcher.backend == "kubernetes":
+            return min(self.launcher.stop_grace_s, float(self.kubernetes.termination_grace_period_s))
+        return self.launcher.stop_grace_s
+
     def launched_tasks(self) -> list[Task]:
         """The tasks the strategy runs, in start order; other jobs listed in cluster.json stay idle."""
         return self.tasks(self.strategy.launched_jobs)

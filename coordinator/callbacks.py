@@ -91,6 +91,8 @@ class Checkpointing(tf_keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if self.stop is not None and self.stop.requested:
+            self.stop.step("the stop's checkpoint", "the next start resumes from the checkpoint written before it "
+                           "and redoes the steps since")  # within launcher.stop_grace_s, or the process ends here
             name = self._save_within_epoch(stopping=True)
             waited = time.monotonic() - self.stop.requested_at
             raise Preempted(f"checkpoint {name} written {waited:.1f} s after SIGTERM" if name else

@@ -43,7 +43,7 @@ from data import followed_for
 
 def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch_workers: int) -> RunSummary:
     """Follows data_dir until SIGTERM (checkpoint, exit 4) or stop_when_idle_s without new data (summary)."""
-    stop = StopRequest(log).install()
+    stop = StopRequest(log, grace_s=config.stop_grace_s).install()
     data = followed_for(options, PROJECT_ROOT)
     run = setup.TrainingRun(config=config, options=options, files=RunFiles(config.path(options.output_dir)),
                             source=data, workers=batch_workers, global_batch=options.per_worker_batch * batch_workers,

@@ -29,7 +29,7 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
         from coordinator.following import run_following
         with ends_at_once(log, data_root=str(config.path(options.data_dir))):
             run_following(config, options, log, batch_workers=batch_workers(config, summary and summary.workers))
-    stop = StopRequest(log).install()
+    stop = StopRequest(log, grace_s=config.stop_grace_s).install()
     workers = config.input_pipelines  # the workers training now: the launcher may have left lost ones out
     run = setup.plan(config, options, log, workers=batch_workers(config, summary and summary.workers),
                      batch_note=BATCH_NOTE, pipelines=workers)

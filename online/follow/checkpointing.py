@@ -29,6 +29,7 @@ class FollowCheckpoints:
         self.log, self.record = log, record
         self.saved_json, self.saved_number = ledger.to_json(), resumed_number
         self.last_save = time.monotonic()
+        self.save_seconds = 0.0  # what the newest settled checkpoint took to write (a stop skips one that won't fit)
         self.for_serving = ForServing(checkpoints.directory)
         self.version_number = resumed_number  # the newest checkpoint for a version is named by it
         self._beside: _Beside | None = None
@@ -108,6 +109,7 @@ class FollowCheckpoints:
 
     def _end(self, begun: _Begun) -> None:
         self.last_save = time.monotonic()
+        self.save_seconds = self.last_save - begun.started
         self.log.info("checkpoint %s (optimizer step %d): %d files done, %d not yet; written in %.1f s",
                       begun.position.name, begun.step, begun.done, begun.waiting, self.last_save - begun.started)
 

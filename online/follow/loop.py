@@ -12,9 +12,10 @@ while pieces run on (each of those is in it as a straggler is, and no resume rea
 deltas, the tables' rows without their optimizer slots), so hand-out never pauses for a version, which is checked
 against that checkpoint's own predictions; a version due with a periodic checkpoint (without deltas), the last one
 when a run ends idle and the one on SIGTERM are of a settled checkpoint, checked against the trained model's
-predictions at that moment, as is every version with `serving_checkpoint` settled. On SIGTERM the running pieces get
-at most STOP_WAIT_S (or `straggler_after_s`); those that do not finish are left out of the checkpoint likewise,
-and what that checkpoint trained is published before the chief exits, within the launcher's `stop_grace_s`.
+predictions at that moment, as is every version with `serving_checkpoint` settled. On SIGTERM (stopping.py) the
+running pieces get at most STOP_WAIT_S (or `straggler_after_s`); those that do not finish are left out of the
+checkpoint likewise, and what that checkpoint trained is published before the chief exits, every step within the
+launcher's `stop_grace_s`.
 """
 
 from __future__ import annotations
@@ -29,12 +30,10 @@ from online.follow.served import freshness_summary
 from online.follow.publishing import Publishing
 from online.follow.report import duration
 from online.follow.schedule import Schedule
-from common.preemption import exit_preempted
+from online.follow.stopping import FollowStop
 
 BEAT_S = 1.0  # the loop's pace: pieces finished, SIGTERM, heartbeat, looks at the folder
 WRITER_LOOK_S = 5.0  # between looks for a newer chief (writers/), besides one before each checkpoint and version
-STOP_WAIT_S = 20.0  # SIGTERM's longest wait for running pieces (the launcher waits stop_grace_s, 60 s)
-STOP_MARGIN_S = 10.0  # SIGTERM: what a stop leaves of the launcher's stop_grace_s for the exit itself
 
 
 @dataclasses.dataclass
@@ -195,39 +194,8 @@ class FollowLoop:
         return path
 
     def _stop_now(self) -> None:
-        """SIGTERM: the running pieces get what is left of STOP_WAIT_S (or straggler_after_s), then a checkpoint
-        without the others."""
-        stop = self.p.stop
-        wait_s = min(STOP_WAIT_S, self.p.run.options.straggler_after_s)
-        self.schedule.record(self.schedule.trainer.all_finished(
-            max(0.0, wait_s - (time.monotonic() - stop.requested_at))))
-        left = len(self.schedule.trainer.running)
-        written = self.saving.written_for_version(wait=True)  # not published: the next run publishes what is trained
-        if written is not None:
-            self.publishing.dropped(written.path)
-        said = "not needed (the last one holds every piece done)"
-        if self._moved_since_save():
-            self._save()
-            said = f"{self.saving.name} written"
-        self._publish_before_stopping(stop.requested_at + self.p.run.config.launcher.stop_grace_s - STOP_MARGIN_S)
-        self.publishing.write_last_delta()
-        self.p.run.log.info("stopped as asked: checkpoint %s %.1f s after SIGTERM; %d piece%s still running will "
-                            "be trained again by the next run; exiting", said,
-                            time.monotonic() - stop.requested_at, left, "s" * (left != 1))
-        self.publishing.record.flush()  # safe_to_delete.json of the stop checkpoint
-        exit_preempted()
-
-    def _publish_before_stopping(self, deadline: float) -> None:
-        """SIGTERM: the version being written, then one of the checkpoint just written if no version holds it (with
-        deltas, the last delta does), each given until `deadline` (one left unfinished is stopped: the next run
-        publishes that checkpoint first)."""
-        self.publishing.finish(max(0.0, deadline - time.monotonic()))
-        if self.publishing.takes_deltas or not self.publishing.behind(self.saving.saved_number):
-            return
-        if self.publishing.publish(self.saving.settled(), self.schedule.last_piece,
-                                   against_checkpoint=self.schedule.trainer.moving):
-            self.p.run.log.info("publishing %s before stopping", self.saving.name)
-            self.publishing.finish(max(0.0, deadline - time.monotonic()))
+        """SIGTERM: the stop, each step within launcher.stop_grace_s (stopping.py); ends the process."""
+        FollowStop(self).run()
 
     def _finish(self):
         """Idle for stop_when_idle_s: the last checkpoint and serving version, and the summary says complete."""
