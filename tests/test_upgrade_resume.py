@@ -9,13 +9,13 @@ import json
 import os
 import re
 import subprocess
-import time
 
 import pytest
 
 import upgrade_fixture
 from clusterkit import PYTHON, derive_cluster, finish, start_module, wait_for_line
 from test_follow import write_day
+from test_follow_deltas import _wait
 
 pytestmark = pytest.mark.cluster
 
@@ -33,15 +33,6 @@ def _events(run) -> list[tuple[int, int]]:
     path = run / "events.jsonl"
     lines = path.read_text().splitlines() if path.exists() else []
     return [(event["version"], event["sequence"]) for event in map(json.loads, lines)]
-
-
-def _wait(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"not seen in {timeout_s} s: {what}")
 
 
 def _newest_served(serving) -> tuple[int, int]:
