@@ -1,11 +1,14 @@
-"""TCP probes of task ports (TensorFlow hangs on an unreachable task, so we ask first) and local port checks."""
+"""Probes of task ports (TensorFlow hangs on an unreachable or frozen task, so we ask first) and local port checks."""
 
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import time
 from typing import Any, Callable, Iterable
+
+GET_STATUS = "/tensorflow.WorkerService/GetStatus"  # every TensorFlow server (ps and worker) answers it
 
 
 def answers(host: str, port: int, timeout_s: float = 1.0) -> bool:
@@ -15,6 +18,23 @@ def answers(host: str, port: int, timeout_s: float = 1.0) -> bool:
             return True
     except OSError:
         return False
+
+
+def serves_rpcs(host: str, port: int, deadline_s: float) -> bool:
+    """True when a TensorFlow server at host:port answers an RPC within `deadline_s`. A stopped (SIGSTOP) or frozen
+    process still accepts TCP connections (the kernel completes them), so only an answer tells it runs."""
+    os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"  # before grpc loads: its fork handlers crash a child forked
+    import grpc  # while a probe runs (the chief starts its exporter so); TensorFlow's own dependency
+
+    channel = grpc.insecure_channel(f"{host}:{port}")
+    try:
+        get_status = channel.unary_unary(GET_STATUS, request_serializer=None, response_deserializer=None)
+        get_status(b"", timeout=deadline_s)  # an empty GetStatusRequest
+        return True
+    except grpc.RpcError as error:
+        return error.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
+    finally:
+        channel.close()
 
 
 def wait_until_listening(tasks: Iterable[Any], timeout_s: float, *, poll_s: float = 0.25,

@@ -64,7 +64,7 @@ def measure(config, pids: dict[str, list[int]], log) -> dict:
     options = config.training
     source = source_for_model(options, PROJECT_ROOT)
     global_batch = options.per_worker_batch  # one worker: the launcher set it to the job's global batch
-    strategy.wait_for_cluster(config, options.probe_timeout_s, log)
+    config = strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     with strategy.build(config, options).scope():
         model = build_compiled(options, source, steps_per_execution=options.steps_per_execution)
     dataset_fn = source.train_dataset_fn(global_batch, options.seed, workers=1)

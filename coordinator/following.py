@@ -52,7 +52,7 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
              "per step; plain files in pieces of about %g MB, gzip and TFRecord files whole, each to the next free "
              "worker", data.name, data.root, options.follow_pattern, options.data_poll_s, run.global_batch,
              options.piece_mb)
-    strategy.wait_for_cluster(config, options.probe_timeout_s, log)
+    config = strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     distribution = strategy.build(config, options)
     model = setup.build_model(run, distribution)
     log.info("serving versions every %g s in %s, taking %s", options.serving_export_every_s, run.files.serving,

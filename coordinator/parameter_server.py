@@ -36,7 +36,7 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     if config.trainer_workers is not None:
         log.info("training with %s (launcher: the others are lost)",
                  ", ".join(f"worker:{i}" for i in config.trainer_workers))
-    strategy.wait_for_cluster(config, options.probe_timeout_s, log)
+    config = strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     with exit_when_a_task_is_lost(log, "a ps or worker this chief needs was lost", "the run resumes from the last "
                                   "checkpoint once it is back"):
         return _train(config, options, run, stop, log)

@@ -12,14 +12,16 @@ from cluster.strategies import StrategyName
 from cluster.training_options import TrainingOptions
 from common import fresh_ps, net
 from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE
+from coordinator import frozen_workers
 from tables.placement import BalancedPartitioner
 
 CHIEF_CPU = "/job:chief/replica:0/task:0/device:CPU:0"
 
 
-def wait_for_cluster(config: ClusterConfig, timeout_s: float, log) -> None:
-    """Exits with code 3 naming each silent task: TensorFlow itself would hang on a missing ps or worker. Under
-    Kubernetes with an output volume, first waits until every ps serves this chief alone (common/fresh_ps.py)."""
+def wait_for_cluster(config: ClusterConfig, timeout_s: float, log) -> ClusterConfig:
+    """The config to train with: exits with code 3 naming each silent task, since TensorFlow itself would hang on a
+    missing ps or worker, and leaves out workers that listen but answer nothing (coordinator/frozen_workers.py).
+    Under Kubernetes with an output volume, first waits until every ps serves this chief alone (common/fresh_ps.py)."""
     if fresh_ps.applies(config):
         fresh_ps.start_generation(config, timeout_s, log)
     tasks = config.training_tasks(("ps", "worker"))
@@ -30,6 +32,7 @@ def wait_for_cluster(config: ClusterConfig, timeout_s: float, log) -> None:
             print(f"error: {task.name} at {task.address} did not answer within {timeout_s:.0f} s; start it "
                   "(sh run.sh starts every task) or fix its address in cluster.json", file=sys.stderr)
         sys.exit(CLUSTER_UNAVAILABLE_EXIT_CODE)
+    return frozen_workers.start_without_frozen(config, timeout_s, log)
 
 
 def build(config: ClusterConfig, options: TrainingOptions) -> tf.distribute.experimental.ParameterServerStrategy:
