@@ -44,6 +44,12 @@ def _source_of_no_files(options):
                                  label_key=options.tfrecord_label_key, num_classes=options.tfrecord_num_classes)
 
 
+@tf.function(input_signature=[tf.TensorSpec([], tf.string)])
+def _read_through(path):
+    """Reads every record of a TFRecord file (checking each CRC); one traced function for every file."""
+    return tf.data.TFRecordDataset(path).reduce(tf.constant(0, tf.int64), lambda count, _: count + 1)
+
+
 class FollowedData:
     """A followed folder: which files are data, when each is whole, its pieces, and a piece's examples."""
 
@@ -82,9 +88,15 @@ class FollowedData:
         problem = line_problem(first)
         return Verdict(UNREADABLE, f"is not Criteo data: its first line {problem}") if problem else found
 
+    def trace_readers(self) -> None:
+        """Traces, once, what `verdict` runs in TensorFlow; call it while every task of the cluster answers: a
+        function traced later is registered on every task first, and a frozen worker would hold it."""
+        if self.kind == "tfrecord":
+            _read_through.get_concrete_function()
+
     def _records_verdict(self, path: Path) -> Verdict:
         try:
-            tf.data.TFRecordDataset(str(path)).reduce(tf.constant(0, tf.int64), lambda count, _: count + 1)
+            _read_through(tf.constant(str(path)))
             if self.schema:
                 tfrecord_schema.check_first(str(path), self.schema)
         except tf.errors.DataLossError as error:

@@ -60,7 +60,8 @@ class PieceTrainer:
         self.steps_again = 0  # steps of abandoned closures that ran to their end (in the model, counted by no file)
         self.cancelling_until = 0.0  # monotonic: CancelledErrors before then are a data failure's cancel
         self._train = _piece_function(distribution, model, data, global_batch, seed)
-        self._train.get_concrete_function()  # traced now: the model's metrics exist before the first piece runs
+        _trace_as_scheduled(distribution, self._train)  # now: the model's metrics exist before the first piece
+        data.trace_readers()  # and the watcher thread's check of a landing file: it never traces
 
     @property
     def moving(self) -> bool:
@@ -204,6 +205,19 @@ def _piece_function(distribution, model, data, global_batch: int, seed: int):
         return examples, steps, tf.cast(worker, tf.int64), metrics, skipped, where
 
     return train_piece
+
+
+def _trace_as_scheduled(distribution, function) -> None:
+    """Traces `function` as ClusterCoordinator.schedule does (in the strategy's scope, marked as being scheduled),
+    so the first piece finds it traced: a function traced mid-run is first registered on every task of the cluster,
+    and a frozen worker would hold the hand-out."""
+    extended = distribution.extended
+    with distribution.scope():
+        extended._being_scheduled = True  # what schedule sets while it traces (TensorFlow 2.21)
+        try:
+            function.get_concrete_function()
+        finally:
+            extended._being_scheduled = False
 
 
 def _kept(structure, ok):

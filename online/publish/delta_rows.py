@@ -83,7 +83,6 @@ def reader(table: TrackedTable, part: TrackedPart, optimizer) -> PartReader:
 def _counter(part: TrackedPart, stamps_of, lock=None) -> Count:
     """Counts `part`'s changed rows per block on its ps (under `lock`, shared, when given)."""
 
-    @tf.function
     def count(since, block):
         def counted():
             def in_block(index):  # gathered a block at a time: the stamps are never read whole (copied) here
@@ -96,6 +95,7 @@ def _counter(part: TrackedPart, stamps_of, lock=None) -> Count:
         with tf.device(part.device):
             return counted() if lock is None else lock.execute(counted, exclusive_resource_access=False)
 
+    count = traced_now(count, 2)
     return lambda since, block: count(tf.constant(since, tf.int64), tf.constant(block, tf.int64)).numpy().tolist()
 
 
@@ -104,7 +104,6 @@ def _hashed_reader(part: TrackedPart, optimizer) -> Read:
     stamps = optimizer.stamps_of(shard)
     slots = [optimizer.get_slot(shard, name) for name in optimizer.get_slot_names()]
 
-    @tf.function
     def read(begin, end, since):
         with tf.device(part.device):
             local = tf.range(begin, end, dtype=tf.int64)
@@ -118,7 +117,6 @@ def _hashed_reader(part: TrackedPart, optimizer) -> Read:
 def _dynamic_reader(part: TrackedPart) -> Read:
     partition = part.shard
 
-    @tf.function
     def read(begin, end, since):
         def under_lock():
             local = tf.range(begin, end, dtype=tf.int64)
@@ -135,7 +133,17 @@ def _dynamic_reader(part: TrackedPart) -> Read:
     return _eager(read)
 
 
+def traced_now(function, scalars: int):
+    """`function` of int64 scalars, traced now (at set-up): one traced mid-run is first registered on every task of
+    the cluster, and a frozen worker would hold it."""
+    traced = tf.function(function, input_signature=[tf.TensorSpec([], tf.int64)] * scalars)
+    traced.get_concrete_function()
+    return traced
+
+
 def _eager(read) -> Read:
+    read = traced_now(read, 3)
+
     def call(begin: int, end: int, since: int) -> list[tf.Tensor]:
         return read(tf.constant(begin, tf.int64), tf.constant(end, tf.int64), tf.constant(since, tf.int64))
     return call
