@@ -66,25 +66,24 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
                                    keep_unevaluated=options.keep_unevaluated_checkpoints)
     position = setup.resume(run, checkpoints, model) or Position(0)
     record, versions, ledger = _record_and_ledger(run, data, state, position, log)
-    newest_first = options.backlog_order == "newest"
     watch = FolderWatch(landing_for(data, ledger.known, settle_s=options.settle_s,  # the first look knows the ledger
                                     unfinished_after_s=options.unfinished_after_s),
                         options.data_poll_s, log).start()
     tables = table_report(model)
     report = FollowReport(log, run.files, model, every_s=options.progress_every_s, device=strategy.CHIEF_CPU,
                           folder=str(data.root), poll_s=options.data_poll_s, tables=tables)
+    deltas = FollowDeltas.create(run, model, distribution)  # the tables stamp their rows: before the piece is traced
     trainer = PieceTrainer(distribution, model, data, global_batch=run.global_batch, seed=options.seed,
                            workers=config.input_pipelines)
     intake = Intake(ledger=ledger, data=data, report=report, quarantine=QuarantineReport(run.files.quarantine),
                     max_bad_fraction=options.max_bad_fraction)
     schedule = Schedule(ledger=ledger, trainer=trainer, data=data, report=report, watch=watch, intake=intake,
-                        straggler_after_s=options.straggler_after_s, newest_first=newest_first)
+                        straggler_after_s=options.straggler_after_s, newest_first=options.backlog_order == "newest")
     saving = FollowCheckpoints(checkpoints=checkpoints, state=state, model=model, ledger=ledger, record=record,
                                every_s=options.checkpoint_every_s, resumed_number=position.steps, log=log)
     publishing = Publishing(run=run, data=data, model=model, ledger=ledger, report=report, task=config.lead.name,
                             serving=versions, pieces_done=lambda: sum(schedule.pieces_by_worker.values()),
-                            for_serving=saving.for_serving, record=record,
-                            deltas=FollowDeltas.create(run, model, distribution))
+                            for_serving=saving.for_serving, record=record, deltas=deltas)
     report.kept = lambda: kept_text(publishing.kept())  # each progress line ends with it: `run.sh status` shows it
     parts = FollowParts(run=run, model=model, report=report, watch=watch, stop=stop, tables=tables, schedule=schedule,
                         saving=saving, publishing=publishing)

@@ -60,7 +60,8 @@ class PieceTrainer:
         self.steps_again = 0  # steps of abandoned closures that ran to their end (in the model, counted by no file)
         self.cancelling_until = 0.0  # monotonic: CancelledErrors before then are a data failure's cancel
         self._train = _piece_function(distribution, model, data, global_batch, seed)
-        _trace_as_scheduled(distribution, self._train)  # now: the model's metrics exist before the first piece
+        self._train.get_concrete_function()  # traced now: the model's metrics exist before the first piece runs
+        _trace_as_scheduled(distribution, self._train)  # and as the hand-out runs it
         data.trace_readers()  # and the watcher thread's check of a landing file: it never traces
 
     @property
