@@ -1,0 +1,82 @@
+"""A slow worker's piece, given to the other worker as well, whose closure TensorFlow queues once more when the slow
+worker is then SIGKILLed: the piece trains in full again, and that is counted (follow.steps_trained_again), every
+file once, nothing lost, the run goes on (issue 59, item 2, on real servers; the pure logic is in
+test_abandoned_closures.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from clusterkit import ROOT, cluster_document, wait_for_launcher, wait_for_line, write_cluster
+from launcher import process
+from test_follow import FOLLOW, write_day
+
+pytestmark = pytest.mark.cluster
+
+FILES = {f"day_{i}": 3000 for i in range(6)}  # pieces of about 30 steps
+
+
+def test_a_slow_worker_killed_while_its_abandoned_piece_runs_costs_a_counted_piece(tmp_path):
+    data, logs, output = tmp_path / "data", tmp_path / "logs", tmp_path / "output"
+    data.mkdir()
+    for i, (name, count) in enumerate(FILES.items()):
+        write_day(data, name, count, count * i)
+    training = {**FOLLOW, "data_dir": str(data), "output_dir": str(output), "straggler_after_s": 0.5,
+                "stop_when_idle_s": 6, "checkpoint_every_s": 2}
+    document = cluster_document(workers=2, ps=1, evaluator=False, logs_dir=str(logs), training=training)
+    document["launcher"].update(restart_backoff_s=0.5, poll_s=0.5)
+    path = write_cluster(tmp_path, document)
+    chief_log, worker = logs / "chief-0.log", None
+    try:
+        started = subprocess.run(["sh", str(ROOT / "run.sh"), "--detach", str(path)], capture_output=True, text=True,
+                                 timeout=120, stdin=subprocess.DEVNULL)
+        assert started.returncode == 0, started.stderr
+        for written in ("checkpoint ckpt-", ") for a serving version: "):  # TensorFlow traces each saver at its first
+            assert wait_for_line(chief_log, written, 240), _tail(chief_log)  # save, waiting for every worker
+        worker = process.PidRecord.read(logs / "worker-1.pid").pid
+        before = len(chief_log.read_text())
+        os.killpg(worker, signal.SIGSTOP)  # slow: its running piece goes to worker 0 as well
+        given_twice = _wait_for(chief_log, before, r"(day_\d+): a piece .* given to another worker as well")
+        assert wait_for_line(chief_log, f"{given_twice}: done", 120), _tail(chief_log)  # worker 0's closure won
+        os.killpg(worker, signal.SIGKILL)  # then lost: TensorFlow queues its abandoned closure once more
+        launcher_log = wait_for_launcher(logs, timeout_s=420)
+    finally:
+        if worker is not None:
+            _continue(worker)
+        subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=180)
+    summary = json.loads((output / "summary.json").read_text())
+    follow = summary["follow"]
+    assert summary["status"] == "complete", launcher_log[-3000:]
+    assert (follow["files_done"], follow["examples"]) == (len(FILES), sum(FILES.values())), follow
+    assert follow["problems"]["lost_files"] == 0, follow["problems"]
+    assert follow["steps_trained_again"] > 0, follow  # the abandoned closure ran in full again: counted
+    assert summary["optimizer_steps"] == follow["steps"] + follow["steps_trained_again"], summary
+    assert "worker:1 died" in launcher_log or "worker:1 exited" in launcher_log, launcher_log[-3000:]
+
+
+def _wait_for(log, after: int, pattern: str, timeout_s: float = 120) -> str:
+    """The first group of `pattern` in the log past character `after`, waited for."""
+    for _ in range(int(timeout_s / 0.2)):
+        found = re.search(pattern, log.read_text(errors="replace")[after:])
+        if found:
+            return found.group(1)
+        time.sleep(0.2)
+    raise AssertionError(f"no {pattern!r} in {_tail(log)}")
+
+
+def _continue(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
+def _tail(log) -> str:
+    return log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
