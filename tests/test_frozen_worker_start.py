@@ -11,6 +11,7 @@ import time
 import pytest
 
 import datakit
+from cluster.run_files import RUN_VARIABLE
 from clusterkit import derive_cluster, finish, start_module
 from launcher import process
 from test_follow import Frozen
@@ -24,12 +25,14 @@ CLICKS = {"model": "dlrm", "table_rows": 64, "embedding_dim": 4, "bottom_mlp": [
           "checkpoint_every_s": 4, "serving_export_every_s": 4, "serving_delta_every_s": 1, "progress_every_s": 2}
 
 
-def test_a_chief_started_while_a_worker_is_frozen_trains_tfrecords_and_deltas_on_the_other(shared_servers, tmp_path):
+def test_a_chief_started_while_a_worker_is_frozen_trains_tfrecords_and_deltas_on_the_other(shared_servers, tmp_path,
+                                                                                          monkeypatch):
     data, output, log = tmp_path / "clicks", tmp_path / "output", tmp_path / "chief.log"
     datakit.write_click_records(data, {"train": [120, 120]})
     cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
         **CLICKS, "data_dir": str(data), "output_dir": str(output)})
     worker = process.PidRecord.read(shared_servers.parent / "logs" / "worker-1.pid").pid
+    monkeypatch.delenv(RUN_VARIABLE, raising=False)  # started by hand: an in-process launcher test may have set it
     chief = None
     try:
         with Frozen(worker):
