@@ -1,6 +1,6 @@
-"""A worker frozen (SIGSTOP) when the chief starts costs its own pieces only: the chief leaves it out, looks at the
-folder, trains TFRecord files as they land and writes deltas on the other worker, and says when it answers again
-(issue 59, item 4)."""
+"""A worker frozen (SIGSTOP) when the chief starts, or at its first look at the folder, costs its own pieces only:
+the chief leaves it out (or gives its pieces again), trains TFRecord files as they land, checkpoints, serves and
+writes deltas on the other worker, and says when it answers again (issue 59, item 4)."""
 
 from __future__ import annotations
 
@@ -54,10 +54,12 @@ def test_a_chief_started_while_a_worker_is_frozen_trains_tfrecords_and_deltas_on
     assert re.search(r"pieces w0:3\b", text), text[-3000:]  # every piece on worker 0: worker 1 was never asked
 
 
-def test_a_worker_frozen_mid_run_holds_no_new_tfrecord_file_or_delta(shared_servers, tmp_path):
-    """Frozen once the chief wrote its first checkpoints (whose savers TensorFlow traces at the first save: a
-    worker frozen before that holds it, see docs/online-training.md): the TFRecord verdicts on the watcher thread
-    and the deltas go on, and the new files train on the other worker."""
+def test_a_worker_frozen_before_the_first_checkpoints_holds_no_file_checkpoint_version_or_delta(shared_servers,
+                                                                                               tmp_path):
+    """Frozen at the chief's first look at the folder, before anything was saved or served (every eager op and
+    trace the chief runs later was run at set-up: a first one waits for every task): the TFRecord verdicts on the
+    watcher thread, the checkpoints, the first serving version and the deltas go on, and the new files train on
+    the other worker."""
     data, output, log = tmp_path / "clicks", tmp_path / "output", tmp_path / "chief.log"
     datakit.write_click_records(data, {"train": [120, 120]})
     cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
@@ -65,14 +67,15 @@ def test_a_worker_frozen_mid_run_holds_no_new_tfrecord_file_or_delta(shared_serv
     worker = process.PidRecord.read(shared_servers.parent / "logs" / "worker-1.pid").pid
     chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
     try:
-        wait_for(log, r"checkpoint ckpt-\S+ \(optimizer step", chief)
-        wait_for(log, r"checkpoint for-serving/\S+ \(optimizer step", chief)
+        wait_for(log, r"first look at ", chief)
         with Frozen(worker):
             before = len(log.read_text())
             for day in ("day-2", "day-3"):
                 land_clicks(data, day, tmp_path)
                 wait_for(log, rf"{day}: done", chief, after=before)
-            wait_for(log, r"serving \| delta \d+\.\d+ \|", chief, after=before)
+            for pattern in (r"checkpoint ckpt-\S+ \(optimizer step", r"checkpoint for-serving/\S+ \(optimizer step",
+                            r"serving \| delta \d+\.\d+ \|"):
+                wait_for(log, pattern, chief, after=before)
         chief.send_signal(signal.SIGTERM)
         code = finish(chief, timeout_s=120)[0]
     finally:

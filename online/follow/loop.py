@@ -66,6 +66,7 @@ class FollowLoop:
         """Follows until SIGTERM (checkpoint, exit 4) or idling for stop_when_idle_s (returns the summary)."""
         self.p.stop.training = True
         self.p.report.reset_metrics()  # its ops run once before any piece: later, a new op waits for every worker
+        self.publishing.reference()  # taken now from the folder's data, if any, for the same reason
         self._publish_restored()
         while True:
             self.schedule.take_looks()

@@ -62,7 +62,16 @@ class FollowReport:
             self.writer = tf.summary.create_file_writer(str(files.train_events))
         self.last_beat = self.last_line = self.last_waiting_line = 0.0
         self.line_step, self.line_examples, self.said = self._step(), 0, OnceKeys()
+        self._scalars({"files_done": 0})  # now: a first eager op mid-run would wait for every task, a frozen one too
         self.kept = None  # what the chief keeps, as text (online/follow/kept.py), ending each progress line
+
+    def _scalars(self, scalars: dict, step: int | None = None) -> None:
+        """TensorBoard scalars at `step` (the model's now by default), each as a Python float: every line runs the
+        same eager ops as the first, written at set-up."""
+        with tf.device(self.device), self.writer.as_default(step=self.line_step if step is None else step):
+            for name, value in scalars.items():
+                tf.summary.scalar(name, float(value))
+        self.writer.flush()
 
     def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
@@ -121,12 +130,8 @@ class FollowReport:
                            metrics=metrics, problems=problems)
         kept = f" | {self.kept()}" if self.kept else ""
         self.log.info("%s", line + kept + (f" | {self.tables.line()}" if self.tables else ""))
-        with tf.device(self.device), self.writer.as_default(step=step):
-            scalars = {**metrics, "steps_per_sec": steps_per_s, "examples_per_sec": examples_per_s,
+        self._scalars({**metrics, "steps_per_sec": steps_per_s, "examples_per_sec": examples_per_s,
                        "files_done": ledger.done_count(), "behind_s": behind_s,
-                       "records_skipped": problems["skipped_records"]}
-            for name, value in scalars.items():
-                tf.summary.scalar(name, value)
-        self.writer.flush()
+                       "records_skipped": problems["skipped_records"]}, step)
         self.last_line = self.last_waiting_line = now
         self.line_step, self.line_examples = step, examples
