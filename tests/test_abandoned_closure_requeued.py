@@ -57,7 +57,8 @@ def test_a_slow_worker_killed_while_its_abandoned_piece_runs_costs_a_counted_pie
     assert (follow["files_done"], follow["examples"]) == (len(FILES), sum(FILES.values())), follow
     assert follow["problems"]["lost_files"] == 0, follow["problems"]
     assert follow["steps_trained_again"] > 0, follow  # the abandoned closure ran in full again: counted
-    assert summary["optimizer_steps"] == follow["steps"] + follow["steps_trained_again"], summary
+    counted = follow["steps"] + follow["steps_trained_again"]  # the killed attempt's steps before its SIGSTOP stay
+    assert counted <= summary["optimizer_steps"] <= counted + follow["steps_trained_again"], summary  # uncounted
     assert "worker:1 died" in launcher_log or "worker:1 exited" in launcher_log, launcher_log[-3000:]
 
 
