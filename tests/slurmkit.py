@@ -152,8 +152,7 @@ def create_hosts_with_slurm(count: int = 3, **naming) -> Iterator[SlurmCluster]:
 def leftovers(layout: slurmconf.SlurmLayout, hosts: netns.NamespaceHosts, marker: str) -> list[str]:
     """What this cluster left: daemons (they name its state dir), job steps, its /etc/hosts block, its files."""
     found = [f"process {line}" for line in processes_mentioning(str(layout.state_dir))]
-    found += [f"slurmstepd pid {pid} in {namespace}" for namespace in hosts.namespaces
-              for pid in _pids_in_namespace(namespace) if _command_name(pid) == "slurmstepd"]
+    found += [f"slurmstepd pid {pid} in {namespace}" for namespace, pid in _job_steps(hosts)]
     found += [f"{ETC_HOSTS} block {marker}"] if marker in slurmconf.hosts_block_markers(ETC_HOSTS.read_text()) else []
     found += [f"directory {layout.state_dir}"] if layout.state_dir.exists() else []
     return found
@@ -191,9 +190,14 @@ def _wait_for_steps_to_end(hosts: netns.NamespaceHosts) -> None:
     has the cancel, but a node's step may still be ending, and a slurmd stopped then waited for it past its
     SIGTERM deadline (CI, 2026-12-02). One left after the wait is reported by `leftovers`."""
     deadline = time.monotonic() + STEPS_END_TIMEOUT_S
-    while time.monotonic() < deadline and any(_command_name(pid) == "slurmstepd" for namespace in hosts.namespaces
-                                              for pid in _pids_in_namespace(namespace)):
+    while time.monotonic() < deadline and _job_steps(hosts):
         time.sleep(0.2)
+
+
+def _job_steps(hosts: netns.NamespaceHosts) -> list[tuple[str, int]]:
+    """(namespace, pid) of every slurmstepd running in the hosts."""
+    return [(namespace, pid) for namespace in hosts.namespaces for pid in _pids_in_namespace(namespace)
+            if _command_name(pid) == "slurmstepd"]
 
 
 def client_env(layout: slurmconf.SlurmLayout) -> dict[str, str]:
