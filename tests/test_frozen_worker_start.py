@@ -59,7 +59,9 @@ def test_a_worker_frozen_before_the_first_checkpoints_holds_no_file_checkpoint_v
     """Frozen at the chief's first look at the folder, before anything was saved or served (every eager op and
     trace the chief runs later was run at set-up: a first one waits for every task): the TFRecord verdicts on the
     watcher thread, the checkpoints, the first serving version and the deltas go on, and the new files train on
-    the other worker."""
+    the other worker. It is stopped within milliseconds of that look, before the look's pieces are handed out: a
+    closure it then takes must not hold the chief (TensorFlow's worker index did: a copy to the worker, made
+    holding the GIL)."""
     data, output, log = tmp_path / "clicks", tmp_path / "output", tmp_path / "chief.log"
     datakit.write_click_records(data, {"train": [120, 120]})
     cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
@@ -67,7 +69,7 @@ def test_a_worker_frozen_before_the_first_checkpoints_holds_no_file_checkpoint_v
     worker = process.PidRecord.read(shared_servers.parent / "logs" / "worker-1.pid").pid
     chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
     try:
-        wait_for(log, r"first look at ", chief)
+        wait_for(log, r"first look at ", chief, poll_s=0.002)
         with Frozen(worker):
             before = len(log.read_text())
             for day in ("day-2", "day-3"):
@@ -90,7 +92,7 @@ def land_clicks(data, name: str, tmp_path) -> None:
     (stage / "train-00000-of-00001").rename(data / name)
 
 
-def wait_for(log, pattern: str, chief, timeout_s: float = 120, *, after: int = 0) -> None:
+def wait_for(log, pattern: str, chief, timeout_s: float = 120, *, after: int = 0, poll_s: float = 0.2) -> None:
     """Waits for `pattern` in the chief's log; fails at once, with the log's end, when the chief has exited."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -98,5 +100,5 @@ def wait_for(log, pattern: str, chief, timeout_s: float = 120, *, after: int = 0
             return
         if chief.poll() is not None:
             break
-        time.sleep(0.2)
+        time.sleep(poll_s)
     raise AssertionError(f"no {pattern!r} in the chief's log: {log.read_text(errors='replace')[-3000:]}")

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.distribute.coordinator import coordinator_context
 
 from online.follow.errors import is_cancelled, is_data_error, piece_failure
 from online.follow.quarantine import POSITIONS_PER_PIECE
@@ -59,7 +60,7 @@ class PieceTrainer:
         self.abandoned: list[concurrent.futures.Future] = []  # a piece's other closure, once one finished
         self.steps_again = 0  # steps of abandoned closures that ran to their end (in the model, counted by no file)
         self.cancelling_until = 0.0  # monotonic: CancelledErrors before then are a data failure's cancel
-        self._train = _piece_function(distribution, model, data, global_batch, seed)
+        self._train = _piece_function(distribution, model, data, global_batch, seed, workers)
         self._train.get_concrete_function()  # traced now: the model's metrics exist before the first piece runs
         _trace_as_scheduled(distribution, self._train)  # and as the hand-out runs it
         data.trace_readers()  # and the watcher thread's check of a landing file: it never traces
@@ -173,7 +174,7 @@ def _trained(key: tuple[int, int], result) -> Trained:
                    int(skipped), tuple(sorted(int(position) for position in np.asarray(where))))
 
 
-def _piece_function(distribution, model, data, global_batch: int, seed: int):
+def _piece_function(distribution, model, data, global_batch: int, seed: int, workers: int):
     """The traced closure: a piece's examples, shuffled within the piece, in global batches (the last may be
     smaller: every example trains), each one step of the model's own train_step (both optimizers of a
     recommender) on the batch's well-formed examples; malformed records (flagged by the reader) are counted, the
@@ -181,6 +182,7 @@ def _piece_function(distribution, model, data, global_batch: int, seed: int):
     over an iterator, not in a loop over the dataset: AutoGraph would make that a dataset reduction, and a step
     run inside tf.data's function runtime cannot reach a dynamic table's index (an anonymous resource on the ps:
     "Resource Anonymous/... does not exist")."""
+    worker_indexes = [tf.constant(index, tf.int64) for index in range(workers)]  # on the chief, made once
 
     @tf.function(input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64),
                                   tf.TensorSpec([], tf.int64)])
@@ -201,11 +203,23 @@ def _piece_function(distribution, model, data, global_batch: int, seed: int):
             examples += good
             steps += tf.minimum(good, 1)
             batch = iterator.get_next_as_optional()
-        worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+        worker = _running_worker(worker_indexes)
         metrics = {metric.name: metric.result() for metric in model.metrics}  # read on the worker, as fit does
-        return examples, steps, tf.cast(worker, tf.int64), metrics, skipped, where
+        return examples, steps, worker, metrics, skipped, where
 
     return train_piece
+
+
+def _running_worker(worker_indexes):
+    """The index of the worker a scheduled closure runs on, bound at each call to one of `worker_indexes` (tensors
+    made on the chief). TensorFlow's experimental_get_current_worker_index makes its tensor on the worker at each
+    call, a copy that waits for the worker while holding the GIL: a frozen worker given a closure would hold every
+    thread of the chief (its loop, its checkpoints, its versions)."""
+
+    def at_call():
+        return worker_indexes[coordinator_context.get_current_dispatch_context().worker_index]
+
+    return tf.compat.v1.get_default_graph().capture_call_time_value(at_call, tf.TensorSpec([], tf.int64))
 
 
 def _trace_as_scheduled(distribution, function) -> None:
