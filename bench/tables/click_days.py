@@ -1,11 +1,14 @@
 """The dynamic tables' quality guard (issue 64): validation AUC on drifting click days, this code against an earlier
 release on the same data and settings, each run alone:
 
-    .venv/bin/python -m bench.tables.click_days [--runs 3] [--against c84abc7] [--quick]
+    .venv/bin/python -m bench.tables.click_days [--runs 3] [--against c84abc7] [--setting dynamic] [--quick]
 
 Data: `days` files of `lines` lines in the Criteo 1 TB layout (day_0 ... day_7; the last day's first half
 validates): six features carry the clicks (each day brings `new_ids` new ids per feature, each living `lifetime`
-days, Zipf-like popularity within its day), twenty features are noise ids from 10 M values. The junk setting
+days, popularity within its day Zipf's with exponent `zipf`, each id's hidden click weight scaled by `weight`),
+twenty features are noise ids from 10 M values. Exponent 1.3 and weight 1.6 (a strong head of learnable ids):
+with 1.1 and 0.8 every code learnt too little to tell 0.5's admission from 0.4's (RESULTS-click-days-0.5.md's
+notes). The junk setting
 replaces 30 % of the click features' values by ids never seen again. Runs: dlrm, 2 ps + 2 workers, 2 epochs,
 `per_worker_batch` 256, through the launcher (`roles.launch run`) of each code (the earlier one in a git worktree
 beside this checkout, sharing its .venv): hashed tables of 1,000 rows, dynamic ones of 26,000 rows (`admit_after`
@@ -33,8 +36,8 @@ from bench.kit.quiet import require_quiet
 HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
 PREVIOUS = "c84abc7"  # 0.4.0, the release whose dynamic tables' AUC issue 64 asks back
-FULL = {"days": 8, "lines": 60_000, "new_ids": 15_000, "lifetime": 3, "epochs": 2}
-QUICK = {"days": 3, "lines": 3_000, "new_ids": 800, "lifetime": 2, "epochs": 1}
+FULL = {"days": 8, "lines": 60_000, "new_ids": 15_000, "lifetime": 3, "epochs": 2, "zipf": 1.3, "weight": 1.6}
+QUICK = {"days": 3, "lines": 3_000, "new_ids": 800, "lifetime": 2, "epochs": 1, "zipf": 1.1, "weight": 0.8}
 CLICK_FEATURES, NOISE_FEATURES, NOISE_VALUES, JUNK_SHARE = 6, 20, 10_000_000, 0.3
 MODEL = {"model": "dlrm", "dataset": "criteo", "per_worker_batch": 256, "embedding_dim": 16,
          "bottom_mlp": [64, 16], "top_mlp": [64, 32]}
@@ -54,11 +57,11 @@ def day_lines(day: int, sizes: dict, junk: float, rng: np.random.Generator) -> l
     hidden weights and three counts."""
     lines = sizes["lines"]
     born = day - rng.integers(0, sizes["lifetime"], (lines, CLICK_FEATURES))
-    rank = (rng.zipf(1.1, (lines, CLICK_FEATURES)) - 1) % sizes["new_ids"]  # the tail wraps round the day's ids
+    rank = (rng.zipf(sizes["zipf"], (lines, CLICK_FEATURES)) - 1) % sizes["new_ids"]  # the tail wraps round
     clicks = (born * sizes["new_ids"] + rank) * CLICK_FEATURES + np.arange(CLICK_FEATURES)  # unique per feature
     weight = np.where(_mix(clicks) & 1, 1.0, -1.0)
     counts = rng.poisson(3.0, (lines, 13))
-    logit = -1.0 + 0.8 * weight.sum(1) / np.sqrt(CLICK_FEATURES) + 0.3 * (counts[:, :3] - 3.0).sum(1) / 3.0
+    logit = -1.0 + sizes["weight"] * weight.sum(1) / np.sqrt(CLICK_FEATURES) + 0.3 * (counts[:, :3] - 3.0).sum(1) / 3.0
     labels = (rng.random(lines) < 1.0 / (1.0 + np.exp(-logit))).astype(int)
     junked = rng.random(clicks.shape) < junk
     clicks = np.where(junked, rng.integers(1 << 40, 1 << 48, clicks.shape), clicks)  # never seen again
@@ -119,13 +122,13 @@ def worktree(ref: str, scratch: Path) -> Path:
     return tree
 
 
-def measure(codes: dict[str, Path], sizes: dict, runs: int, scratch: Path) -> dict:
+def measure(codes: dict[str, Path], sizes: dict, runs: int, scratch: Path, settings: dict) -> dict:
     """settings -> code -> the runs' figures, the codes taking turns run by run (a drift of the machine's speed
     or load falls on both)."""
-    found = {setting: {code: [] for code in codes} for setting in SETTINGS}
-    data = {junk: write_days(scratch / f"days-{junk:g}", sizes, junk) for _, junk in SETTINGS.values()}
+    found = {setting: {code: [] for code in codes} for setting in settings}
+    data = {junk: write_days(scratch / f"days-{junk:g}", sizes, junk) for _, junk in settings.values()}
     for run in range(runs):
-        for setting, (options, junk) in SETTINGS.items():
+        for setting, (options, junk) in settings.items():
             for code, tree in codes.items():
                 figures = one_run(tree, scratch / f"run-{len(list(scratch.glob('run-*')))}", data[junk], options,
                                   sizes["epochs"])
@@ -155,8 +158,10 @@ def render(record: dict) -> str:
 
 
 def main(runs: int = 3, against: str = PREVIOUS, quick: bool = False,
-         output: str = str(HERE / "results-click-days.json")) -> None:
-    """Runs every setting `runs` times on this code and on `against`; a full run writes `output` and its RESULTS."""
+         output: str = str(HERE / "results-click-days.json"), setting: str | None = None) -> None:
+    """Runs every setting (or only `setting`) `runs` times on this code and on `against`; a full run writes
+    `output` and its RESULTS."""
+    settings = SETTINGS if setting is None else {setting: SETTINGS[setting]}
     sizes = QUICK if quick else FULL
     if not quick:
         require_quiet()
@@ -165,7 +170,7 @@ def main(runs: int = 3, against: str = PREVIOUS, quick: bool = False,
         scratch = Path(temporary)
         try:
             codes = {"this code": ROOT, against: worktree(against, scratch)}
-            record["runs"] = measure(codes, sizes, 1 if quick else runs, scratch)
+            record["runs"] = measure(codes, sizes, 1 if quick else runs, scratch, settings)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(scratch / f"code-{against}")], cwd=ROOT,
                            capture_output=True)
