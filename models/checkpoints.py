@@ -6,13 +6,15 @@ epoch E + 1 (written every `checkpoint_every_s` and when the chief is asked to s
 evaluator: the newest `keep` checkpoints stay; an older one is deleted once the evaluator has listed it in
 `evaluated.json` beside them (or when the cluster has no evaluator), or when more than `keep_unevaluated` older
 ones wait for it (the oldest go: the evaluator, which scores only the newest `keep_unevaluated` it has not done,
-never reads them). What a save that died midway left is removed when the chief next opens the directory.
+never reads them). One a serving version is being written from stays until a save after that version is done. What
+a save that died midway left is removed when the chief next opens the directory.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 from typing import NamedTuple
 
@@ -150,14 +152,16 @@ class EpochCheckpoints:
                                         "old run aside")) from None
         return checkpoint_position(paths[-1])
 
-    def save(self, position: Position) -> str:
+    def save(self, position: Position, *, reading: Collection[str] = ()) -> str:
+        """Writes the checkpoint of `position` and prunes older ones, sparing those in `reading` (an exporter reads
+        them now: the next save prunes them)."""
         if self.scratch is not None:
             prefix = self.checkpoint.write(str(self.scratch / position.name))
             tf.io.gfile.rmtree(str(self.scratch))
             return prefix
         prefix = self.write_aside(str(self.directory / position.name))
         paths = [p for p in listed_checkpoints(self.directory) if checkpoint_position(p) < position] + [prefix]
-        self._record(self._prune(paths))
+        self._record(self._prune(paths, reading=set(reading)))
         return prefix
 
     def write_aside(self, prefix: str, *, table_slots: bool = True) -> str:
@@ -169,11 +173,11 @@ class EpochCheckpoints:
         return checkpoint_io.save(self.checkpoint, prefix, device=self.io_device, chunk_bytes=self.chunk_bytes,
                                   tables=None if table_slots else not_a_slot)
 
-    def _prune(self, paths: list[str]) -> list[str]:
+    def _prune(self, paths: list[str], *, reading: set[str]) -> list[str]:
         evaluated = set(EvaluationState.load(self.files).evaluated)
         old = paths[:max(0, len(paths) - self.keep)]
         waiting = [path for path in old if self.has_evaluator and Path(path).name not in evaluated]
-        spared = set(waiting[-self.keep_unevaluated:])  # the newest the evaluator has not done
+        spared = set(waiting[-self.keep_unevaluated:]) | reading  # the newest the evaluator has not done
         kept = []
         for path in paths:
             if path in old and path not in spared:

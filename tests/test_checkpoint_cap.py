@@ -24,12 +24,13 @@ def chief(files: RunFiles, *, keep: int = 3, keep_unevaluated: int = 4) -> Epoch
     return saving
 
 
-def save(saving: EpochCheckpoints, number: int) -> None:
-    """What a save leaves: the prefix's files, then the state file naming what the retention rule kept."""
+def save(saving: EpochCheckpoints, number: int, reading: frozenset = frozenset()) -> None:
+    """What a save leaves: the prefix's files, then the state file naming what the retention rule kept (sparing
+    `reading`)."""
     prefix = saving.directory / f"ckpt-0-{number}"
     for suffix in (".index", ".data-00000-of-00001"):
         Path(str(prefix) + suffix).write_bytes(b"x")
-    saving._record(saving._prune(listed_checkpoints(saving.directory) + [str(prefix)]))
+    saving._record(saving._prune(listed_checkpoints(saving.directory) + [str(prefix)], reading=set(reading)))
 
 
 def evaluator(files: RunFiles, window: int, log) -> SidecarEvaluator:
@@ -83,3 +84,19 @@ def test_without_an_evaluator_only_the_newest_stay(tmp_path):
     assert names(listed_checkpoints(files.checkpoints)) == ["ckpt-0-5", "ckpt-0-6", "ckpt-0-7"]
     assert len(list(files.checkpoints.glob("ckpt-*"))) == 6
     assert tf.train.latest_checkpoint(str(files.checkpoints)).endswith("ckpt-0-7")
+
+
+def test_a_checkpoint_an_exporter_reads_is_spared_until_a_save_after_it_is_done(tmp_path):
+    files = RunFiles(tmp_path)
+    files.checkpoints.mkdir()
+    saving = chief(files, keep=2)
+    saving.has_evaluator = False
+    save(saving, 1)
+    read = str(files.checkpoints / "ckpt-0-1")
+    for number in range(2, 6):
+        save(saving, number, reading=frozenset({read}))
+    assert names(listed_checkpoints(files.checkpoints)) == ["ckpt-0-1", "ckpt-0-4", "ckpt-0-5"]
+    assert Path(read + ".index").exists()  # still there for the version being written from it
+    save(saving, 6)  # the version is out
+    assert names(listed_checkpoints(files.checkpoints)) == ["ckpt-0-5", "ckpt-0-6"]
+    assert not Path(read + ".index").exists()

@@ -6,9 +6,11 @@ file trained is served. Real servers; hashed tables (the dynamic ones are in tes
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +97,60 @@ def test_a_chief_killed_mid_write_leaves_nothing_half_visible_and_the_next_publi
     per_file = {f["name"]: f for f in summary["follow"]["per_file"]}
     assert {name: f["examples"] for name, f in per_file.items()} == rows  # every file trained once
     assert all(f["served_version"] for f in per_file.values())  # and served
+
+
+def test_the_checkpoint_a_lagging_exporter_reads_stays_until_its_version_is_out(shared_servers, tmp_path):
+    """An exporter slower than `keep_checkpoints` checkpoints (stopped here; a loaded machine's start of TensorFlow
+    did the same in CI): the settled checkpoint its version is written from is spared by every save meanwhile, the
+    version is written from it, and the first save after it is out removes it."""
+    data, output, log = tmp_path / "data", tmp_path / "output", tmp_path / "chief.log"
+    data.mkdir()
+    write_day(data, "day_0", 400, 0)
+    cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
+        **FOLLOW, "data_dir": str(data), "output_dir": str(output), "checkpoint_every_s": 1, "keep_checkpoints": 2,
+        "serving_export_every_s": 600, "serving_checkpoint": "settled", "stop_when_idle_s": 60})
+    chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
+    try:
+        pid, request = wait_for_exporter(output, chief)
+        source = json.loads(Path(request).read_text())["checkpoint"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            saves = land_until_saved(data, log, 3, chief, first_row=400)  # keep_checkpoints 2: pruned twice
+            assert Path(source + ".index").exists(), (source, saves)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert wait_for_line(log, f"serving | version 1 | {Path(source).name} |", 300, chief), log.read_text()[-3000:]
+        land_until_saved(data, log, 1, chief, first_row=10_000)  # the first save after it is out
+        assert not Path(source + ".index").exists()
+        chief.send_signal(signal.SIGTERM)  # a stop as asked: the last version, then exit 4
+        assert finish(chief, timeout_s=300) == [4], log.read_text()[-3000:]
+    finally:
+        finish(chief, timeout_s=1)
+    assert "not written" not in log.read_text()
+
+
+def wait_for_exporter(output, chief, timeout_s: float = 300) -> tuple[int, str]:
+    """The pid and request file of the first exporter of `output`'s run, polled every 10 ms."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and chief.poll() is None:
+        for line in processes_mentioning("online.publish.exporter"):
+            if str(output) in line:
+                return int(line.split(":")[0]), line.split()[-1]
+        time.sleep(0.01)
+    raise AssertionError(f"no exporter of {output} within {timeout_s} s")
+
+
+def land_until_saved(data, log, saves: int, chief, *, first_row: int, most: int = 20) -> list[str]:
+    """Lands a small file at a time until `saves` more settled checkpoints are in `log`; returns their names."""
+    start = len(log.read_text())
+    for n in range(most):
+        write_day(data, f"more_{first_row}_{n}", 100, first_row + 100 * n)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and chief.poll() is None:
+            names = re.findall(r"checkpoint (ckpt-\S+) \(optimizer step", log.read_text()[start:])
+            if len(names) >= saves:
+                return names
+            if re.search(rf"more_{first_row}_{n}: done", log.read_text()[start:]):
+                break
+            time.sleep(0.1)
+    raise AssertionError(f"fewer than {saves} checkpoints after {most} files: {log.read_text()[-3000:]}")

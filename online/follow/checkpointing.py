@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Collection
 
 from models.checkpoints import Position
 from online.follow import kill_points
@@ -53,11 +54,12 @@ class FollowCheckpoints:
         """The newest settled checkpoint as a version's source (at `path`, when it was just written there)."""
         return ForVersion(path or self.latest_path(), self.name, self.saved_number, self.saved_ledger())
 
-    def save(self) -> str:
-        """A checkpoint of the model and the ledger as they stand now (a piece still running is not done in it)."""
+    def save(self, *, reading: Collection[str] = ()) -> str:
+        """A checkpoint of the model and the ledger as they stand now (a piece still running is not done in it);
+        older ones are pruned, but not those in `reading` (a version is being written from them)."""
         begun = self._begin()
         self.record.check_writer()
-        path = self.checkpoints.save(begun.position)
+        path = self.checkpoints.save(begun.position, reading=reading)
         self._end(begun)
         kill_points.reached("settled_checkpoint")
         self.record.write_safe_to_delete(self.saved_ledger(), self.name, begun.step, path)

@@ -185,7 +185,7 @@ class FollowLoop:
 
     def _save(self, stragglers: int = 0) -> str:
         self.step_at_save = self._step()
-        path = self.saving.save()
+        path = self.saving.save(reading=self.publishing.reading)
         self.schedule.trained_since_save = False
         if stragglers:
             self.p.run.log.info("checkpoint %s written without waiting longer for %d piece%s still running (past "

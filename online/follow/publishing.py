@@ -81,6 +81,11 @@ class Publishing:
     def busy(self) -> bool:
         return self.exporting is not None
 
+    @property
+    def reading(self) -> set[str]:
+        """The checkpoint the version being written is read from (none when none is): pruning spares it."""
+        return {self.exporting.process.request.checkpoint} if self.exporting is not None else set()
+
     def due(self) -> bool:
         return not self.busy and time.monotonic() - self.last_version >= self.run.options.serving_export_every_s
 
