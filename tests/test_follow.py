@@ -241,23 +241,27 @@ def test_a_worker_killed_mid_piece_and_a_new_run_after_two_more_files(tmp_path):
 
 
 def test_a_frozen_worker_holds_up_no_checkpoint_or_version_and_its_piece_goes_to_the_other(shared_servers, tmp_path):
-    """Worker 1 stopped outright (SIGSTOP, as a hung network mount or a paused machine does) in the middle of a
-    piece: its piece becomes a straggler, goes to worker 0 as well, and checkpoints, serving versions, progress
-    lines and the heartbeat go on while it stays stopped."""
+    """Worker 1 stopped outright (SIGSTOP, as a hung network mount or a paused machine does) while nothing runs, then
+    files land: the piece it takes becomes a straggler, goes to worker 0 as well, and checkpoints, serving versions,
+    progress lines and the heartbeat go on while it stays stopped. (Stopped while nothing runs: a worker stopped in
+    the other closure of a piece given twice and done holds nothing to give again.)"""
     data, output, log = tmp_path / "data", tmp_path / "output", tmp_path / "chief.log"
     data.mkdir()
     rows = {f"day_{i}.gz": 3000 for i in range(8)}  # whole pieces of 94 steps
-    for i, name in enumerate(rows):
+    for i, name in enumerate(list(rows)[:4]):
         write_day(data, name, 3000, 3000 * i)
     cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
-        **FOLLOW, "data_dir": str(data), "output_dir": str(output), "straggler_after_s": 0.5, "stop_when_idle_s": 6,
+        **FOLLOW, "data_dir": str(data), "output_dir": str(output), "straggler_after_s": 0.5, "stop_when_idle_s": 12,
         "checkpoint_every_s": 2, "serving_export_every_s": 10})
     worker = process.PidRecord.read(shared_servers.parent / "logs" / "worker-1.pid").pid
     chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
     try:
-        wait_for_steps(output, 250)  # past the first pieces: both workers are in the middle of one
+        assert wait_for_pattern(log, r"files 4/4 done", 300), log.read_text()[-3000:]
+        wait_until_still(output)  # the other closures of pieces given twice have ended too
         with Frozen(worker):
             before = len(log.read_text())
+            for i, name in enumerate(list(rows)[4:], start=4):
+                write_day(data, name, 3000, 3000 * i)
             assert wait_for_pattern(log, r"files 8/8 done", 300), log.read_text()[-3000:]
             assert wait_for_pattern(log, r"serving \| version", 120, after=before)  # one while worker 1 is slow
             progress = json.loads((output / "progress.json").read_text())
@@ -336,6 +340,23 @@ def wait_for_steps(output, steps: int, timeout_s: float = 240) -> None:
             pass
         time.sleep(0.1)
     raise AssertionError(f"fewer than {steps} optimizer steps after {timeout_s} s")
+
+
+def wait_until_still(output, timeout_s: float = 120) -> None:
+    """Waits until two heartbeats in a row (progress.json, every 2 s) find the chief waiting and the optimizer step
+    unchanged: no closure runs."""
+    deadline, last = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        try:
+            beat = json.loads((output / "progress.json").read_text())
+        except (OSError, ValueError):
+            beat = None
+        if beat is not None and beat["time"] != (last or {}).get("time"):
+            if last is not None and beat["phase"] == last["phase"] == "wait" and beat["step"] == last["step"]:
+                return
+            last = beat
+        time.sleep(0.1)
+    raise AssertionError(f"the chief did not stand still within {timeout_s} s")
 
 
 def wait_for_pattern(path, pattern: str, timeout_s: float = 120, *, after: int = 0) -> bool:
