@@ -64,15 +64,20 @@ def saved_inputs(inputs) -> dict[str, np.ndarray]:
     """Reference inputs as npz entries: `inputs`, or `inputs_<name>` for each input of a dict; a ragged input
     as its values and its row lengths per ragged level, `inputs_<name>_row_lengths` (the outer level),
     `inputs_<name>_row_lengths_1`, ...: what an export's `serving_default` takes, named without `inputs_`."""
+    return {name: saved_array(tensor) for name, tensor in saved_entries(inputs).items()}
+
+
+def saved_entries(inputs) -> dict[str, tf.Tensor]:
+    """`saved_inputs`' entries as tensors (it runs in a function too)."""
     if not isinstance(inputs, dict):
-        return {"inputs": _array(inputs)}
+        return {"inputs": inputs}
     entries = {}
     for name, tensor in inputs.items():
         if isinstance(tensor, tf.RaggedTensor):
-            entries.update({f"inputs_{lengths_name(name, level)}": lengths.numpy()
+            entries.update({f"inputs_{lengths_name(name, level)}": lengths
                             for level, lengths in enumerate(tensor.nested_row_lengths())})
             tensor = tensor.flat_values
-        entries[f"inputs_{name}"] = _array(tensor)
+        entries[f"inputs_{name}"] = tensor
     return entries
 
 
@@ -95,6 +100,6 @@ def _tensor(saved, name: str):
     return tf.RaggedTensor.from_nested_row_lengths(values, levels) if levels else values
 
 
-def _array(tensor: tf.Tensor) -> np.ndarray:
+def saved_array(tensor: tf.Tensor) -> np.ndarray:
     """Strings as fixed-width bytes, which np.load reads without pickle."""
     return tensor.numpy().astype(np.bytes_) if tensor.dtype == tf.string else tensor.numpy()

@@ -21,6 +21,7 @@ launcher's `stop_grace_s`.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 
 from cluster.run_files import Phase, RunStatus, read_summary, write_summary
@@ -67,6 +68,7 @@ class FollowLoop:
         self.p.stop.training = True
         self.p.report.reset_metrics()  # its ops run once before any piece: later, a new op waits for every worker
         self.publishing.reference()  # taken now from the folder's data, if any, for the same reason
+        gc.collect()  # and set-up's garbage: a traced function collected later is removed from every task first
         self._publish_restored()
         while True:
             self.schedule.take_looks()

@@ -21,17 +21,16 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import tensorflow as tf
 
 from cluster.run_files import read_summary, write_summary
 from common.errors import Problem, UserError
-from models import export
 from online.follow.checkpointing import ForVersion
 from online.follow import kill_points
 from online.follow.for_serving import ForServing
 from online.follow.kept import kept_sizes
 from online.follow.ledger import Ledger
 from online.follow.publication_mode import PublicationMode
+from online.follow.reference import ReferenceInputs
 from online.follow.served import freshness_summary, trained_through
 from online.follow.report import duration
 from online.follow.run_record import RunRecord
@@ -75,7 +74,7 @@ class Publishing:
         # otherwise wait a whole interval, and deltas need a version to build on)
         self.last_version = time.monotonic() if serving.versions() else float("-inf")
         self.exporting: _Exporting | None = None
-        self.raw = None  # the reference inputs every version is checked on
+        self.references = ReferenceInputs(data, model)  # what every version is checked on; traced now
 
     @property
     def busy(self) -> bool:
@@ -141,26 +140,18 @@ class Publishing:
             self.deltas.write_last(self.ledger)
 
     def prepare(self, piece) -> None:
-        """Takes the reference inputs from the first piece handed out and traces the prediction once, while every
-        worker still answers: later, new ops and traces would wait for every task, a stopped worker included."""
-        if self.raw is None and piece is not None:
-            self.reference(piece)
+        """Takes the reference inputs from the first piece handed out (its file may go before a version is due)."""
+        if piece is not None:
+            self.references.take(piece)
 
     def reference(self, piece=None):
-        """Raw inputs as a reader sends them (the first taken from `piece`, or from the first data in the folder,
-        then kept for every version: building a dataset each time would trace new functions, which wait for every
-        task, a stopped worker included), and the trained model's predictions on them now (call with no piece
-        running: they are what the newest checkpoint predicts); None when there is no data to take them from."""
-        if self.raw is None:
-            examples = self.data.piece_examples(piece, raw=True) if piece else self.data.split("train", raw=True)
-            try:
-                self.raw = export.reference_inputs(examples) if next(iter(examples.take(1)), None) is not None \
-                    else None
-            except tf.errors.OpError:  # its file gone or unreadable: the next version takes another
-                self.raw = None
-        if self.raw is None:
+        """(the reference inputs as the .npz beside a version holds them, the trained model's predictions on them
+        now: call with no piece running, they are what the newest checkpoint predicts), the inputs taken from
+        `piece` or, without one, from the folder's newest data, unless taken already (reference.py); None when
+        there is no data to take them from."""
+        if not self.references.take(piece):
             return None
-        return self.raw, export.predictions(self.model, export.model_inputs(self.data, self.raw))
+        return self.references.saved, self.references.predictions()
 
     def publish(self, source: ForVersion, piece=None, *, against_checkpoint: bool = False) -> bool:
         """The one way a version starts: checkpoint `source` written as the next serving version, checked on the
@@ -181,11 +172,11 @@ class Publishing:
                     against_checkpoint=against_checkpoint)
         return True
 
-    def _start(self, checkpoint: str, name: str, number: int, snapshot: Ledger, raw, trained, *,
+    def _start(self, checkpoint: str, name: str, number: int, snapshot: Ledger, saved: dict, trained, *,
                against_checkpoint: bool) -> None:
         self.scratch.mkdir(parents=True, exist_ok=True)
         reference = self.scratch / f"reference-{number}.npz"
-        np.savez(reference, predictions=trained, **export.saved_inputs(raw))
+        np.savez(reference, predictions=trained, **saved)
         version = self.serving.next_number()
         from_step = self.deltas.from_step(checkpoint) if self.deltas is not None else None
         through = trained_through(snapshot, version=version, written=0.0, checkpoint=name, step=number)
