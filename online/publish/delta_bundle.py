@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from online.publish import delta_format as names
@@ -78,7 +79,7 @@ def write_bundle(source, writing: Path, from_step: int, chunk_bytes: int, versio
             _write_spilled(writer, scratch.reader(), spilled)
         for name, variables in source.dense.items():
             values = [variable.read_value() for variable in variables]
-            writer.add(name, values[0] if len(values) == 1 else tf.concat(values, axis=0))
+            writer.add(name, values[0] if len(values) == 1 else np.concatenate([value.numpy() for value in values]))
         writer.add(names.VERSION, tf.constant(version, tf.int64))
         writer.finish()
     except BaseException:
@@ -108,8 +109,8 @@ def _read_table(table, scratch: _Scratch, from_step: int, chunk_bytes: int) -> _
 
 def _write_kept(writer: BundleWriter, read: _Read, from_step: int) -> None:
     """A table's kept rows, one tensor per field (an empty one of the right shape when no row changed)."""
-    if read.kept:
-        fields = [tf.concat(values, axis=0) for values in zip(*read.kept, strict=True)]
+    if read.kept:  # joined in NumPy: an eager concatenation of a new kind waits for every task, a stopped one too
+        fields = [np.concatenate([value.numpy() for value in values]) for values in zip(*read.kept, strict=True)]
     else:
         fields = read.table.readers[0].read(0, 0, from_step)
     for field, value in zip(read.table.fields, fields, strict=True):
