@@ -54,16 +54,18 @@ def test_a_chief_started_while_a_worker_is_frozen_trains_tfrecords_and_deltas_on
     assert re.search(r"pieces w0:3\b", text), text[-3000:]  # every piece on worker 0: worker 1 was never asked
 
 
+@pytest.mark.parametrize("at_start", [[120, 120], []], ids=["files at the start", "an empty folder"])
 def test_a_worker_frozen_before_the_first_checkpoints_holds_no_file_checkpoint_version_or_delta(shared_servers,
-                                                                                               tmp_path):
-    """Frozen at the chief's first look at the folder, before anything was saved or served (every eager op and
-    trace the chief runs later was run at set-up: a first one waits for every task): the TFRecord verdicts on the
-    watcher thread, the checkpoints, the first serving version and the deltas go on, and the new files train on
-    the other worker. It is stopped within milliseconds of that look, before the look's pieces are handed out: a
-    closure it then takes must not hold the chief (TensorFlow's worker index did: a copy to the worker, made
-    holding the GIL)."""
+                                                                                               tmp_path, at_start):
+    """Frozen at the chief's first look at the folder (files there, or none: the reference inputs then come from
+    the first file that lands, through functions traced at set-up), before anything was saved or served (every
+    eager op and trace the chief runs later was run at set-up: a first one waits for every task): the TFRecord
+    verdicts on the watcher thread, the checkpoints, the first serving version and the deltas go on, and the new
+    files train on the other worker. It is stopped within milliseconds of that look, before the look's pieces are
+    handed out: a closure it then takes must not hold the chief (TensorFlow's worker index did: a copy to the
+    worker, made holding the GIL)."""
     data, output, log = tmp_path / "clicks", tmp_path / "output", tmp_path / "chief.log"
-    datakit.write_click_records(data, {"train": [120, 120]})
+    datakit.write_click_records(data, {"train": at_start})
     cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
         **CLICKS, "data_dir": str(data), "output_dir": str(output), "straggler_after_s": 0.5})
     worker = process.PidRecord.read(shared_servers.parent / "logs" / "worker-1.pid").pid
