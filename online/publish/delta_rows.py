@@ -21,7 +21,7 @@ from typing import Callable
 import tensorflow as tf
 
 from tables.changed_rows import TrackedPart, TrackedTable
-from tables.dynamic.guard import is_held
+from tables.dynamic.rows_io import changed_row_reader
 from online.publish.delta_format import CHANGED_AT, HELD, IDS, LAST_SEEN, ROWS, VECTORS, slot_field
 
 Read = Callable[[int, int, int], list[tf.Tensor]]  # (begin, end, from step) -> the fields, in fields() order
@@ -115,22 +115,7 @@ def _hashed_reader(part: TrackedPart, optimizer) -> Read:
 
 
 def _dynamic_reader(part: TrackedPart) -> Read:
-    partition = part.shard
-
-    def read(begin, end, since):
-        def under_lock():
-            local = tf.range(begin, end, dtype=tf.int64)
-            picked = tf.boolean_mask(local, tf.gather(partition.changed_at, local) >= since)
-            return [picked + part.offset, is_held(tf.gather(partition.generation, picked)),
-                    tf.gather(partition.owner, picked), tf.gather(partition.last_seen, picked),
-                    tf.gather(partition.shard, picked),
-                    *[tf.gather(slot, picked) for slot in partition.slots.values()],
-                    tf.gather(partition.changed_at, picked)]
-
-        with tf.device(part.device):
-            return partition.lock.execute(under_lock, exclusive_resource_access=False)
-
-    return _eager(read)
+    return _eager(changed_row_reader(part.shard, part.offset))
 
 
 def traced_now(function, scalars: int):

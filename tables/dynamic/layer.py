@@ -25,6 +25,7 @@ from tables.dynamic.checkpoint import TableState
 from tables.dynamic.guard import gather_carrying
 from tables.dynamic.mixing import partition_of
 from tables.dynamic.partition import Partition
+from tables.dynamic.rows_io import row_reader
 from cluster.dynamic_table_options import DEFAULT_ADMIT_WINDOW_STEPS as DEFAULT_WINDOW
 from tables.initializers import filled, uniform_table
 
@@ -186,13 +187,13 @@ class DynamicTables(tf_keras.layers.Layer):
     def snapshot(self) -> dict[str, np.ndarray]:
         """Every held id (sorted) with its row vector, optimizer slot rows and last step: `ids`, `vectors`,
         `slot-<name>`, `last_seen` (what an exported model holds, and what a restore must give back)."""
-        found = [partition.held() for partition in self.partitions]
-        ids = np.concatenate([ids.numpy() for ids, *_ in found])
-        order = np.argsort(ids, kind="stable")
-        arrays = {"ids": ids, "last_seen": np.concatenate([seen.numpy() for _, seen, *_ in found]),
-                  "vectors": np.concatenate([vectors.numpy() for _, _, vectors, _ in found]).reshape(-1, self.dim)}
-        for name in self.partitions[0].slots:
-            arrays[f"slot-{name}"] = np.concatenate([slots[name].numpy() for *_, slots in found]).reshape(-1, self.dim)
+        names = ["ids", "last_seen", "vectors", *(f"slot-{name}" for name in self.partitions[0].slots)]
+        held_rows = []
+        for partition in self.partitions:  # read by the checkpoint's reader: what a restore must give back
+            held, *fields = (field.numpy() for field in row_reader(partition)(0, partition.rows))
+            held_rows.append([field[held] for field in fields])
+        arrays = {name: np.concatenate([part[number] for part in held_rows]) for number, name in enumerate(names)}
+        order = np.argsort(arrays["ids"], kind="stable")
         return {name: array[order] for name, array in arrays.items()}
 
     def get_config(self):

@@ -222,39 +222,6 @@ class Partition:
             return tf.concat([tf.constant([self.rows], tf.int64), [self.allocator.in_use()],
                               [self.index.size()], self.counters.read_value()], axis=0)
 
-    def held(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, dict]:
-        """Every id with a row: (ids, last looked-up step, row vectors, {slot name: slot rows}), all read from one
-        listing of the index, so the ids, rows and slots always agree."""
-        with tf.device(self.device):
-            ids, rows = self.index.export()
-            return (ids, tf.gather(self.last_seen, rows), tf.gather(self.shard, rows),
-                    {name: tf.gather(slot, rows) for name, slot in self.slots.items()})
-
-    def load(self, ids, last_seen, vectors, slots: dict, counters) -> None:
-        """Holds exactly these ids (at most `rows` of them), in rows 0 to n - 1, and nothing else. Every row changes
-        generation, so no update from before the restore lands."""
-        with tf.device(self.device):
-            self.index.remove(self.index.export()[0])
-            rows = tf.range(tf.size(ids, out_type=tf.int64))
-            self.index.insert(ids, rows)
-            self.last_seen.assign(tf.zeros([self.rows], tf.int64))
-            generation = self.generation.read_value()
-            held = tf.range(self.rows, dtype=tf.int64) < tf.size(ids, out_type=tf.int64)
-            odd = tf.bitwise.bitwise_or(generation, 1)  # held rows: odd, and another than before; free: even
-            self.generation.assign(tf.where(held, next_generation(odd, 2),
-                                            tf.where(is_held(generation), next_generation(generation), generation)))
-        self.owner.scatter_update(tf.IndexedSlices(ids, rows))
-        self.last_seen.scatter_update(tf.IndexedSlices(tf.cast(last_seen, tf.int64), rows))
-        self.shard.scatter_update(tf.IndexedSlices(vectors, rows))
-        for name, slot in self.slots.items():
-            slot.scatter_update(tf.IndexedSlices(slots[name], rows))
-        self.allocator.restart(tf.size(ids))
-        self.counters.assign(counters)
-        if self.sketch is not None:
-            self.sketch.clear()
-        if self.expiry is not None:
-            self.expiry.restart()
-
     def nbytes(self) -> int:
         """Bytes of the bookkeeping variables and the sketch (the id index's: memory.index_bytes)."""
         return memory.bookkeeping_bytes(self.rows, self.admit_after)

@@ -42,16 +42,34 @@ def row_reader(partition) -> Callable[[int, int], list[tf.Tensor]]:
     """Rows [begin, end) of `partition`: [held (bool), ids, last steps, vectors, each slot in its order]."""
     @tf.function
     def read(begin, end):
+        with tf.device(partition.device):
+            return partition.lock.execute(lambda: row_fields(partition, tf.range(begin, end, dtype=tf.int64)),
+                                          exclusive_resource_access=False)
+
+    return lambda begin, end: read(tf.constant(begin, tf.int64), tf.constant(end, tf.int64))
+
+
+def changed_row_reader(partition, offset: int) -> Callable:
+    """`read(begin, end, since)` (int64 scalars, for a tf.function): the rows of [begin, end) stamped at or after
+    `since`, each as its number (`offset` added) then row_fields then its stamp."""
+    def read(begin, end, since):
         def under_lock():
-            rows = tf.range(begin, end, dtype=tf.int64)
-            generations = tf.gather(partition.generation, rows)
-            return [is_held(generations), tf.gather(partition.owner, rows), tf.gather(partition.last_seen, rows),
-                    tf.gather(partition.shard, rows), *[tf.gather(slot, rows) for slot in partition.slots.values()]]
+            local = tf.range(begin, end, dtype=tf.int64)
+            picked = tf.boolean_mask(local, tf.gather(partition.changed_at, local) >= since)
+            return [picked + offset, *row_fields(partition, picked), tf.gather(partition.changed_at, picked)]
 
         with tf.device(partition.device):
             return partition.lock.execute(under_lock, exclusive_resource_access=False)
 
-    return lambda begin, end: read(tf.constant(begin, tf.int64), tf.constant(end, tf.int64))
+    return read
+
+
+def row_fields(partition, rows: tf.Tensor) -> list[tf.Tensor]:
+    """What the checkpoint keeps of `partition`'s `rows` (call under its lock): held flags (from each row's
+    generation: odd while an id holds it), ids, last steps, vectors, each slot in its order."""
+    return [is_held(tf.gather(partition.generation, rows)), tf.gather(partition.owner, rows),
+            tf.gather(partition.last_seen, rows), tf.gather(partition.shard, rows),
+            *[tf.gather(slot, rows) for slot in partition.slots.values()]]
 
 
 class Loader:
