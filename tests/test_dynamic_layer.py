@@ -180,14 +180,12 @@ def test_a_slow_workers_older_step_never_moves_a_stamp_back():
 def _as_before(state):
     """What the code before streamed checkpoints wrote for a table: the held ids and their rows concatenated,
     last steps as int32 (before steps became int64), 3 counters a partition."""
-    partitions = state._layer.partitions
-    held = [partition.held() for partition in partitions]
-    tensors = {"ids": tf.concat([ids for ids, *_ in held], 0),
-               "last_seen": tf.cast(tf.concat([seen for _, seen, *_ in held], 0), tf.int32),
-               "vectors": tf.concat([vectors for _, _, vectors, _ in held], 0),
+    partitions, held = state._layer.partitions, state._layer.snapshot()
+    tensors = {"ids": tf.constant(held["ids"]), "last_seen": tf.constant(held["last_seen"].astype(np.int32)),
+               "vectors": tf.constant(held["vectors"]),
                "counters": tf.stack([p.counters.read_value()[:3] for p in partitions])}
     for name in partitions[0].slots:
-        tensors[f"slot-{name}"] = tf.concat([slots[name] for *_, slots in held], 0)
+        tensors[f"slot-{name}"] = tf.constant(held[f"slot-{name}"])
     return tensors
 
 
