@@ -18,7 +18,7 @@ from cluster.training_options import TrainingOptions
 from coordinator import setup, strategy
 from models.checkpoints import EpochCheckpoints, Position
 from models.compiled import ps_report
-from tables.dynamic.report import table_report
+from tables.kinds import table_report
 from online.follow.checkpointing import FollowCheckpoints
 from online.follow.deltas import FollowDeltas
 from online.follow.handout import PieceTrainer

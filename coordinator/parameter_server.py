@@ -8,7 +8,7 @@ from cluster.same_run import batch_workers
 from cluster.training_options import TrainingOptions
 from coordinator import capacity_watch, setup, strategy
 from models.compiled import ps_report
-from tables.dynamic.report import table_report
+from tables.kinds import table_report
 from common.lost_tasks import exit_when_a_task_is_lost
 from coordinator.pacing import CHUNKS_AHEAD_PER_WORKER, SchedulePacing
 from common.preemption import StopRequest

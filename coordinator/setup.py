@@ -20,9 +20,8 @@ from cluster.training_options import TrainingOptions
 from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE, PREEMPTED_EXIT_CODE, Problem, UserError
 from models import export
 from models.compiled import build_compiled, with_table_stats
-from tables.dynamic.checkpoint import held_difference_streamed, state_prefix
 from models.sources import source_for_model
-from tables.dynamic.report import dynamic_layers
+from tables.kinds import restored_rows
 from online.publish.model_export import export_model, remove_leftovers
 from online.publish.template import Template
 from coordinator.strategy import CHIEF_CPU
@@ -155,11 +154,9 @@ def _check_resharded(run: TrainingRun, model, checkpoint: str, before: int, afte
                  "differ by at most %.1e (allowed %.0e)", before, after, Path(checkpoint).name, after, largest,
                  RESHARD_TOLERANCE)
     reader, keys = BundleReader(checkpoint, device=CHIEF_CPU), variable_keys(tf.train.Checkpoint(model=model))
-    for spread in dynamic_layers(model):
-        ids, differ = held_difference_streamed(spread, reader, state_prefix(spread, keys), chunk)
-        run.log.info("ps %d -> %d: table %s: %d ids spread again over %d partitions; their rows, slots and last "
-                     "steps differ from the checkpoint's by at most %.1e", before, after, spread.name, ids,
-                     len(spread.partitions), differ)
+    for table, compared, differ in restored_rows(model, reader, keys, chunk):
+        run.log.info("ps %d -> %d: table %s: %s differ from the checkpoint's by at most %.1e", before, after, table,
+                     compared, differ)
         largest = max(largest, differ)
     if not largest <= RESHARD_TOLERANCE:
         raise UserError(Problem("cluster.ps", after, f"restoring {Path(checkpoint).name} over {after} ps changed "

@@ -15,7 +15,7 @@ from cluster.config import ClusterConfig
 from cluster.run_files import RunFiles, RunSummary, read_summary
 from cluster.training_options import TrainingOptions
 from coordinator import custom_loop, setup, strategy
-from tables.dynamic.report import table_report
+from tables.kinds import table_report
 from common.lost_tasks import exit_when_a_task_is_lost
 
 BATCH_NOTE = "global batch {global_batch} ({per_worker} per worker, {workers} worker(s), split over the replicas)"

@@ -173,13 +173,13 @@ def table_lines(options, model, created, ids, layout: capacity.Layout) -> list[s
     """With dynamic tables: what each configured ps holds at full capacity against its host's free memory, and
     the ids a step looks up and inserts."""
     from coordinator import step_traffic
-    from tables import memory
+    from tables import kinds, memory
 
-    if not memory.dynamic_layers(model):
-        return []
     count = len(layout.ps_hosts)
     shards = step_traffic.placed(created, step_traffic.partitioner_for(options, count), count)
-    held, lines = memory.per_ps(model, lambda variable: shards[variable.ref()]), []
+    held, lines = kinds.ps_account(model, lambda variable: shards[variable.ref()]), []
+    if not held:
+        return []
     for index, share in sorted(held.items()):
         host = layout.ps_hosts[index]
         machine = layout.machines.get(host)

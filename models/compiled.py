@@ -7,7 +7,7 @@ import tf_keras
 from cluster.recommender_options import RECOMMENDER_MODELS
 from cluster.training_options import TrainingOptions
 from models import input_contract, recommenders, zoo
-from tables.dynamic.report import dynamic_layers, table_stats
+from tables.kinds import table_report
 from tables.pooling import table_ids
 from models.raw_export import RawFeatures
 from tables.shard_report import report_lines, shard_report
@@ -47,6 +47,7 @@ def ps_report(model: tf_keras.Model, source, global_batch: int, log) -> dict:
 
 def with_table_stats(report: dict, model) -> dict:
     """The per-ps report with each ps's dynamic table rows merged in (as they stand now)."""
-    for name, stats in table_stats(dynamic_layers(model)).items():
+    tables = table_report(model)
+    for name, stats in (tables.summary() if tables is not None else {}).items():
         report.setdefault(name, {"lookups_per_step": 0, "bytes_moved_per_step": 0}).update(stats)
     return report

@@ -21,9 +21,7 @@ from models.input_contract import keras_inputs
 from models.packed import PackedMLP
 from tables.pooling import MeanPooled
 from tables.sparse import SparseDenseModel, check_tables_sparse, make_embedding_optimizer
-from tables.dynamic.layer import DynamicTables
-from tables.dynamic.exported import ServingTables
-from tables.fused import FusedTables, SeparateTables, make_tables
+from tables import kinds
 from data.contract import describe
 from data.criteo_layout import CATEGORICAL_FEATURES
 from data.preprocessing import CriteoPreprocessing
@@ -117,18 +115,8 @@ def _tables(options: RecommenderOptions, features: dict, dim: int, name: str, sp
     feature) or dynamic (always fused: one index for every feature, whose ids are keyed by feature; with
     `serving`, in its exported form); wrapped to pool several values per feature."""
     ids = features["ids"]
-    if options.embedding_kind == "dynamic" and serving:
-        layer = ServingTables(options.embedding_capacity, dim, splits=None if _pooled(ids) else splits, name=name)
-    elif options.embedding_kind == "dynamic":
-        layer = DynamicTables(options.embedding_capacity, dim, admit_after=options.admit_after,
-                              admit_window_steps=options.admit_window_steps,
-                              halve_by_load=options.admission_halving == "by_load",
-                              expire_after_steps=options.expire_after_steps, expire_after_s=options.expire_after_s,
-                              deduplicate=options.deduplicate_ids, splits=None if _pooled(ids) else splits,
-                              name=name)
-    else:
-        layer = make_tables(options.rows_for(ids.shape[0]), dim, fused=options.fused_tables,
-                            deduplicate=options.deduplicate_ids, name=name)
+    layer = kinds.named(options.embedding_kind).build(options, ids.shape[0], dim, name=name, serving=serving,
+                                                      splits=None if _pooled(ids) else splits)
     return MeanPooled(layer, ids.shape[0], splits=splits, name=f"{name}_pooled") if _pooled(ids) else layer
 
 
@@ -176,7 +164,7 @@ def wide_deep(options: RecommenderOptions, features: dict = CRITEO_FEATURES, ser
     """A linear (wide) part on the categorical ids and numeric features plus a deep MLP on embeddings and numerics
     (with `serving`, its tables in their exported form)."""
     inputs = _inputs(features, "wide_deep")
-    if options.embedding_kind == "dynamic":  # one row holds both of an id's parts
+    if kinds.named(options.embedding_kind).joins_parts():  # one row holds both of an id's parts
         weights, embedded = _tables(options, features, 1 + options.embedding_dim, "tables",
                                     splits=(1, options.embedding_dim), serving=serving)(inputs["ids"])
     else:
@@ -193,9 +181,8 @@ def wide_deep(options: RecommenderOptions, features: dict = CRITEO_FEATURES, ser
 RECOMMENDERS = {"dlrm": dlrm, "wide_deep": wide_deep}
 
 
-CUSTOM_OBJECTS = {"FusedTables": FusedTables, "SeparateTables": SeparateTables, "DotInteraction": DotInteraction,
-                  "SumOverTables": SumOverTables, "PackedMLP": PackedMLP, "MeanPooled": MeanPooled,
-                  "ServingTables": ServingTables}
+CUSTOM_OBJECTS = {**kinds.saved_layers(), "DotInteraction": DotInteraction, "SumOverTables": SumOverTables,
+                  "PackedMLP": PackedMLP, "MeanPooled": MeanPooled}
 
 
 def build_for_serving(name: str, options: RecommenderOptions, *, features=CRITEO_FEATURES,

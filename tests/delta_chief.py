@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import deltakit  # noqa: E402
 from cluster.config import PROJECT_ROOT  # noqa: E402
 from cluster.training_parse import parse_training_options  # noqa: E402
-from tables.changed_rows import step_clock, track_changes  # noqa: E402
+from tables.changed_rows import step_clock  # noqa: E402
+from tables.kinds import track_changes  # noqa: E402
 from models.compiled import build_compiled  # noqa: E402
 from tables.placement import BalancedPartitioner  # noqa: E402
 from online.publish.deltas import DeltaFiles, DeltaSource, write_delta  # noqa: E402

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from tables.dynamic.guard import is_held
+from tables.dynamic.partition import Partition
 from online.publish import delta_format as names
 
 DYNAMIC_BASE = {names.HELD: "row_held", names.IDS: "row_ids", names.LAST_SEEN: "row_last_seen",
@@ -30,7 +31,7 @@ def live_tables(model, tracked) -> dict[str, dict[str, np.ndarray]]:
 
 def _live_part(table, part, optimizer) -> dict[str, np.ndarray]:
     rows = np.arange(part.rows) + part.offset
-    if table.dynamic:
+    if isinstance(part.shard, Partition):  # a dynamic table's
         partition = part.shard
         fields = {names.ROWS: rows, names.HELD: is_held(partition.generation).numpy(),
                   names.IDS: partition.owner.numpy(), names.LAST_SEEN: partition.last_seen.numpy(),

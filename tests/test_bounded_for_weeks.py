@@ -120,7 +120,7 @@ def deltas(monkeypatch) -> FollowDeltas:
     every 10 s give it."""
     monkeypatch.setattr(follow_deltas, "write_delta", _written)
     monkeypatch.setattr(follow_deltas.tf.train, "load_variable", lambda path, key: int(path.split("-")[-1]))
-    return FollowDeltas(source=_Source(), files=_Files(), dynamic=False, clock_key="step", every_s=1e-9,
+    return FollowDeltas(source=_Source(), files=_Files(), restore_moves_rows=False, clock_key="step", every_s=1e-9,
                         chunk_bytes=1, log=_Log(), cap=chain_cap(600.0, 10.0))
 
 

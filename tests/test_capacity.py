@@ -300,7 +300,7 @@ def test_a_step_waits_for_two_round_trips_and_its_share_of_the_dispatch():
 def test_dynamic_tables_at_capacity_per_ps_rows_slots_and_index(tmp_path):
     from cluster.training_parse import parse_training_options
     from coordinator import step_traffic
-    from tables import memory as table_memory
+    from tables import kinds
     from cluster import dynamic_table_memory as memory
     from data import source_for
 
@@ -311,7 +311,7 @@ def test_dynamic_tables_at_capacity_per_ps_rows_slots_and_index(tmp_path):
     source = source_for(options, tmp_path)
     model, created = step_traffic.built_on_cpu(options, source)
     shards = step_traffic.placed(created, step_traffic.partitioner_for(options, 2), 2)
-    held = table_memory.per_ps(model, lambda variable: shards[variable.ref()])
+    held = kinds.ps_account(model, lambda variable: shards[variable.ref()])
     assert sorted(held) == [0, 1] and sum(share.rows for share in held.values()) == 1000
     for share in held.values():
         assert share.row_bytes == share.rows * 4 * 4 and share.slot_bytes == share.row_bytes  # Adagrad: one slot

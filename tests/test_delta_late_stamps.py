@@ -16,7 +16,8 @@ from data import source_for
 from models.compiled import build_compiled
 from online.publish import delta_format as names
 from online.publish.deltas import DeltaFiles, DeltaSource, write_delta
-from tables.changed_rows import step_clock, track_changes
+from tables.changed_rows import step_clock
+from tables.kinds import track_changes
 from tables.row_stamps import stamp_rows
 from tables.streaming import checkpoint_io
 

@@ -18,7 +18,8 @@ import deltakit
 from cluster.config import PROJECT_ROOT
 from cluster.training_parse import parse_training_options
 from models import export
-from tables.changed_rows import step_clock, track_changes
+from tables.changed_rows import step_clock
+from tables.kinds import track_changes
 from models.compiled import build_compiled
 from online.publish import delta_format as names
 from online.publish.deltas import DeltaFiles, DeltaSource, write_delta
@@ -227,7 +228,7 @@ def test_a_served_dynamic_table_keeps_its_index_right_through_frees_moves_and_st
 
 
 def test_reads_cover_every_block_with_changed_rows_merged_within_a_chunk():
-    from online.publish.delta_rows import merged_ranges
+    from tables.changed_rows import merged_ranges
 
     assert merged_ranges([0, 0, 0], 10, 25) == []
     assert merged_ranges([3, 0, 4], 10, 25) == [(0, 25)]  # one read across an unchanged block

@@ -24,7 +24,8 @@ import tf_keras  # noqa: E402
 
 from bench.tables.embedding_run import Meter  # noqa: E402
 from models import recommenders  # noqa: E402
-from tables.dynamic.report import table_stats, table_report  # noqa: E402
+from tables.dynamic.report import table_stats  # noqa: E402
+from tables.kinds import table_report  # noqa: E402
 from tables.placement import BalancedPartitioner  # noqa: E402
 from data import synthetic_criteo  # noqa: E402
 from data.criteo_layout import CATEGORICAL_FEATURES  # noqa: E402

@@ -22,7 +22,8 @@ import time
 
 import tensorflow as tf
 
-from tables.changed_rows import step_clock, track_changes
+from tables.changed_rows import step_clock
+from tables.kinds import track_changes
 from online.follow import kill_points
 from online.follow.ledger import Ledger
 from online.follow.report import duration
@@ -72,11 +73,13 @@ class _Job:
 class FollowDeltas:
     """The deltas of a follow-mode run; `every_s` between them."""
 
-    def __init__(self, *, source: DeltaSource, files: DeltaFiles, dynamic: bool, clock_key: str, every_s: float,
-                 chunk_bytes: int, log, cap: int = 1 << 62):
-        """`source`: what deltas read; `files`: where they go; `dynamic`: a dynamic table is tracked; `clock_key`:
-        the step counter's checkpoint key; `cap`: the most deltas of one chain (chain_cap)."""
-        self.source, self.files, self.dynamic, self.clock_key = source, files, dynamic, clock_key
+    def __init__(self, *, source: DeltaSource, files: DeltaFiles, restore_moves_rows: bool, clock_key: str,
+                 every_s: float, chunk_bytes: int, log, cap: int = 1 << 62):
+        """`source`: what deltas read; `files`: where they go; `restore_moves_rows`: a tracked table's restore lays
+        its rows out anew; `clock_key`: the step counter's checkpoint key; `cap`: the most deltas of one chain
+        (chain_cap)."""
+        self.source, self.files, self.clock_key = source, files, clock_key
+        self.restore_moves_rows = restore_moves_rows
         self.every_s, self.chunk_bytes, self.log, self.cap = every_s, chunk_bytes, log, cap
         self.chain: Chain | None = None
         self.job: _Job | None = None
@@ -96,7 +99,7 @@ class FollowDeltas:
         tracked = track_changes(model, distribution)
         clock_key = variable_keys(tf.train.Checkpoint(model=model, optimizer=model.optimizer))[step_clock(model).ref()]
         return cls(source=DeltaSource(model, tracked), files=DeltaFiles(run.files.serving),
-                   dynamic=any(table.dynamic for table in tracked), clock_key=clock_key,
+                   restore_moves_rows=any(table.restore_moves_rows for table in tracked), clock_key=clock_key,
                    every_s=options.serving_delta_every_s, chunk_bytes=chunk_bytes_of(options), log=run.log,
                    cap=chain_cap(options.serving_export_every_s, options.serving_delta_every_s))
 

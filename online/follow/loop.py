@@ -25,7 +25,7 @@ import gc
 import time
 
 from cluster.run_files import Phase, RunStatus, read_summary, write_summary
-from tables.dynamic.checkpoint import of_earlier_form
+from tables.kinds import earlier_form
 from online.follow.checkpointing import FollowCheckpoints
 from online.follow.served import freshness_summary
 from online.follow.publishing import Publishing
@@ -108,8 +108,8 @@ class FollowLoop:
             return
         self.p.run.log.info("%s is newer than the newest serving version: publishing it first", self.saving.name)
         checkpoint = self.saving.latest_path()
-        if of_earlier_form(checkpoint) or self.publishing.needs_live_rows:  # an earlier version's dynamic table,
-            checkpoint = self._save()  # or deltas that name the rows a restore laid the ids out in: written again
+        if earlier_form(checkpoint) or self.publishing.needs_live_rows:  # a table in an earlier version's form,
+            checkpoint = self._save()  # or deltas that name the rows a restore laid out anew: written again
         self.publishing.publish(self.saving.settled(checkpoint))
 
     def _save_due(self) -> bool:

@@ -121,8 +121,8 @@ class Publishing:
     @property
     def needs_live_rows(self) -> bool:
         """Whether a version deltas build on must come from a checkpoint of the live tables, not a restored one (a
-        restore lays a dynamic table's ids out in other rows than its checkpoint's)."""
-        return self.deltas is not None and self.deltas.dynamic
+        restore lays a table's rows out other than its checkpoint did: a dynamic table's ids)."""
+        return self.deltas is not None and self.deltas.restore_moves_rows
 
     @property
     def takes_deltas(self) -> bool:

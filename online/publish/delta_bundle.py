@@ -1,7 +1,7 @@
 """A delta's bundle: each table's changed rows as one key per field, and the dense weights, while no process holds
 more than a chunk of rows (read) and a chunk kept.
 
-A table's changed rows are read on its ps a chunk at most at a time (delta_rows.py). Few rows change between
+A table's changed rows are read on its ps a chunk at most at a time (tables/changed_rows.py). Few rows change between
 deltas, so they are kept, chunk after chunk, until the table is read, then written as one tensor per field: a
 SaveV2 per field and table (a SaveV2 costs 1-2 ms whatever it holds; one per field and chunk, then again to
 gather them, made most of a delta's time). A table whose changed rows outgrow a chunk goes to a scratch bundle as

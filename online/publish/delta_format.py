@@ -4,24 +4,24 @@ follower (follower.py) repeats the little it needs, so that it runs with TensorF
 
 `<serving>/deltas/<version>.<sequence>/` holds `delta.index` and `delta.data-*` (a TensorFlow bundle: any reader
 of checkpoints reads it) and `manifest.json`. It is written as `.writing-<version>.<sequence>` and renamed, so it is
-whole or absent. Its keys are the `apply_delta` signature's input names: per table `<table>__<field>` (fields
-below), per dense weight `<weight>`, where a name is the weight's checkpoint key made short (`model/` and its
-attribute suffix dropped, anything but letters and digits made `_`): the same on the chief, which knows the live
-model, and in the exporter, which knows the template; no name of a layer given at run time is involved.
+whole or absent. Its keys are the `apply_delta` signature's input names: per table `<table>__<field>` (its fields:
+tables/row_fields.py), per dense weight `<weight>`, where a name is the weight's checkpoint key made short
+(`model/` and its attribute suffix dropped, anything but letters and digits made `_`): the same on the chief, which
+knows the live model, and in the exporter, which knows the template; no name of a layer given at run time is
+involved.
 """
 
 from __future__ import annotations
 
 import re
 
+from tables.row_fields import CHANGED_AT, HELD, IDS, LAST_SEEN, ROWS, SLOT_PREFIX, VECTORS, slot_field  # noqa: F401
+
 DIRECTORY = "deltas"  # under the serving directory: not an integer, so TensorFlow Serving never takes it for a version
 WRITING_PREFIX = ".writing-"
 BUNDLE = "delta"  # the bundle's prefix inside a delta's directory
 MANIFEST = "manifest.json"
 FORMAT = 1
-
-ROWS, HELD, IDS, LAST_SEEN, VECTORS, CHANGED_AT = "rows", "held", "ids", "last_seen", "vectors", "changed_at"
-SLOT_PREFIX = "slot_"
 SEPARATOR = "__"
 SERVED_HASHED = (ROWS, VECTORS)  # what a served model takes of a table's rows (the rest is training's)
 SERVED_DYNAMIC = (ROWS, HELD, IDS, VECTORS)
@@ -30,10 +30,6 @@ VERSION, SEQUENCE, FROM_STEP, READ_STEP = "delta_version", "delta_sequence", "de
 SCALARS = {VERSION: "version", SEQUENCE: "sequence", FROM_STEP: "from_step", READ_STEP: "read_step"}
 
 _NAME = re.compile(r"^(\d+)\.(\d+)$")
-
-
-def slot_field(slot: str) -> str:
-    return SLOT_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", slot)
 
 
 def short_name(checkpoint_key: str) -> str:

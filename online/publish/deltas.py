@@ -1,16 +1,16 @@
 """Serving deltas: the rows of the live tables changed since a step, with every dense weight whole, written beside the
 serving versions while training goes on (the format: delta_format.py).
 
-A delta reads the step counter first (its `read_step`) and advances every ps's stamp clock to it, waits SETTLE_S
-(an update whose stamp was being written meanwhile lands), then reads, table by table and shard by shard on each
-ps, the rows stamped at or after its `from_step`, a chunk at most at a time (delta_rows.py). The next delta starts from
-this one's `read_step`: a change landing after a row was read carries a stamp at or after it
-(tables/changed_rows.py), so deltas overlap rather than leave a gap. An update's clock read and its stamp are two ops:
-a stamp landing later than SETTLE_S after its clock was read (a ps stalled between them) carries a step before this
-one's `read_step`, so the follow loop has each delta read rows from the one before's `from_step` (`rows_from`): a
-stamp up to one whole delta interval late is still carried, at the cost of rows sent twice. The rows go into the
-delta's bundle as one key per field (delta_bundle.py): no process holds more than a chunk read and a chunk kept.
-Nothing waits for the workers and nothing stops them.
+A delta reads the step counter first (its `read_step`) and advances every ps's stamp clock to it, waits SETTLE_S (an
+update whose stamp was being written meanwhile lands), then reads, table by table and shard by shard on each ps, the
+rows stamped at or after its `from_step`, a chunk at most at a time (each table's kind reads them:
+tables/changed_rows.py). The next delta starts from this one's `read_step`: a change landing after a row was read
+carries a stamp at or after it, so deltas overlap rather than leave a gap. An update's clock read and its stamp are
+two ops: a stamp landing later than SETTLE_S after its clock was read (a ps stalled between them) carries a step
+before this one's `read_step`, so the follow loop has each delta read rows from the one before's `from_step`
+(`rows_from`): a stamp up to one whole delta interval late is still carried, at the cost of rows sent twice. The
+rows go into the delta's bundle as one key per field (delta_bundle.py): no process holds more than a chunk read and
+a chunk kept. Nothing waits for the workers and nothing stops them.
 """
 
 from __future__ import annotations
@@ -27,10 +27,8 @@ import tensorflow as tf
 
 from common import durable
 from tables.changed_rows import TrackedTable, step_clock
-from tables.dynamic.checkpoint import state_prefix
 from online.publish import delta_format as names
 from online.publish.delta_bundle import write_bundle
-from online.publish.delta_rows import fields, reader, row_bytes
 from tables.row_stamps import advance
 from tables.streaming.entries import variable_keys
 from tables.streaming.rows import CHUNK_BYTES
@@ -54,23 +52,17 @@ class DeltaSource:
 
     def __init__(self, model, tracked: list[TrackedTable]):
         self.clock = step_clock(model)
-        optimizer = getattr(model, "embedding_optimizer", None)
         keys = variable_keys(tf.train.Checkpoint(model=model))
         table_refs, self.tables = set(), []
         for table in tracked:
-            if table.dynamic:
-                key = state_prefix(table.variable, keys)
-            else:
-                key = keys[table.parts[0].shard.ref()]
-                table_refs |= {part.shard.ref() for part in table.parts}
-            self.tables.append(_Table(names.short_name(key), fields(table, optimizer),
-                                      [reader(table, part, optimizer) for part in table.parts],
-                                      row_bytes(table, optimizer)))
+            table_refs |= table.row_variables()
+            self.tables.append(_Table(names.short_name(table.key(keys)), table.fields(),
+                                      [table.reader(part) for part in table.parts], table.row_bytes()))
         self.dense: dict[str, list] = {}
         for weight in model.weights:
             for variable in getattr(weight, "variables", [weight]):
                 key = keys.get(variable.ref())
-                if key is not None and variable.ref() not in table_refs:  # no key: a dynamic table's rows
+                if key is not None and variable.ref() not in table_refs:  # no key: rows a table's state keeps
                     self.dense.setdefault(key, []).append(variable)
         names.unique_names([*self.dense, *(table.name for table in self.tables)])
         self.dense = {names.short_name(key): variables for key, variables in self.dense.items()}

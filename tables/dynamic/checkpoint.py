@@ -243,10 +243,3 @@ def held_difference_streamed(layer, reader, prefix: str, chunk_bytes: int) -> tu
         count += len(chunk.ids)
     held = int(sum(partition.index.size().numpy() for partition in partitions))
     return count, largest if held == count else float("inf")
-
-
-def of_earlier_form(path: str) -> bool:
-    """Whether checkpoint `path` holds a dynamic table in the form of earlier versions (its held ids concatenated),
-    which restores (restore_streamed) but cannot be exported a chunk at a time: write a checkpoint first."""
-    return any(key.endswith(f"/{STATE}/.ATTRIBUTES/ids") for key in tf.train.load_checkpoint(path)
-               .get_variable_to_shape_map())

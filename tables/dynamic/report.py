@@ -8,7 +8,6 @@ away 0` (the sweeps that expire rows run in the training steps: tables/dynamic/p
 from __future__ import annotations
 
 from cluster import dynamic_table_memory as memory
-from tables.dynamic.layer import DynamicTables
 from tables.shard_report import ps_of
 
 FIELDS = ("rows", "rows_in_use", "ids_held", "admitted", "expired", "turned_away", "misdirected")
@@ -28,10 +27,6 @@ def table_stats(layers) -> dict[str, dict[str, int]]:
     return dict(sorted(per_ps.items()))
 
 
-def dynamic_layers(model) -> list[DynamicTables]:
-    return [layer for layer in model._flatten_layers(include_self=False) if isinstance(layer, DynamicTables)]
-
-
 def stats_line(per_ps: dict[str, dict[str, int]]) -> str:
     """`tables | rows 1234/2000 (ps:0 610, ps:1 624) | admitted 1300 | expired 66 | turned away 0`."""
     total = {field: sum(entry[field] for entry in per_ps.values()) for field in FIELDS}
@@ -43,7 +38,7 @@ def stats_line(per_ps: dict[str, dict[str, int]]) -> str:
 class TableReport:
     """The rows of a model's dynamic tables, read from their ps when asked."""
 
-    def __init__(self, layers: list[DynamicTables]):
+    def __init__(self, layers: list):
         self.layers = layers
 
     def line(self) -> str:
@@ -51,9 +46,3 @@ class TableReport:
 
     def summary(self) -> dict[str, dict[str, int]]:
         return table_stats(self.layers)
-
-
-def table_report(model) -> TableReport | None:
-    """The report of a model with dynamic tables, else None."""
-    layers = dynamic_layers(model)
-    return TableReport(layers) if layers else None
