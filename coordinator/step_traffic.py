@@ -20,7 +20,7 @@ import tensorflow as tf
 from cluster.training_options import TrainingOptions
 from models.compiled import build_compiled
 from tables.pooling import table_ids
-from tables.dynamic.partition import COLOCATED_SCOPE
+from tables.placement import COLOCATED_SCOPE
 from tables.shard_report import shard_report
 from tables.sparse import SparseDenseModel
 from coordinator.strategy import partitioner_for

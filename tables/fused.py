@@ -14,7 +14,6 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from tables.dynamic.layer import DynamicTables
 from tables.row_source import gather_rows
 from tables.initializers import uniform_table
 
@@ -87,21 +86,13 @@ def hashed_rows(ids, table_rows) -> tf.Tensor | np.ndarray:
     return tf.math.floormod(tf.cast(ids, tf.int64), tf.constant(table_rows, tf.int64))
 
 
-TABLE_LAYERS = (FusedTables, SeparateTables, DynamicTables, tf_keras.layers.Embedding)
-
-
 def rows_read_by_lookup(model: tf_keras.Model) -> list:
     """The table variables of `model` that its lookups read a row at a time (through row_source.gather_rows)."""
-    return [weight for layer in table_layers(model) if isinstance(layer, (FusedTables, SeparateTables))
-            for weight in layer.weights]
+    return [weight for layer in model._flatten_layers(include_self=False)
+            if isinstance(layer, (FusedTables, SeparateTables)) for weight in layer.weights]
 
 
 def make_tables(table_rows, dim: int, *, fused: bool, deduplicate: bool, name: str) -> tf_keras.layers.Layer:
     """The table layer the options choose."""
     kind = FusedTables if fused else SeparateTables
     return kind(table_rows, dim, deduplicate=deduplicate, name=name)
-
-
-def table_layers(model: tf_keras.Model) -> list[tf_keras.layers.Layer]:
-    """Every layer of `model` (nested ones included) that holds embedding tables."""
-    return [layer for layer in model._flatten_layers(include_self=False) if isinstance(layer, TABLE_LAYERS)]

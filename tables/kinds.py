@@ -5,6 +5,7 @@ its line in KINDS."""
 from __future__ import annotations
 
 import tensorflow as tf
+import tf_keras
 
 from tables.changed_rows import TrackedTable
 from tables.dynamic.kind import DynamicKind
@@ -26,6 +27,11 @@ def saved_layers() -> dict[str, type]:
     return {name: layer for kind in KINDS.values() for name, layer in kind.saved_layers().items()}
 
 
+def served_tables(model) -> list:
+    """The ServedTables (tables/served_table.py) of `model` as export built it, kind by kind."""
+    return [table for kind in KINDS.values() for table in kind.served(model)]
+
+
 def track_changes(model, strategy=None) -> list[TrackedTable]:
     """Gives every table of `model` (a SparseDenseModel whose optimizers are built) its stamps, and its optimizer or
     partitions a stamp clock on each ps; returns the tables. Call before the training step is traced."""
@@ -40,13 +46,21 @@ def track_changes(model, strategy=None) -> list[TrackedTable]:
 
     tracked = []
     with strategy.scope():
-        for layer, kind in _table_layers(model):
+        for layer, kind in kind_layers(model):
             tracked += kind.track(layer, optimizer, strategy, clock_beside)
     return tracked
 
 
-def _table_layers(model) -> list:
-    """(layer, kind) for every table layer of `model`, in the model's order."""
+def table_layers(model) -> list:
+    """Every layer of `model` (nested ones too) that holds embedding tables: each kind's, and Keras Embeddings (a
+    user model's, trained by the table optimizer too)."""
+    kinds = {id(layer) for layer, _ in kind_layers(model)}
+    return [layer for layer in model._flatten_layers(include_self=False)
+            if id(layer) in kinds or isinstance(layer, tf_keras.layers.Embedding)]
+
+
+def kind_layers(model) -> list:
+    """(layer, kind) for every table layer of `model` of a kind, in the model's order."""
     kind_of = {id(layer): kind for kind in KINDS.values() for layer in kind.layers(model)}
     return [(layer, kind_of[id(layer)]) for layer in model._flatten_layers(include_self=False)
             if id(layer) in kind_of]
@@ -65,7 +79,7 @@ def ps_account(model, shards_of) -> dict[int, PsTables]:
     """{ps index: PsTables} that `model`'s tables hold at full capacity beyond the options' account
     (cluster/ps_memory.py), their rows split as `shards_of(variable)` gives; {} when none does."""
     found: dict[int, PsTables] = {}
-    for layer, kind in _table_layers(model):
+    for layer, kind in kind_layers(model):
         for ps, share in kind.ps_account(layer, shards_of, slots_per_row(model)):
             found[ps] = found[ps] + share if ps in found else share
     return found
@@ -82,7 +96,7 @@ def restored_rows(model, reader, keys: dict, chunk_bytes: int) -> list[tuple[str
     """(table name, what was compared, the largest difference) for each table of `model` just restored whose rows
     predictions alone would not check, against the checkpoint `reader` reads."""
     found = []
-    for layer, kind in _table_layers(model):
+    for layer, kind in kind_layers(model):
         compared = kind.check_restored(layer, reader, keys, chunk_bytes)
         if compared is not None:
             found.append((layer.name, *compared))

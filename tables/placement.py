@@ -14,6 +14,14 @@ import math
 import tensorflow as tf
 
 MAX_SHARD_BYTES = 256 * 2 ** 20
+COLOCATED_SCOPE = "colocated_with_rows"  # names the variables a table creates beside its rows: they take no
+# round-robin turn (a dynamic table's bookkeeping)
+
+
+def ps_of(device: str) -> str:
+    """`/job:ps/replica:0/task:1/device:CPU:0` -> `ps:1`; a variable with no remote device -> `local`."""
+    parts = dict(p.split(":", 1) for p in device.split("/") if ":" in p)
+    return f"{parts['job']}:{parts.get('task', 0)}" if "job" in parts else "local"
 
 
 class BalancedPartitioner:

@@ -8,7 +8,13 @@ import re
 
 ROWS, HELD, IDS, LAST_SEEN, VECTORS, CHANGED_AT = "rows", "held", "ids", "last_seen", "vectors", "changed_at"
 SLOT_PREFIX = "slot_"
+SEPARATOR = "__"
 
 
 def slot_field(slot: str) -> str:
     return SLOT_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", slot)
+
+
+def field_key(table: str, field: str) -> str:
+    """The bundle key (and delta signature input) of a field of the table of short name `table`."""
+    return table + SEPARATOR + field

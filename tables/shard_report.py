@@ -3,27 +3,18 @@
 Bytes held count every variable on the ps: model weights and both optimizers' slots (and a dynamic table's
 bookkeeping, reported apart: `bookkeeping_bytes`; its index's own memory is measured in bench/). Per-step
 figures come from a sample batch of ids: the rows each shard of each table serves (after de-duplication when
-the model de-duplicates), times the row size twice (rows out, gradient rows back) plus the ids both ways, plus
-every dense variable on that ps read and its gradient written back once per step. A dynamic table's rows in use
+the model de-duplicates, as each table's kind counts them: its `traffic`), times the row size twice (rows out,
+gradient rows back) plus the ids both ways, plus every dense variable on that ps read and its gradient written back
+once per step. A dynamic table's rows in use
 and ids admitted, expired and turned away per ps are merged in by the chief (tables/dynamic/report.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
-from tables.dynamic.layer import DynamicTables
-from tables.dynamic.mixing import partition_of
-from tables.fused import FusedTables, hashed_rows, table_layers
-
-ID_BYTES = 8
-
-
-def ps_of(device: str) -> str:
-    """`/job:ps/replica:0/task:1/device:CPU:0` -> `ps:1`; a variable with no remote device -> `local`."""
-    parts = dict(p.split(":", 1) for p in device.split("/") if ":" in p)
-    return f"{parts['job']}:{parts.get('task', 0)}" if "job" in parts else "local"
+from tables.kinds import kind_layers
+from tables.placement import ps_of
 
 
 def _shards(variable) -> list:
@@ -48,41 +39,14 @@ def bytes_held(model) -> dict[str, int]:
     return held
 
 
-def _table_traffic(layer, sample_ids: np.ndarray, report: dict, shards_of=_shards) -> None:
-    """Adds the rows each shard of the layer's tables serves for one batch of ids [batch, tables]."""
-    if isinstance(layer, DynamicTables):
-        _dynamic_traffic(layer, sample_ids, report, shards_of)
-        return
-    rows = hashed_rows(sample_ids, layer.table_rows)
-    if isinstance(layer, FusedTables):
-        pairs = [(layer.table, (rows + layer.offsets).reshape(-1))]
-    else:
-        pairs = [(table, rows[:, k]) for k, table in enumerate(layer.tables)]
-    for table, ids in pairs:
-        ids = np.unique(ids) if layer.deduplicate else ids
-        first = 0
-        for shard in shards_of(table):
-            rows = int(np.count_nonzero((ids >= first) & (ids < first + shard.shape[0])))
-            first += shard.shape[0]
-            entry = report.setdefault(ps_of(shard.device), {"lookups_per_step": 0, "bytes_moved_per_step": 0})
-            entry["lookups_per_step"] += rows
-            entry["bytes_moved_per_step"] += rows * (2 * shard.shape[1] * shard.dtype.size + 2 * ID_BYTES)
-
-
-def _dynamic_traffic(layer, sample_ids: np.ndarray, report: dict, shards_of) -> None:
-    """A dynamic table's rows per shard for one batch: each id is looked up on the partition its hash names (the
-    index sends its row number back beside the row), and held bytes add the index's bookkeeping."""
-    shards = shards_of(layer.rows_variable)
-    ids = np.unique(sample_ids) if layer.deduplicate else sample_ids.reshape(-1)
-    owners = partition_of(tf.constant(ids, tf.int64), len(shards)).numpy()
-    for number, shard in enumerate(shards):
-        rows = int(np.count_nonzero(owners == number))
-        entry = report.setdefault(ps_of(shard.device), {"lookups_per_step": 0, "bytes_moved_per_step": 0})
-        entry["lookups_per_step"] += rows
-        entry["bytes_moved_per_step"] += rows * (2 * shard.shape[1] * shard.dtype.size + 3 * ID_BYTES)
-    for partition in layer.partitions:
-        entry = report.setdefault(ps_of(partition.device), {"lookups_per_step": 0, "bytes_moved_per_step": 0})
-        entry["bookkeeping_bytes"] = entry.get("bookkeeping_bytes", 0) + partition.nbytes()
+def add_traffic(report: dict, device: str, lookups: int = 0, moved: int = 0, bookkeeping: int = 0) -> None:
+    """Adds to the entry of `device`'s ps: rows looked up and bytes moved per step, bytes of a table's bookkeeping
+    (kept apart from the variables')."""
+    entry = report.setdefault(ps_of(device), {"lookups_per_step": 0, "bytes_moved_per_step": 0})
+    entry["lookups_per_step"] += lookups
+    entry["bytes_moved_per_step"] += moved
+    if bookkeeping:
+        entry["bookkeeping_bytes"] = entry.get("bookkeeping_bytes", 0) + bookkeeping
 
 
 def shard_report(model, sample_ids: np.ndarray, shards_of=_shards) -> dict[str, dict[str, int]]:
@@ -92,12 +56,12 @@ def shard_report(model, sample_ids: np.ndarray, shards_of=_shards) -> dict[str, 
     the strategy made; `plan` passes the shards it works out for a ps count, on a model built without a cluster.
     """
     report: dict[str, dict[str, int]] = {}
-    for layer in table_layers(model):
-        _table_traffic(layer, np.asarray(sample_ids, dtype=np.int64), report, shards_of)
+    for layer, kind in kind_layers(model):
+        for device, lookups, moved, bookkeeping in kind.traffic(layer, np.asarray(sample_ids, np.int64), shards_of):
+            add_traffic(report, device, lookups, moved, bookkeeping)
     _, dense = model.split_variables()
     for shard in (s for variable in dense for s in shards_of(variable)):
-        entry = report.setdefault(ps_of(shard.device), {"lookups_per_step": 0, "bytes_moved_per_step": 0})
-        entry["bytes_moved_per_step"] += 2 * _nbytes(shard)
+        add_traffic(report, shard.device, moved=2 * _nbytes(shard))
     for name, held in bytes_held(model).items():
         report.setdefault(name, {"lookups_per_step": 0, "bytes_moved_per_step": 0})["bytes_held"] = held
     return dict(sorted(report.items()))

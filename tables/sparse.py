@@ -15,10 +15,9 @@ import tensorflow as tf
 import tf_keras
 
 from tables.dynamic.guard import GuardedRows
-from tables.dynamic.layer import DynamicTables
 from tables.row_stamps import StampedRows
 from tables.initializers import filled
-from tables.fused import table_layers
+from tables.kinds import kind_layers, table_layers
 from common.errors import Problem, UserError
 
 
@@ -114,9 +113,8 @@ class SparseDenseModel(tf_keras.Model):
         tables, dense = self.split_variables()
         self.embedding_optimizer._create_all_weights(tables)
         self.optimizer.build(dense)
-        for layer in table_layers(self):
-            if isinstance(layer, DynamicTables):  # new rows start from its slots' initial values
-                layer.bind_optimizer(self.embedding_optimizer)
+        for layer, kind in kind_layers(self):
+            kind.bind(layer, self.embedding_optimizer)
 
     def train_step(self, data):
         x, y, sample_weight = tf_keras.utils.unpack_x_y_sample_weight(data)

@@ -9,6 +9,8 @@ from typing import Callable
 
 import tf_keras
 
+ID_BYTES = 8
+
 
 class TableKind(abc.ABC):
     """One kind of table: `name` is how `training.embedding_kind` names it."""
@@ -26,6 +28,10 @@ class TableKind(abc.ABC):
         """The layers of this kind that `model` (as training or export built it) holds, nested ones too."""
 
     @abc.abstractmethod
+    def served(self, model) -> list:
+        """The ServedTables (tables/served_table.py) of this kind in `model` as export built it."""
+
+    @abc.abstractmethod
     def track(self, layer, optimizer, strategy, clock_beside: Callable) -> list:
         """Stamps on every row of `layer` (tables/changed_rows.py; `clock_beside(variable)` is the stamp clock of
         the variable's ps); its TrackedTables, one per checkpoint key of rows."""
@@ -33,6 +39,16 @@ class TableKind(abc.ABC):
     @abc.abstractmethod
     def saved_layers(self) -> dict[str, type]:
         """The layer classes of this kind an exported model names, by name (what Keras' load needs)."""
+
+    @abc.abstractmethod
+    def traffic(self, layer, sample_ids, shards_of: Callable) -> list[tuple[str, int, int, int]]:
+        """For one batch of ids [batch, features] (numpy): (device, rows looked up, bytes moved, bytes of the
+        table's own bookkeeping there) per shard of `layer` (`shards_of(variable)` lists a variable's shards)."""
+
+    def bind(self, layer, optimizer) -> None:
+        """Tells `layer` the table optimizer, once its slots exist (a kind whose new rows start from the slots'
+        initial values needs it)."""
+        return None
 
     def joins_parts(self) -> bool:
         """Whether one row can hold several parts of an id (wide&deep's weight and embedding), split on lookup."""

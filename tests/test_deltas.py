@@ -1,7 +1,8 @@
 """Serving deltas in one process: a model trained here with its rows tracked, a base checkpoint, deltas written between
 steps; base plus every delta equals the live tables bit for bit (rows, slots, ids, held flags, last steps and
 stamps), and a version written from the base, with the deltas applied by the follower, predicts as a version
-written at the end. Hashed and dynamic tables (rows expiring and given to new ids); a write that fails midway."""
+written at the end; a checkpoint restores. Hashed and dynamic tables (rows expiring and given to new ids), and the
+tests' own plain kind (tables/plain.py: the seam's proof); a write that fails midway."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ import pytest
 import tensorflow as tf
 
 import deltakit
+from cluster import dynamic_table_options
 from cluster.config import PROJECT_ROOT
 from cluster.training_parse import parse_training_options
 from models import export
 from tables.changed_rows import step_clock
+from tables import kinds
 from tables.kinds import track_changes
+from tables.plain import PlainKind
 from models.compiled import build_compiled
 from online.publish import delta_format as names
 from online.publish.deltas import DeltaFiles, DeltaSource, write_delta
@@ -35,7 +39,19 @@ CHUNK = 4096  # bytes: several chunks per shard
 TRAINING = {"model": "dlrm", "dataset": "synthetic_criteo", "table_rows": 300, "embedding_dim": 4, "top_mlp": [8],
             "bottom_mlp": [8], "stream_chunk_mb": CHUNK / (1 << 20)}
 KINDS = {"hashed": {"embedding_kind": "hashed"},
-         "dynamic": {"embedding_kind": "dynamic", "embedding_capacity": 6000, "expire_after_steps": 2}}
+         "dynamic": {"embedding_kind": "dynamic", "embedding_capacity": 6000, "expire_after_steps": 2},
+         "plain": {"embedding_kind": "plain"}}  # a kind of the tests' own (tables/plain.py), registered below
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plain_kind():
+    """The plain kind registered as a new kind is: its line in tables/kinds.py's KINDS and its name among those
+    cluster.json takes."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(kinds.KINDS, PlainKind.name, PlainKind())
+        patch.setattr(dynamic_table_options, "EMBEDDING_KINDS", (*dynamic_table_options.EMBEDDING_KINDS,
+                                                                 PlainKind.name))
+        yield
 
 
 @dataclasses.dataclass
@@ -101,13 +117,28 @@ def test_base_plus_every_delta_equals_the_live_tables_bit_for_bit(run):
     for table, fields in live.items():
         in_no_delta = replayed[table][names.CHANGED_AT] < 0
         assert (fields[names.CHANGED_AT][in_no_delta] < run.from_step).all()  # unchanged since the base
-        if run.options.embedding_kind == "hashed":
+        if run.options.embedding_kind != "dynamic":
             assert (fields[names.CHANGED_AT] == -1).any()  # rows never changed keep no stamp
         for _, arrays in deltas:  # a delta holds, for every row it names, each field (slots too): key sets agree
             counts = {len(arrays[names.field_key(table, field)]) for field in fields}
             assert len(counts) == 1
         rows = [len(arrays[names.field_key(table, names.ROWS)]) for _, arrays in deltas]
         assert 0 < max(rows) < len(fields[names.ROWS])  # the rows changed, not the table
+
+
+def test_a_checkpoint_restores_into_a_model_built_anew(run, tmp_path):
+    """Every value comes back (a dynamic table's ids may take other rows: its predictions are compared)."""
+    path = _checkpoint(run.model, tmp_path / "ckpt-now")
+    tf.keras.utils.set_random_seed(1)
+    again = build_compiled(run.options, run.source)
+    checkpoint_io.restore(tf.train.Checkpoint(model=again, optimizer=again.optimizer), path, chunk_bytes=CHUNK)
+    np.testing.assert_array_equal(_predictions(again, run.source)[1], _predictions(run.model, run.source)[1])
+    if not any(table.restore_moves_rows for table in run.tracked):
+        for mine, restored in zip(run.model.weights, again.weights, strict=True):
+            np.testing.assert_array_equal(mine.numpy(), restored.numpy(), err_msg=mine.name)
+        optimizer, restored = run.model.embedding_optimizer, again.embedding_optimizer
+        for mine, theirs in zip(optimizer.variables(), restored.variables(), strict=True):
+            np.testing.assert_array_equal(mine.numpy(), theirs.numpy(), err_msg=mine.name)
 
 
 @pytest.mark.parametrize("run", ["dynamic"], indirect=True)  # ids expire from dynamic tables only
@@ -202,7 +233,7 @@ def test_a_delta_that_fails_midway_leaves_nothing_visible(run, monkeypatch):
 
 def test_a_served_dynamic_table_keeps_its_index_right_through_frees_moves_and_stale_rows():
     from tables.dynamic.exported import ServingTables
-    from online.publish.delta_signatures import apply_rows, last_of_each
+    from tables.dynamic.served import apply_rows, last_of_each
 
     layer = ServingTables(6, 2)
     layer.build(tf.TensorShape([None, 1]))

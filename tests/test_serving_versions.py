@@ -60,7 +60,7 @@ def test_rows_read_from_a_bundle_are_the_rows_asked_whatever_chunks_they_fall_in
     import numpy as np
     import tensorflow as tf
 
-    from online.publish.partial import read_rows
+    from tables.bundle_rows import read_rows
     from tables.streaming.bundle import BundleReader, BundleWriter
     from tables.streaming.rows import slice_spec
 

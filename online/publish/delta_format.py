@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import re
 
-from tables.row_fields import CHANGED_AT, HELD, IDS, LAST_SEEN, ROWS, SLOT_PREFIX, VECTORS, slot_field  # noqa: F401
+from tables.row_fields import (CHANGED_AT, HELD, IDS, LAST_SEEN, ROWS, SEPARATOR, SLOT_PREFIX, VECTORS,  # noqa: F401
+                               field_key, slot_field)
 
 DIRECTORY = "deltas"  # under the serving directory: not an integer, so TensorFlow Serving never takes it for a version
 WRITING_PREFIX = ".writing-"
 BUNDLE = "delta"  # the bundle's prefix inside a delta's directory
 MANIFEST = "manifest.json"
 FORMAT = 1
-SEPARATOR = "__"
-SERVED_HASHED = (ROWS, VECTORS)  # what a served model takes of a table's rows (the rest is training's)
-SERVED_DYNAMIC = (ROWS, HELD, IDS, VECTORS)
 # the signature's scalar inputs, each a field of the delta's manifest (follower.py repeats them)
 VERSION, SEQUENCE, FROM_STEP, READ_STEP = "delta_version", "delta_sequence", "delta_from_step", "delta_read_step"
 SCALARS = {VERSION: "version", SEQUENCE: "sequence", FROM_STEP: "from_step", READ_STEP: "read_step"}
@@ -37,11 +35,6 @@ def short_name(checkpoint_key: str) -> str:
     table's state prefix `.../state/.ATTRIBUTES/` -> `..._state`)."""
     path = checkpoint_key.split("/.ATTRIBUTES/", 1)[0].removeprefix("model/")
     return re.sub(r"[^A-Za-z0-9]", "_", path)
-
-
-def field_key(table: str, field: str) -> str:
-    """The bundle key (and signature input) of a field of the table of short name `table`."""
-    return table + SEPARATOR + field
 
 
 def unique_names(keys: list[str]) -> dict[str, str]:

@@ -6,20 +6,18 @@ row numbers, held flags, ids and vectors), every dense weight whole, and the del
 steps. It applies a delta only if it follows what the model holds: of its version, the next one (its sequence one
 more than the last applied), starting at the step the last one was read at (the version's own before any). Any
 other changes nothing and is answered with the reason (`refused`), so calling it twice, out of order, or with a
-delta of another chain is safe. A dynamic table keeps its id -> row index right: a row's previous id leaves the
-index (where the index still points it at that row), then the delta's held ids go in, the last row of an id
-winning. Hashed rows and dense weights are overwritten. Both `tf.saved_model.load` and TensorFlow 1's loader
-(TensorFlow Serving's) run it; predictions made while it runs may mix rows from before and after.
+delta of another chain is safe. Each table writes its rows as its kind does (tables/served_table.py: a dynamic
+table keeps its id -> row index right); dense weights are overwritten. Both `tf.saved_model.load` and TensorFlow
+1's loader (TensorFlow Serving's) run it; predictions made while it runs may mix rows from before and after.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from tables.dynamic.exported import ServingTables, dynamic_tables
 from online.publish import delta_format as names
 from online.publish.saved_model import training_keys
-from tables.fused import rows_read_by_lookup
+from tables.kinds import served_tables
 
 
 class AppliedThrough(tf.Module):
@@ -107,24 +105,11 @@ def _writes(inner) -> tuple[list, dict]:
     """What applying a delta writes (one callable per table or weight, taking the inputs) and the input specs."""
     keys = training_keys(inner)
     writes, specs, done = [], {}, set()
-    for weight in rows_read_by_lookup(inner):
-        name = names.short_name(keys[weight.ref()])
-        rows, vectors = (names.field_key(name, field) for field in names.SERVED_HASHED)
-        specs[rows] = tf.TensorSpec([None], tf.int64, name=rows)
-        specs[vectors] = tf.TensorSpec([None, *weight.shape[1:]], weight.dtype, name=vectors)
-        writes.append(lambda inputs, weight=weight, rows=rows, vectors=vectors: [
-            weight.scatter_update(tf.IndexedSlices(inputs[vectors], inputs[rows]))])
-        done.add(weight.ref())
-    for layer in dynamic_tables(inner):
-        name = names.short_name(keys[layer.ids.ref()])
-        fields = {field: names.field_key(name, field) for field in names.SERVED_DYNAMIC}
-        for field, key in fields.items():
-            shape = [None, *layer.vectors.shape[1:]] if field == names.VECTORS else [None]
-            dtype = {names.HELD: tf.bool, names.VECTORS: layer.vectors.dtype}.get(field, tf.int64)
-            specs[key] = tf.TensorSpec(shape, dtype, name=key)
-        writes.append(lambda inputs, layer=layer, fields=fields: [
-            apply_rows(layer, *(inputs[fields[f]] for f in names.SERVED_DYNAMIC))])
-        done |= {layer.ids.ref(), layer.held.ref(), layer.vectors.ref(), layer.indexed.ref()}
+    for table in served_tables(inner):
+        name = names.short_name(table.delta_key(keys))
+        specs.update(table.delta_inputs(name))
+        writes.append(lambda inputs, table=table, name=name: table.apply_delta(name, inputs))
+        done |= {weight.ref() for weight in table.weights()}
     for weight in inner.weights:
         key = keys.get(weight.ref())
         if weight.ref() in done or key is None:
@@ -134,27 +119,3 @@ def _writes(inner) -> tuple[list, dict]:
         writes.append(lambda inputs, weight=weight, name=name: [weight.assign(inputs[name])])
     names.unique_names([keys[w.ref()] for w in inner.weights if keys.get(w.ref()) and w.ref() not in done])
     return writes, specs
-
-
-def apply_rows(layer: ServingTables, rows, held, ids, vectors) -> tf.Operation:
-    """Rows `rows` of a served dynamic table take `held`, `ids` and `vectors`, its index kept right."""
-    with tf.control_dependencies([layer.ensure_indexed()]):
-        were_held, were = tf.gather(layer.held, rows), tf.gather(layer.ids, rows)
-        pointed = tf.reshape(layer.index.lookup(were), [-1])
-        removed = layer.index.remove(tf.boolean_mask(were, were_held & tf.equal(pointed, rows)))
-    with tf.control_dependencies([removed]):
-        written = [layer.ids.scatter_update(tf.IndexedSlices(ids, rows)),
-                   layer.held.scatter_update(tf.IndexedSlices(held, rows)),
-                   layer.vectors.scatter_update(tf.IndexedSlices(vectors, rows))]
-    new_ids, new_rows = tf.boolean_mask(ids, held), tf.boolean_mask(rows, held)
-    last_ids, last_rows = last_of_each(new_ids, new_rows)
-    with tf.control_dependencies(written):
-        return layer.index.insert(last_ids, last_rows)
-
-
-def last_of_each(ids: tf.Tensor, rows: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Each distinct id of `ids` once, with the row of its last occurrence."""
-    backwards_ids, backwards_rows = tf.reverse(ids, [0]), tf.reverse(rows, [0])
-    distinct, position = tf.unique(backwards_ids)
-    first = tf.math.unsorted_segment_min(tf.range(tf.size(backwards_ids)), position, tf.size(distinct))
-    return distinct, tf.gather(backwards_rows, first)

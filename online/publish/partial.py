@@ -10,92 +10,13 @@ larger than a chunk. A model with no table placeholder runs once, on its weights
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
-import tensorflow as tf
 
-from tables.dynamic.exported import dynamic_tables
-from tables.row_source import id_stand_ins, stand_ins
+from tables.kinds import served_tables
 from tables.streaming.bundle import BundleReader
-from tables.streaming.rows import CHUNK_BYTES, chunk_rows, nbytes, row_ranges
-from tables.fused import rows_read_by_lookup
-
-
-def read_rows(reader: BundleReader, key: str, rows: np.ndarray, chunk_bytes: int = CHUNK_BYTES) -> tf.Tensor:
-    """Rows `rows` (sorted, distinct) of `key`, read a window of at most a chunk of rows at a time (the first to the
-    last wanted row in it) and gathered from it. Not one read per run of rows: TensorFlow reads every stored slice
-    a requested slice touches whole, so 64 single rows of a 64 MB chunk cost 64 reads of it (0.90 s, against
-    0.015 s for the chunk once)."""
-    shape, dtype = list(reader.shapes[key]), reader.dtypes[key]
-    if not len(rows):
-        return tf.zeros([0, *shape[1:]], dtype)
-    per_window = chunk_rows(nbytes(shape[1:], dtype), chunk_bytes)
-    parts, start = [], 0
-    while start < len(rows):
-        first = int(rows[start])
-        end = int(np.searchsorted(rows, first + per_window, side="left"))
-        window = reader.rows(key, first, int(rows[end - 1]) + 1)
-        parts.append(tf.gather(window, rows[start:end] - first))
-        start = end
-    return tf.concat(parts, axis=0)
-
-
-class BundleRows:
-    """Stands in for one hashed table: records the rows asked for, then serves them as read from `key`."""
-
-    def __init__(self, reader: BundleReader, key: str):
-        self.reader, self.key = reader, key
-        self.asked: set[int] = set()
-        self.rows, self.values = None, None
-
-    def __call__(self, rows: tf.Tensor) -> tf.Tensor:
-        wanted = rows.numpy().reshape(-1).astype(np.int64)
-        if self.values is None:
-            self.asked.update(wanted.tolist())
-            return tf.zeros([len(wanted), *self.reader.shapes[self.key][1:]], self.reader.dtypes[self.key])
-        return tf.gather(self.values, np.searchsorted(self.rows, wanted))
-
-    def fetch(self, chunk_bytes: int) -> None:
-        self.rows = np.array(sorted(self.asked), dtype=np.int64)
-        self.values = read_rows(self.reader, self.key, self.rows, chunk_bytes)
-
-
-class BundleIds:
-    """Stands in for one dynamic table as exported: records the ids asked for, then finds those held by scanning
-    the per-row ids (`ids`, with `held` flags, or None when every row is held) a chunk at a time, and serves
-    their rows of `vectors`."""
-
-    def __init__(self, reader: BundleReader, ids: str, held: str | None, vectors: str):
-        self.reader, self.keys = reader, (ids, held, vectors)
-        self.asked: set[int] = set()
-        self.found, self.values = None, None
-
-    def __call__(self, ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        wanted = ids.numpy().reshape(-1).astype(np.int64)
-        width = self.reader.shapes[self.keys[2]][1:]
-        if self.values is None:
-            self.asked.update(wanted.tolist())
-            return tf.zeros([len(wanted)], tf.bool), tf.zeros([len(wanted), *width], self.reader.dtypes[self.keys[2]])
-        at = np.minimum(np.searchsorted(self.found, wanted), max(len(self.found) - 1, 0))
-        present = (self.found[at] == wanted) if len(self.found) else np.zeros(len(wanted), bool)
-        return tf.constant(present), tf.gather(self.values, at) if len(self.found) else tf.zeros(
-            [len(wanted), *width], self.reader.dtypes[self.keys[2]])
-
-    def fetch(self, chunk_bytes: int) -> None:
-        ids_key, held_key, vectors_key = self.keys
-        wanted = np.array(sorted(self.asked), dtype=np.int64)
-        rows, found = [], []
-        total = self.reader.rows_of(ids_key)
-        for begin, end in row_ranges(total, chunk_rows(9, chunk_bytes)):
-            chunk = self.reader.rows(ids_key, begin, end).numpy()
-            hit = np.isin(chunk, wanted)
-            if held_key is not None:
-                hit &= self.reader.rows(held_key, begin, end).numpy()
-            rows.append(begin + np.flatnonzero(hit))
-            found.append(chunk[hit])
-        rows, found = np.concatenate(rows), np.concatenate(found)
-        order = np.argsort(found, kind="stable")  # by id, for the lookups' binary search
-        self.found = found[order]
-        self.values = tf.gather(read_rows(self.reader, vectors_key, rows, chunk_bytes), order)
+from tables.streaming.rows import CHUNK_BYTES, nbytes
 
 
 class PartialModel:
@@ -105,16 +26,11 @@ class PartialModel:
 
     def __init__(self, serve, inner, reader: BundleReader, keys: dict, placed: list, *, log=None,
                  chunk_bytes: int = CHUNK_BYTES):
-        self.serve, self.inner, self.reader, self.chunk_bytes = serve, inner, reader, chunk_bytes
+        self.serve, self.inner, self.reader, self.keys, self.chunk_bytes = serve, inner, reader, keys, chunk_bytes
         placed_refs = {weight.ref() for weight in placed}
-        looked_up = {weight.ref() for weight in rows_read_by_lookup(inner)}
-        self.tables = {ref: keys[ref] for ref in placed_refs & looked_up}
-        self.dynamic = {}
-        for layer in dynamic_tables(inner):
-            if layer.vectors.ref() in placed_refs or layer.ids.ref() in placed_refs:
-                self.dynamic[id(layer)] = (keys[layer.ids.ref()], keys[layer.held.ref()], keys[layer.vectors.ref()])
-        streamed = set(self.tables) | {getattr(layer, name).ref() for layer in dynamic_tables(inner)
-                                       if id(layer) in self.dynamic for name in ("ids", "held", "vectors")}
+        served = served_tables(inner)
+        self.streamed = [table for table in served if table.streamed(placed_refs)]
+        streamed = {weight.ref() for table in self.streamed for weight in table.weights()}
         for weight in inner.weights:
             key = keys.get(weight.ref())
             if weight.ref() in streamed or key is None:
@@ -123,13 +39,13 @@ class PartialModel:
                 log.warning("%s is read whole (%s, over a chunk of training.stream_chunk_mb): no table lookup "
                             "reads it a row at a time", weight.name, reader.shapes[key])
             weight.assign(reader.whole(key))
-        for layer in dynamic_tables(inner):
-            layer.reset_index()
+        for table in served:
+            table.loaded()
 
     @property
     def whole(self) -> bool:
         """Whether every weight was read whole (no table stands in): the model runs as it is."""
-        return not self.tables and not self.dynamic
+        return not self.streamed
 
     def __call__(self, inputs, *, raw: bool = False) -> np.ndarray:
         """The predictions on `inputs` (raw features with `raw`, else the model's), reading only the rows they
@@ -137,11 +53,12 @@ class PartialModel:
         model = self.serve if raw else self.inner
         if self.whole:
             return model(inputs, training=False).numpy()
-        rows = {ref: BundleRows(self.reader, key) for ref, key in self.tables.items()}
-        ids = {layer: BundleIds(self.reader, *keys) for layer, keys in self.dynamic.items()}
-        with stand_ins(rows), id_stand_ins(ids):
+        stand_ins = [table.stand_in(self.reader, self.keys) for table in self.streamed]
+        with contextlib.ExitStack() as standing:
+            for table, stand_in in zip(self.streamed, stand_ins, strict=True):
+                standing.enter_context(table.standing_in(stand_in))
             model(inputs, training=False)  # notes what each table is asked for
-            for stand_in in [*rows.values(), *ids.values()]:
+            for stand_in in stand_ins:
                 stand_in.fetch(self.chunk_bytes)
             return model(inputs, training=False).numpy()
 

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 
 import tensorflow as tf
 
-from tables.dynamic.exported import dynamic_tables, state_keys
+from tables.kinds import served_tables
 from tables.streaming.bundle import BundleReader, BundleWriter, remove_bundle
 from tables.streaming.entries import GRAPH_KEY, full_names, variable_keys
 from tables.streaming.rows import CHUNK_BYTES, chunk_rows, is_table, nbytes, row_ranges, slice_spec
@@ -50,11 +50,10 @@ def from_checkpoint(reader: BundleReader, key: str) -> Filling:
 
 def training_keys(model) -> dict:
     """The training checkpoint's key of each weight of `model` (the template's model as training built it), by
-    `ref()`: a dynamic table's per-row weights are its state's rows; its `indexed` flag has none (None)."""
+    `ref()`, as each table's kind keys it (a dynamic table's per-row weights are its state's rows; None: no value)."""
     keys = variable_keys(tf.train.Checkpoint(model=model))
-    for layer in dynamic_tables(model):
-        keys.update(state_keys(layer, keys[layer.shared.ref()]))
-        keys[layer.indexed.ref()] = None
+    for table in served_tables(model):
+        keys.update(table.training_keys(keys))
     return keys
 
 

@@ -13,7 +13,7 @@ import tf_keras
 
 from cluster.recommender_options import RECOMMENDER_MODELS
 from models import input_contract, recommenders, zoo
-from tables.dynamic.exported import dynamic_tables
+from tables.kinds import served_tables
 from online.publish.saved_model import training_keys
 from models.raw_export import servable
 from tables.streaming.placeholders import table_placeholders
@@ -55,10 +55,8 @@ class Template:
 
         reader = BundleReader(checkpoint)
         keys, placed = dict(self.keys), list(self.placed)
-        for layer in dynamic_tables(self.inner):
-            if not reader.has(keys[layer.ids.ref()]):
-                earlier = keys[layer.ids.ref()].rsplit("/", 1)[0] + "/"
-                keys.update({layer.ids.ref(): earlier + "ids", layer.held.ref(): None,
-                             layer.vectors.ref(): earlier + "vectors"})
-                placed += [layer.ids, layer.vectors]  # held ids of any count: always read through them
+        for table in served_tables(self.inner):
+            changed, read_through = table.earlier_keys(reader, keys)
+            keys.update(changed)
+            placed += read_through
         return PartialModel(self.serve, self.inner, reader, keys, placed, log=self.log, chunk_bytes=self.chunk_bytes)

@@ -5,17 +5,20 @@ may lay the ids out in other rows than the checkpoint's."""
 from __future__ import annotations
 
 import numpy as np
+import tensorflow as tf
 
 from cluster import dynamic_table_memory as memory
 from tables.changed_rows import PartReader, TrackedPart, TrackedTable, block_counter, range_reader
 from tables.dynamic import checkpoint
-from tables.dynamic.exported import ServingTables
+from tables.dynamic.exported import ServingTables, dynamic_tables
 from tables.dynamic.layer import DynamicTables
+from tables.dynamic.mixing import partition_of
 from tables.dynamic.report import TableReport
+from tables.dynamic.served import ServedDynamic
 from tables.dynamic.rows_io import changed_row_reader
 from tables.memory import PsTables
 from tables.row_fields import CHANGED_AT, HELD, IDS, LAST_SEEN, ROWS, VECTORS, slot_field
-from tables.table_kind import TableKind
+from tables.table_kind import ID_BYTES, TableKind
 
 
 class DynamicKind(TableKind):
@@ -38,6 +41,24 @@ class DynamicKind(TableKind):
 
     def layers(self, model) -> list:
         return [layer for layer in model._flatten_layers(include_self=False) if isinstance(layer, DynamicTables)]
+
+    def traffic(self, layer, sample_ids, shards_of) -> list:
+        """Each id is looked up on the partition its hash names (the index sends its row number back beside the
+        row); the partitions' bookkeeping is held beside their rows."""
+        shards = shards_of(layer.rows_variable)
+        ids = np.unique(sample_ids) if layer.deduplicate else sample_ids.reshape(-1)
+        owners = partition_of(tf.constant(ids, tf.int64), len(shards)).numpy()
+        found = []
+        for number, shard in enumerate(shards):
+            count = int(np.count_nonzero(owners == number))
+            found.append((shard.device, count, count * (2 * shard.shape[1] * shard.dtype.size + 3 * ID_BYTES), 0))
+        return found + [(partition.device, 0, 0, partition.nbytes()) for partition in layer.partitions]
+
+    def bind(self, layer, optimizer) -> None:
+        layer.bind_optimizer(optimizer)
+
+    def served(self, model) -> list:
+        return [ServedDynamic(layer) for layer in dynamic_tables(model)]
 
     def track(self, layer, optimizer, strategy, clock_beside) -> list:
         parts, offset = [], 0

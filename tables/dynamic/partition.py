@@ -33,8 +33,8 @@ from tables.dynamic.guard import is_held, next_generation
 from tables.dynamic.sketch import AdmissionSketch
 from tables.row_stamps import make_stamps, now_after, stamp_rows
 from tables.initializers import INIT_SCALE, filled
+from tables.placement import COLOCATED_SCOPE
 
-COLOCATED_SCOPE = "colocated_with_rows"  # names the bookkeeping variables, which take no round-robin turn
 ADMITTED, EXPIRED, TURNED_AWAY, MISDIRECTED = range(4)  # the counters
 COUNTERS = 4
 

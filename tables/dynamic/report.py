@@ -8,7 +8,7 @@ away 0` (the sweeps that expire rows run in the training steps: tables/dynamic/p
 from __future__ import annotations
 
 from cluster import dynamic_table_memory as memory
-from tables.shard_report import ps_of
+from tables.placement import ps_of
 
 FIELDS = ("rows", "rows_in_use", "ids_held", "admitted", "expired", "turned_away", "misdirected")
 
