@@ -170,8 +170,8 @@ def plan(config: ClusterConfig, say) -> list[str]:
 
 
 def table_lines(options, model, created, ids, layout: capacity.Layout) -> list[str]:
-    """With dynamic tables: what each configured ps holds at full capacity against its host's free memory, and
-    the ids a step looks up and inserts."""
+    """With tables whose memory the options alone do not give (dynamic tables): what each configured ps holds at
+    full capacity against its host's free memory, and the ids a step looks up and inserts."""
     from coordinator import step_traffic
     from tables import kinds, memory
 

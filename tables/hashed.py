@@ -15,7 +15,7 @@ from tables.row_fields import CHANGED_AT, ROWS, VECTORS, field_key, slot_field
 from tables.row_source import stand_ins
 from tables.row_stamps import make_stamps
 from tables.served_table import ServedTable
-from tables.table_kind import ID_BYTES, TableKind
+from tables.table_kind import TableKind, row_trip_bytes
 
 
 class HashedKind(TableKind):
@@ -45,7 +45,7 @@ class HashedKind(TableKind):
             for shard in shards_of(table):
                 count = int(np.count_nonzero((ids >= first) & (ids < first + shard.shape[0])))
                 first += shard.shape[0]
-                found.append((shard.device, count, count * (2 * shard.shape[1] * shard.dtype.size + 2 * ID_BYTES), 0))
+                found.append((shard.device, count, count * row_trip_bytes(shard, 2), None))
         return found
 
     def served(self, model) -> list:

@@ -1,6 +1,6 @@
 """A plain table as a kind (tables/table_kind.py): one variable that every feature shares, each id taking the row of
-its value modulo the rows. Written to prove the seam (tests/test_table_kinds.py registers it, trains, checkpoints,
-restores, publishes and checks it with no other module changed); cluster.json does not offer it."""
+its value modulo the rows. Written to prove the seam: tests/test_deltas.py registers it, then trains, checkpoints,
+restores, publishes and checks it with no other module changed; cluster.json does not offer it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import tf_keras
 from tables.hashed import ServedVariable, StampedVariable, stamped
 from tables.initializers import uniform_table
 from tables.row_source import gather_rows
-from tables.table_kind import ID_BYTES, TableKind
+from tables.table_kind import TableKind, row_trip_bytes
 
 
 class PlainTable(tf_keras.layers.Layer):
@@ -53,7 +53,7 @@ class PlainKind(TableKind):
         for shard in shards_of(layer.table):
             count = int(np.count_nonzero((rows >= first) & (rows < first + shard.shape[0])))
             first += shard.shape[0]
-            found.append((shard.device, count, count * (2 * shard.shape[1] * shard.dtype.size + 2 * ID_BYTES), 0))
+            found.append((shard.device, count, count * row_trip_bytes(shard, 2), None))
         return found
 
     def served(self, model) -> list:

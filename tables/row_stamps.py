@@ -1,6 +1,6 @@
 """Row stamps: a table row's `changed_at` (int64), the step its ps's stamp clock held when a change to the row had
-landed, kept by a maximum so it never moves back (-1: not changed since stamps began); what
-tables/changed_rows.py gives every table a run publishes deltas of.
+landed, kept by a maximum so it never moves back (-1: not changed since stamps began); what each kind's `track` gives
+every table a run publishes deltas of (tables/changed_rows.py).
 
 A stamp clock is a one-element int64 variable on each ps (read where the row lives: no trip to another ps in a
 training step). The chief advances every clock to the optimizer step it has just read before each delta reads a

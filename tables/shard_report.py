@@ -39,13 +39,13 @@ def bytes_held(model) -> dict[str, int]:
     return held
 
 
-def add_traffic(report: dict, device: str, lookups: int = 0, moved: int = 0, bookkeeping: int = 0) -> None:
+def add_traffic(report: dict, device: str, lookups: int = 0, moved: int = 0, bookkeeping: int | None = None) -> None:
     """Adds to the entry of `device`'s ps: rows looked up and bytes moved per step, bytes of a table's bookkeeping
     (kept apart from the variables')."""
     entry = report.setdefault(ps_of(device), {"lookups_per_step": 0, "bytes_moved_per_step": 0})
     entry["lookups_per_step"] += lookups
     entry["bytes_moved_per_step"] += moved
-    if bookkeeping:
+    if bookkeeping is not None:
         entry["bookkeeping_bytes"] = entry.get("bookkeeping_bytes", 0) + bookkeeping
 
 

@@ -12,6 +12,12 @@ import tf_keras
 ID_BYTES = 8
 
 
+def row_trip_bytes(shard, ids: int) -> int:
+    """Bytes a step moves per row of `shard` it looks up: the row out and its gradient back, and `ids` int64 values
+    (the id both ways, and a row number where the kind sends one back)."""
+    return 2 * int(shard.shape[1]) * shard.dtype.size + ids * ID_BYTES
+
+
 class TableKind(abc.ABC):
     """One kind of table: `name` is how `training.embedding_kind` names it."""
 
@@ -41,9 +47,10 @@ class TableKind(abc.ABC):
         """The layer classes of this kind an exported model names, by name (what Keras' load needs)."""
 
     @abc.abstractmethod
-    def traffic(self, layer, sample_ids, shards_of: Callable) -> list[tuple[str, int, int, int]]:
+    def traffic(self, layer, sample_ids, shards_of: Callable) -> list[tuple[str, int, int, int | None]]:
         """For one batch of ids [batch, features] (numpy): (device, rows looked up, bytes moved, bytes of the
-        table's own bookkeeping there) per shard of `layer` (`shards_of(variable)` lists a variable's shards)."""
+        table's own bookkeeping there or None) per shard of `layer` (`shards_of(variable)` lists a variable's
+        shards)."""
 
     def bind(self, layer, optimizer) -> None:
         """Tells `layer` the table optimizer, once its slots exist (a kind whose new rows start from the slots'

@@ -55,7 +55,14 @@ def test_kill_sh_finds_a_detached_run_whose_logs_folder_was_deleted(tmp_path):
     try:
         assert started.returncode == 0, started.stderr
         assert wait_for_line(tmp_path / "logs" / "launcher.log", "evaluator:0 started", 240)
-        shutil.rmtree(tmp_path / "logs")  # launcher.pid and every task's pid file with it
+        aside = tmp_path / "logs-deleted"  # moved in one step: the launcher may write its status into it meanwhile
+        (tmp_path / "logs").rename(aside)  # launcher.pid and every task's pid file with it
+        for _ in range(50):  # a status write begun before the move may still land in it
+            shutil.rmtree(aside, ignore_errors=True)
+            if not aside.exists():
+                break
+            time.sleep(0.1)
+        assert not aside.exists()
     finally:
         down = sh("kill.sh", str(path))
     assert down.returncode == 0, down.stderr

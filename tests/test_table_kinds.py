@@ -12,24 +12,29 @@ from pathlib import Path
 from clusterkit import ROOT
 from common.layers import LAYERS
 
-KIND_MODULES = ("tables.dynamic", "tables.hashed", "tables.fused")  # a kind's own: seen only through tables.kinds
+KIND_MODULES = ("tables.dynamic", "tables.hashed", "tables.fused", "tables.plain")  # seen only through tables.kinds
 TABLE_LAYERS = ("DynamicTables", "ServingTables", "FusedTables", "SeparateTables")
 CONFIGURATION = ("cluster",)  # the options are checked per kind before any table exists
-KIND_COMPARED = re.compile(r"embedding_kind\s*(==|!=|\bin\b)|(==|!=)\s*\S*embedding_kind")
+KIND_NAMES = "|".join(("hashed", "dynamic", "plain"))
+KIND_COMPARED = re.compile(r"embedding_kind\s*(==|!=|\bin\b)|(==|!=)\s*\S*embedding_kind"  # a kind asked by name:
+                           rf"|named\(\s*[\"'](?:{KIND_NAMES})|KINDS\[\s*[\"']|\.name\s*(==|!=)\s*[\"'](?:{KIND_NAMES})")
 
 
 def product_modules(skip: tuple[str, ...]) -> list[Path]:
-    return sorted(path for layer in LAYERS if layer not in ("tables", "bench", *skip)
-                  for path in (ROOT / layer).rglob("*.py") if not path.is_symlink())
+    found = sorted(path for layer in LAYERS if layer not in ("tables", "bench", *skip)
+                   for path in (ROOT / layer).rglob("*.py") if not path.is_symlink())
+    assert len(found) > 100, f"only {len(found)} modules found under {ROOT}"
+    return found
 
 
 def _imports(tree: ast.AST) -> set[str]:
+    """Modules imported, and `package.name` for each name taken from a package (`from tables import dynamic`)."""
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
     return found
 
 
@@ -53,8 +58,11 @@ def test_embedding_kind_is_compared_only_by_the_configuration_checks():
 def test_the_checks_see_a_comparison_and_an_import_of_a_kind():
     assert KIND_COMPARED.search('if options.embedding_kind == "dynamic":')
     assert KIND_COMPARED.search('if "dynamic" != run.options.embedding_kind:')
+    assert KIND_COMPARED.search('kinds.named("dynamic").build(options)')
+    assert KIND_COMPARED.search("if kind.name == 'hashed':")
     assert not KIND_COMPARED.search("kinds.named(options.embedding_kind)")
-    assert _imports(ast.parse("from tables.dynamic.layer import DynamicTables")) == {"tables.dynamic.layer"}
+    assert "tables.dynamic.layer" in _imports(ast.parse("from tables.dynamic.layer import DynamicTables"))
+    assert "tables.dynamic" in _imports(ast.parse("from tables import dynamic, kinds"))
 
 
 def test_cluster_json_offers_the_registered_kinds():
@@ -64,10 +72,33 @@ def test_cluster_json_offers_the_registered_kinds():
     assert sorted(EMBEDDING_KINDS) == sorted(KINDS)
 
 
-def test_every_kind_gives_the_whole_interface():
+def test_cluster_json_schema_offers_the_registered_kinds():
+    import json
+
     from tables.kinds import KINDS
+
+    schema = json.loads((ROOT / "roles" / "cluster.schema.json").read_text())
+    assert sorted(schema["properties"]["training"]["properties"]["embedding_kind"]["enum"]) == sorted(KINDS)
+
+
+def test_every_kind_and_each_of_its_tables_gives_the_whole_interface():
+    from tables import changed_rows, served_table
+    from tables.kinds import KINDS
+    from tables.plain import PlainKind
     from tables.table_kind import TableKind
 
-    for name, kind in KINDS.items():
-        assert kind.name == name and isinstance(kind, TableKind)
-        assert not inspect.isabstract(type(kind)), f"{name} leaves {sorted(type(kind).__abstractmethods__)}"
+    for kind in [*KINDS.values(), PlainKind()]:
+        assert isinstance(kind, TableKind) and not inspect.isabstract(type(kind)), \
+            f"{kind.name} leaves {sorted(type(kind).__abstractmethods__)}"
+    for base in (changed_rows.TrackedTable, served_table.ServedTable):
+        made = _subclasses(base)
+        assert len(made) >= 2 and not [cls for cls in made if inspect.isabstract(cls)], made
+
+
+def _subclasses(base) -> list:
+    found, waiting = [], list(base.__subclasses__())
+    while waiting:
+        cls = waiting.pop()
+        found.append(cls)
+        waiting += cls.__subclasses__()
+    return found

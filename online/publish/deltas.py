@@ -47,7 +47,7 @@ class _Table:
 
 
 class DeltaSource:
-    """What deltas read of a live model (a SparseDenseModel, its tables tracked: changed_rows.track_changes): its
+    """What deltas read of a live model (a SparseDenseModel, its tables tracked: kinds.track_changes): its
     tables' changed rows and its dense weights, named as the exported model's `apply_delta` takes them."""
 
     def __init__(self, model, tracked: list[TrackedTable]):

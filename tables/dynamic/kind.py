@@ -18,7 +18,7 @@ from tables.dynamic.served import ServedDynamic
 from tables.dynamic.rows_io import changed_row_reader
 from tables.memory import PsTables
 from tables.row_fields import CHANGED_AT, HELD, IDS, LAST_SEEN, ROWS, VECTORS, slot_field
-from tables.table_kind import ID_BYTES, TableKind
+from tables.table_kind import TableKind, row_trip_bytes
 
 
 class DynamicKind(TableKind):
@@ -51,7 +51,7 @@ class DynamicKind(TableKind):
         found = []
         for number, shard in enumerate(shards):
             count = int(np.count_nonzero(owners == number))
-            found.append((shard.device, count, count * (2 * shard.shape[1] * shard.dtype.size + 3 * ID_BYTES), 0))
+            found.append((shard.device, count, count * row_trip_bytes(shard, 3), None))
         return found + [(partition.device, 0, 0, partition.nbytes()) for partition in layer.partitions]
 
     def bind(self, layer, optimizer) -> None:

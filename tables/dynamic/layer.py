@@ -186,12 +186,16 @@ class DynamicTables(tf_keras.layers.Layer):
 
     def snapshot(self) -> dict[str, np.ndarray]:
         """Every held id (sorted) with its row vector, optimizer slot rows and last step: `ids`, `vectors`,
-        `slot-<name>`, `last_seen` (what an exported model holds, and what a restore must give back)."""
+        `slot-<name>`, `last_seen` (what an exported model holds, and what a restore must give back); the id index
+        must point each held id at its row and hold nothing else. Read whole: for tests and small tables."""
         names = ["ids", "last_seen", "vectors", *(f"slot-{name}" for name in self.partitions[0].slots)]
         held_rows = []
         for partition in self.partitions:  # read by the checkpoint's reader: what a restore must give back
             held, *fields = (field.numpy() for field in row_reader(partition)(0, partition.rows))
             held_rows.append([field[held] for field in fields])
+            indexed = partition.lookup(tf.constant(held_rows[-1][0], tf.int64)).numpy()
+            if not np.array_equal(indexed, np.flatnonzero(held)) or int(partition.index.size()) != int(held.sum()):
+                raise AssertionError(f"{self.name}: the id index of {partition.device} disagrees with its rows")
         arrays = {name: np.concatenate([part[number] for part in held_rows]) for number, name in enumerate(names)}
         order = np.argsort(arrays["ids"], kind="stable")
         return {name: array[order] for name, array in arrays.items()}
