@@ -8,10 +8,10 @@
 #        sh run.sh reload [cluster.json]     a running job takes the edited file's worker and ps lists
 set -eu
 root=$(cd "$(dirname "$0")" && pwd)
-sh "$root/roles/bootstrap.sh" run
 python="$root/.venv/bin/python"
-cd "$root"
 if [ "${1:-}" = status ] || [ "${1:-}" = reload ]; then
+    PSCLUSTER_CLUSTER="${2:-$root/cluster.json}" sh "$root/roles/bootstrap.sh" run
+    cd "$root"
     exec "$python" -m roles.launch "$1" "${2:-$root/cluster.json}"
 fi
 cluster="$root/cluster.json"
@@ -23,5 +23,7 @@ for argument in "$@"; do
         *) cluster="$argument" ;;
     esac
 done
+PSCLUSTER_CLUSTER="$cluster" sh "$root/roles/bootstrap.sh" run  # the Kafka client too when it follows a topic
+cd "$root"
 # shellcheck disable=SC2086
 exec "$python" -m roles.launch run "$cluster" $flags

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cluster.strategies import StrategyName
+from cluster.topic_address import address_problems, is_topic
 from cluster.training_options import TrainingOptions
 from common.errors import Problem
 from common.fields import INT32_MAX, MAX_SECONDS, Check, int_in, is_number, seconds, seconds_check
@@ -57,9 +58,16 @@ CHECKS = {
 
 
 def follow_problems(options: TrainingOptions, prefix: str) -> list[Problem]:
-    """What follow mode cannot do: data that is not files, a synchronous strategy, held-out splits, epochs."""
+    """What follow mode cannot do: data that is not files, a synchronous strategy, held-out splits, epochs; a Kafka
+    topic that is not followed, or not named as one."""
+    if is_topic(options.data_dir) and not options.follow_data:
+        return [Problem(f"{prefix}data_dir", options.data_dir, "is a Kafka topic, which is only ever followed: it has "
+                        "no end to make epochs of", "set training.follow_data true")]
     if not options.follow_data:
         return []
+    topic = address_problems(options.data_dir, f"{prefix}data_dir")
+    if topic:
+        return topic
     field = f"{prefix}follow_data"
     if options.dataset not in FOLLOWED_DATASETS:
         return [Problem(field, True, f"trains on files as they land in data_dir, but {options.dataset} is a fixed "

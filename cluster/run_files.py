@@ -92,6 +92,12 @@ class RunFiles:
         return self.output / "quarantine.jsonl"
 
     @property
+    def stream(self) -> Path:
+        """A followed Kafka topic's records as the chief read them, one file per offset range of a partition, which
+        the workers read as they read a followed folder's files (online/follow/topic/)."""
+        return self.output / "stream"
+
+    @property
     def backup(self) -> Path:
         return self.output / "backup"
 

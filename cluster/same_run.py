@@ -14,6 +14,7 @@ from typing import Any
 
 from cluster.config import ClusterConfig
 from cluster.strategies import StrategyName
+from cluster.topic_address import resume_identity
 from cluster.training_options import TrainingOptions
 
 WHAT_IS_TRAINED = ("model", "dataset", "data_dir", "image_size", "synthetic_shape", "synthetic_examples",
@@ -24,7 +25,7 @@ WHAT_IS_TRAINED = ("model", "dataset", "data_dir", "image_size", "synthetic_shap
 
 
 def _comparable(value: Any) -> Any:
-    return list(value) if isinstance(value, (list, tuple)) else value
+    return list(value) if isinstance(value, (list, tuple)) else resume_identity(value)
 
 
 def differences(previous: dict, current: TrainingOptions, *, previous_workers: int | None = None,

@@ -25,7 +25,9 @@ class TrainingOptions:
                                      "called as function(split, input_context), returning an unbatched "
                                      "tf.data.Dataset of (features, label) (docs/your-data.md)")
     data_dir: str | None = _option(None, "directory of a file-based data set (relative: from the project directory); "
-                                         "workers read it at the same path on their own hosts")
+                                         "workers read it at the same path on their own hosts; with follow_data, "
+                                         "also a Kafka topic, kafka://HOST:PORT[,HOST:PORT]/TOPIC "
+                                         "(docs/kafka.md)")
     image_size: tuple[int, ...] = _option(IMAGE_SIZE, "[height, width] image_folder and tfrecord images are resized to")
     augment: bool = _option(False, "augment training images: rotation 40 degrees, shifts 0.2, shear 0.2, zoom 0.2, "
                                    "horizontal flips")

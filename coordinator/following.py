@@ -12,8 +12,10 @@ import time
 
 import tensorflow as tf
 
+from cluster import topic_address
 from cluster.config import PROJECT_ROOT, ClusterConfig
 from cluster.run_files import RunFiles, RunSummary
+from cluster.topic_address import is_topic
 from cluster.training_options import TrainingOptions
 from coordinator import setup, strategy
 from models.checkpoints import EpochCheckpoints, Position
@@ -66,12 +68,12 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
                                    keep_unevaluated=options.keep_unevaluated_checkpoints)
     position = setup.resume(run, checkpoints, model) or Position(0)
     record, versions, ledger = _record_and_ledger(run, data, state, position, log)
-    watch = FolderWatch(landing_for(data, ledger.known, settle_s=options.settle_s,  # the first look knows the ledger
-                                    unfinished_after_s=options.unfinished_after_s),
-                        options.data_poll_s, log).start()
+    watch = _watch(options, data, ledger, run.files, log).start()
     tables = table_report(model)
     report = FollowReport(log, run.files, model, every_s=options.progress_every_s, device=strategy.CHIEF_CPU,
-                          folder=str(data.root), poll_s=options.data_poll_s, tables=tables)
+                          folder=options.data_dir if is_topic(options.data_dir) else str(data.root),
+                          poll_s=options.data_poll_s, tables=tables)
+    report.source = watch.line
     deltas = FollowDeltas.create(run, model, distribution)  # the tables stamp their rows: before the piece is traced
     trainer = PieceTrainer(distribution, model, data, global_batch=run.global_batch, seed=options.seed,
                            workers=config.input_pipelines)
@@ -90,6 +92,17 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
     with exit_when_a_task_is_lost(log, "lost part of the cluster", "the run resumes from the last checkpoint (pieces "
                                   "done since are trained again)"):
         return FollowLoop(parts).run()
+
+
+def _watch(options, data, ledger: Ledger, files: RunFiles, log):
+    """What finds the data that lands: a look at the folder every data_poll_s, or a followed topic read as it goes
+    (online/follow/topic/)."""
+    address = topic_address.parse(options.data_dir)
+    if address is not None:
+        from online.follow.topic.source import watch_topic
+        return watch_topic(address, data, files, options, log)
+    return FolderWatch(landing_for(data, ledger.known, settle_s=options.settle_s,  # the first look knows the ledger
+                                   unfinished_after_s=options.unfinished_after_s), options.data_poll_s, log)
 
 
 def _report_per_ps(model, data, global_batch: int, log) -> None:

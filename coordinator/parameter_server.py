@@ -27,7 +27,8 @@ def run_training(config: ClusterConfig, options: TrainingOptions, log) -> RunSum
     if options.follow_data:  # ends the process, whatever its pieces are doing (online/follow/errors.py)
         from online.follow.errors import ends_at_once
         from coordinator.following import run_following
-        with ends_at_once(log, data_root=str(config.path(options.data_dir))):
+        from data import followed_root
+        with ends_at_once(log, data_root=str(followed_root(options, config.path(".")))):
             run_following(config, options, log, batch_workers=batch_workers(config, summary and summary.workers))
     stop = StopRequest(log, grace_s=config.stop_grace_s).install()
     workers = config.input_pipelines  # the workers training now: the launcher may have left lost ones out

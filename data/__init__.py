@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 from cluster.training_names import (FILE_DATASETS, IMAGE_SIZE, ONE_HOT_LOSSES, SYNTHETIC_EXAMPLES, SYNTHETIC_SHAPE,
                                     TFRECORD_IMAGE_KEY, TFRECORD_LABEL_KEY, VALIDATION_FRACTION)
 from cluster.recommender_options import DEFAULT_TABLE_ROWS, rows_per_table
+from cluster.run_files import RunFiles
+from cluster.topic_address import is_topic
 from data import criteo_splits, image_layout, layouts
 
 LAYOUTS = {"image_folder": image_layout.image_folders, "cifar10": layouts.cifar10, "mnist": layouts.mnist,
@@ -40,7 +43,7 @@ def preflight(options, base_dir: Path) -> None:
     size; an npz without MNIST's arrays; no train-* or validation-* TFRecord files. Images are not decoded here.
     """
     if options.follow_data:  # files land later: only the folder must be there
-        layouts.data_root(options.dataset, options.data_dir, base_dir)
+        followed_root(options, base_dir)
     elif options.dataset in FILE_DATASETS:
         _layout(options.dataset, layouts.data_root(options.dataset, options.data_dir, base_dir),
                 criteo_validation=options.criteo_validation, validation_fraction=options.validation_fraction)
@@ -126,4 +129,14 @@ def followed_for(options, base_dir: Path):
     """The FollowedData (data/followed.py) of a follow-mode run's TrainingOptions `options` (imports TensorFlow)."""
     from data.followed import FollowedData
 
-    return FollowedData(options, layouts.data_root(options.dataset, options.data_dir, base_dir))
+    return FollowedData(options, followed_root(options, base_dir))
+
+
+def followed_root(options, base_dir: Path) -> Path:
+    """The folder a follow-mode run trains the files of: data_dir, or for a Kafka topic the run's own copy of its
+    records (output_dir/stream, written by the chief as it reads them: online/follow/topic/), made here."""
+    if not is_topic(options.data_dir):
+        return layouts.data_root(options.dataset, options.data_dir, base_dir)
+    root = RunFiles(Path(os.path.abspath(Path(base_dir) / Path(options.output_dir).expanduser()))).stream
+    root.mkdir(parents=True, exist_ok=True)
+    return root

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from cluster.topic_address import is_topic
 from cluster.training_names import ONE_HOT_LOSSES
 from common.errors import UserError
 from data import criteo, tfrecord, tfrecord_schema
@@ -55,6 +56,7 @@ class FollowedData:
 
     def __init__(self, options, root: Path):
         self.root, self.kind, self.pattern = root, options.dataset, options.follow_pattern
+        self.removes_trained = is_topic(options.data_dir)  # a topic's copy: its trained files go by design
         self.schema = options.tfrecord_features
         self.piece_bytes = max(1, round(options.piece_mb * MB))
         self.source = dataclasses.replace(_source_of_no_files(options), one_hot=options.loss in ONE_HOT_LOSSES,

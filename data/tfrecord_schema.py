@@ -70,17 +70,32 @@ def serving_parser(schema: dict, names):
 def check_first(path: str, schema: dict) -> None:
     """The first record must hold every feature of the schema, of its type and (fixed-length) size."""
     held = tf.train.Example.FromString(_first_record(path)).features.feature
-    problems = []
+    problems = [Problem(f"training.tfrecord_features.{name}", schema[name], f"is {found} in the first record of "
+                        f"{path}", f"describe it as it is ({KINDS[schema[name]['dtype']]} expected), or use some of: "
+                        f"{', '.join(sorted(held))}") for name, found in mismatches(held, schema)]
+    if problems:
+        raise UserError(problems)
+
+
+def mismatches(held, schema: dict) -> list[tuple[str, str]]:
+    """(feature, what it is) for each feature of the schema that the record's features `held` lack, or hold of
+    another type or (fixed-length) size."""
+    found = []
     for name, entry in schema.items():
         kind = held[name].WhichOneof("kind") if name in held else None
         count = len(getattr(held[name], kind).value) if kind else 0
         if kind != KINDS[entry["dtype"]] or _width(entry) not in (None, count):
-            found = f"a {kind} of {count} value(s)" if kind else "missing"
-            problems.append(Problem(f"training.tfrecord_features.{name}", entry, f"is {found} in the first record "
-                                    f"of {path}", f"describe it as it is ({KINDS[entry['dtype']]} expected), or "
-                                    f"use some of: {', '.join(sorted(held))}"))
-    if problems:
-        raise UserError(problems)
+            found.append((name, f"a {kind} of {count} value(s)" if kind else "missing"))
+    return found
+
+
+def record_problem(serialized: bytes, schema: dict) -> str:
+    """Why a serialized record is not a tf.train.Example of `schema` ('' when it is one)."""
+    try:
+        held = tf.train.Example.FromString(serialized).features.feature
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError, whatever its module
+        return "not a tf.train.Example"
+    return "; ".join(f"{name} is {what}" for name, what in mismatches(held, schema))
 
 
 def _first_record(path: str) -> bytes:

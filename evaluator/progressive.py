@@ -66,7 +66,7 @@ class ProgressiveValidation:
     def _present(self, name: str) -> bool:
         if os.path.exists(self.data.path(name)):
             return True
-        if self.gone.first(name):
+        if self.gone.first(name) and not self.data.removes_trained:
             self.log.warning("%s: gone from %s; checkpoints are scored on the data still there", name, self.data.root)
         return False
 

@@ -1,11 +1,15 @@
 #!/bin/sh
 # Creates .venv and installs what pyproject.toml lists, only when something is missing or changed.
-# Usage: sh roles/bootstrap.sh [run|test|bench]   (test and bench add their extras from pyproject.toml)
+# Usage: sh roles/bootstrap.sh [run|kafka|test|bench]   (kafka, test and bench add their extras from pyproject.toml;
+# run becomes kafka when the cluster file, PSCLUSTER_CLUSTER or cluster.json, follows a Kafka topic)
 # PSCLUSTER_TF_PACKAGE replaces the CPU wheel, e.g. PSCLUSTER_TF_PACKAGE='tensorflow[and-cuda]==2.21.0' on GPU hosts.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv="$root/.venv"
 purpose="${1:-run}"
+if [ "$purpose" = run ] && grep -qs '"kafka://' "${PSCLUSTER_CLUSTER:-$root/cluster.json}"; then
+    purpose=kafka
+fi
 tf_package="${PSCLUSTER_TF_PACKAGE:-}"
 
 say() { echo "[bootstrap] $*" >&2; }
@@ -26,6 +30,7 @@ stamp_file="$venv/.pscluster-$purpose"
 stamp="$(cat "$root/pyproject.toml" "$0" | cksum)|$tf_package"
 done_files="$stamp_file"
 [ "$purpose" != run ] || done_files="$stamp_file $venv/.pscluster-test $venv/.pscluster-bench"  # they hold a run's
+[ "$purpose" != kafka ] || done_files="$stamp_file $venv/.pscluster-test"
 for done_file in $done_files; do
     if [ -x "$venv/bin/python" ] && [ -f "$done_file" ] && [ "$(cat "$done_file")" = "$stamp" ]; then
         exit 0

@@ -40,7 +40,7 @@ LANE_BUDGET_S = 3100
 MOVED_TO_MULTIHOST_LANE = frozenset({"test_capacity_plan.py", "test_chaos.py",
                                      "test_recommender_cluster.py", "test_recommenders.py", "test_follow_deltas.py",
                                      "test_publishing.py", "test_follow_retention.py",
-                                     "test_upgrade_resume.py"})
+                                     "test_upgrade_resume.py", "test_kafka_source.py"})
 
 
 def in_lane(lane: str, has_multihost_marker: bool, module: str) -> bool:

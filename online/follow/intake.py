@@ -55,11 +55,11 @@ class Intake:
             self.ledger.io_errors += 1
             self.report.once(f"{name}\0io", "%s: cannot be read now (%s); tried again at every look (I/O errors "
                              "are counted in the summary)", name or f"the data folder {self.data.root}", error)
-        self.waiting = look.waiting
+        waited, self.waiting = bool(self.waiting) and not look.waiting, look.waiting
         if look.gone:
             self.ledger.compact(now)
         check_bound(self.ledger, self.max_bad_fraction, str(self.data.root))
-        return bool(look.landed or look.grew or look.gone or look.errors)
+        return bool(look.landed or look.grew or look.gone or look.errors or waited)  # waited: idle from now
 
     def _landed(self, landed, now: float) -> None:
         if self.ledger.entry_named(landed.name) is not None:  # known meanwhile (a look queued before the ledger had it)

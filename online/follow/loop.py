@@ -224,7 +224,8 @@ class FollowLoop:
                                        follow={**freshness_summary(self.ledger),
                                                "pieces_given_twice": self.schedule.given_twice,
                                                "steps_trained_again": self.schedule.trainer.steps_again,
-                                               "kept": self.publishing.kept(evaluated=True)})
+                                               "kept": self.publishing.kept(evaluated=True),
+                                               **self.p.watch.summary()})
         self.publishing.record.flush()  # safe_to_delete.json of the last checkpoint, before the summary says complete
         write_summary(run.files, finished)
         return finished

@@ -64,6 +64,7 @@ class FollowReport:
         self.line_step, self.line_examples, self.said = self._step(), 0, OnceKeys()
         self._scalars({"files_done": 0})  # now: a first eager op mid-run would wait for every task, a frozen one too
         self.kept = None  # what the chief keeps, as text (online/follow/kept.py), ending each progress line
+        self.source = None  # how far reading a topic is behind, as text (online/follow/topic/lag.py)
 
     def _scalars(self, scalars: dict, step: int | None = None) -> None:
         """TensorBoard scalars at `step` (the model's now by default), each as a Python float: every line runs the
@@ -129,7 +130,8 @@ class FollowReport:
                            examples_per_s=examples_per_s, waiting=waiting, behind_s=behind_s, pieces=pieces,
                            metrics=metrics, problems=problems)
         kept = f" | {self.kept()}" if self.kept else ""
-        self.log.info("%s", line + kept + (f" | {self.tables.line()}" if self.tables else ""))
+        source = f" | {self.source()}" if self.source and self.source() else ""
+        self.log.info("%s", line + source + kept + (f" | {self.tables.line()}" if self.tables else ""))
         self._scalars({**metrics, "steps_per_sec": steps_per_s, "examples_per_sec": examples_per_s,
                        "files_done": ledger.done_count(), "behind_s": behind_s,
                        "records_skipped": problems["skipped_records"]}, step)

@@ -44,6 +44,13 @@ class FolderWatch:
                 self._found.put(Look(errors={FOLDER: f"{type(error).__name__}: {error}"}))
             self._stopped.wait(self.poll_s)
 
+    def line(self) -> str:
+        """What the progress line says of the source beyond the files (nothing, for a folder)."""
+        return ""
+
+    def summary(self) -> dict:
+        return {}
+
     def looks(self) -> list[Look]:
         """The looks made since the last call, oldest first."""
         found = []

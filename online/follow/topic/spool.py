@@ -1,0 +1,111 @@
+"""A followed topic's records on the chief's disk (output_dir/stream): one file per offset range of a partition,
+written whole under a hidden name, flushed and renamed into place, so the follow loop trains each as it trains a
+followed folder's file, once. Beside them, two small records: how far each partition was read (`.positions.json`,
+written after each file) and which Kafka cluster and topic the files came from (`.source.json`). Pure Python."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from pathlib import Path
+
+from cluster.run_files import write_json_atomically
+
+POSITIONS, SOURCE = ".positions.json", ".source.json"
+_NAME = re.compile(r"p(\d{5})-(\d{20})-(\d{20})(\.tfrecord)?")
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """Records of `partition` read from offset `first` up to (not including) `end`, `count` of them (offsets a
+    transaction marker or compaction left empty hold none), the oldest produced at `oldest` (seconds)."""
+
+    partition: int
+    first: int
+    end: int
+    count: int = 0
+    oldest: float = 0.0
+
+    def name(self, tfrecord: bool) -> str:
+        return f"p{self.partition:05d}-{self.first:020d}-{self.end:020d}" + ".tfrecord" * tfrecord
+
+
+def parse_name(name: str) -> Segment | None:
+    found = _NAME.fullmatch(name)
+    return found and Segment(int(found[1]), int(found[2]), int(found[3]))
+
+
+class Spool:
+    """The folder `root` of one topic's files; `tfrecord`: records are serialized tf.train.Examples (a TFRecord file
+    each, written by `write_records`), else lines."""
+
+    def __init__(self, root: Path, *, tfrecord: bool, write_records=None):
+        self.root, self.tfrecord, self.write_records = root, tfrecord, write_records
+        root.mkdir(parents=True, exist_ok=True)
+        for left in root.glob(".p*.partial"):  # a chief killed while writing a file: read again from the topic
+            left.unlink(missing_ok=True)
+
+    def segments(self) -> list[tuple[str, Segment]]:
+        """The files there now, by partition and offset."""
+        found = [(entry.name, parse_name(entry.name)) for entry in os.scandir(self.root)]
+        return sorted(((name, segment) for name, segment in found if segment), key=lambda item: item[1].first)
+
+    def positions(self) -> dict[int, int]:
+        """Where each partition is read up to: the record written after each file, or a file's end past it (a chief
+        killed between the two)."""
+        recorded = {int(p): int(offset) for p, offset in _read(self.root / POSITIONS).get("next", {}).items()}
+        for _, segment in self.segments():
+            recorded[segment.partition] = max(recorded.get(segment.partition, 0), segment.end)
+        return recorded
+
+    def counts(self) -> dict[str, int]:
+        """Messages the chief never wrote, as the last file's record counted them: `malformed`, `lost`."""
+        return {name: int(count) for name, count in _read(self.root / POSITIONS).get("counts", {}).items()}
+
+    def write(self, segment: Segment, records: list[bytes], positions: dict[int, int],
+              counts: dict[str, int]) -> Path:
+        """The segment's file, whole and flushed before its name appears; its modification time is its oldest
+        record's (what a resume takes as its landing time); then the partitions' positions and `counts`."""
+        path = self.root / segment.name(self.tfrecord)
+        hidden = self.root / f".{path.name}.partial"
+        if self.tfrecord:
+            self.write_records(str(hidden), records)
+        else:
+            with open(hidden, "wb") as handle:
+                handle.writelines(_line(record) for record in records)
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.utime(hidden, (segment.oldest, segment.oldest))
+        os.replace(hidden, path)
+        write_json_atomically(self.root / POSITIONS, {"next": {str(p): o for p, o in sorted(positions.items())},
+                                                      "counts": counts})
+        return path
+
+    def source(self) -> dict:
+        return _read(self.root / SOURCE)
+
+    def record_source(self, source: dict) -> None:
+        write_json_atomically(self.root / SOURCE, source, durable=True)
+
+    def remove(self, names: set[str]) -> list[str]:
+        """Removes the files named (trained into a settled checkpoint); returns those removed."""
+        removed = []
+        for name, _ in self.segments():
+            if name in names:
+                (self.root / name).unlink(missing_ok=True)
+                removed.append(name)
+        return removed
+
+
+def _line(record: bytes) -> bytes:
+    """A record as one line: a producer's own line ending is not doubled."""
+    return record if record.endswith(b"\n") else record + b"\n"
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}

@@ -1,0 +1,297 @@
+"""A followed Kafka topic read on a thread of the chief, as FolderWatch looks at a folder: records are fetched in
+batches from where the stream's own record says each partition stands (never from a consumer group's offsets), cut
+into offset ranges of a partition (spool.py) once a range holds a piece's bytes or its oldest record waited
+`data_poll_s`, and each range is queued for the follow loop as a file that landed, at the time its oldest record
+was produced. Partitions that appear while the run goes on are read from their start. Ranges trained into a settled
+checkpoint (output/safe_to_delete.json) are removed and their end committed to the group `pscluster.<topic>`, for
+lag tools only. Reading pauses while the ranges not yet trained reach SPOOL_AHEAD_PIECES pieces: a producer faster
+than training grows lag, not the chief's memory or disk."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from pathlib import Path
+
+from cluster.topic_address import TopicAddress
+from common.errors import Problem, UserError
+from online.follow.identity import head_of
+from online.follow.intake import size_text
+from online.follow.landing import Landed, Look
+from online.follow.topic import client
+from online.follow.topic.lag import Lag
+from online.follow.topic.spool import Segment, Spool
+from online.follow.topic.went_back import WentBack
+
+BATCH = 10_000  # records asked of the client at once
+SPOOL_AHEAD_PIECES = 64  # ranges written but not yet trained, in pieces, before reading pauses
+METADATA_EVERY_S = 10.0  # new partitions are looked for this often
+RETIRE_EVERY_S = 2.0  # trained ranges removed (and their offsets committed) this often
+SAFE_TO_DELETE = "safe_to_delete.json"
+MALFORMED_SAID = 10  # malformed messages said in the log; all are counted
+
+
+class TopicWatch:
+    """Reads topic `address` into `spool` (its folder is the followed data's root); `piece_bytes` is a piece's
+    size, `cut_after_s` how long a range's oldest record waits for more; `log` says what happens."""
+
+    def __init__(self, address: TopicAddress, spool: Spool, *, piece_bytes: int, cut_after_s: float, log,
+                 output: Path, problem=None, batch: int = BATCH):
+        self.address, self.spool, self.log, self.output = address, spool, log, output
+        self.problem = problem  # why a record cannot be trained ('' when it can), where workers could not tell
+        self.batch = batch
+        self.piece_bytes, self.cut_after_s = piece_bytes, cut_after_s
+        self.group = f"pscluster.{address.topic}"
+        self.lag = Lag(**spool.counts())  # what earlier chiefs of this run counted
+        self._went_back_check = WentBack(client.consumer_settings(address, self.group))
+        self._found: queue.Queue = queue.Queue()
+        self._stopped = threading.Event()
+        self._fatal: UserError | None = None
+        self._thread = threading.Thread(target=self._run, name="topic-watch", daemon=True)
+        self._held: dict[int, _Range] = {}
+        self._positions: dict[int, int] = {}
+        self._unreachable_since: float | None = None
+
+    def start(self) -> "TopicWatch":
+        self._found.put(Look(landed=[self._landed(name, segment) for name, segment in self.spool.segments()]))
+        self._thread.start()
+        return self
+
+    def stop(self, wait_s: float = 0.0) -> None:
+        """Stops reading; with `wait_s`, waits that long for the client to close."""
+        self._stopped.set()
+        self._thread.join(timeout=wait_s)
+
+    def line(self) -> str:
+        return self.lag.text()
+
+    def summary(self) -> dict:
+        return {"topic": {"address": str(self.address), **self.lag.summary()}}
+
+    def looks(self) -> list[Look]:
+        """What was read since the last call, oldest first; raises the error that stops the run (another topic or
+        Kafka cluster than the stream's record names)."""
+        if self._fatal is not None:
+            raise self._fatal
+        found = []
+        while True:
+            try:
+                found.append(self._found.get_nowait())
+            except queue.Empty:
+                return found
+
+    def _run(self) -> None:
+        kafka = client.kafka()
+        consumer = None
+        while not self._stopped.is_set() and consumer is None:
+            consumer = self._connect(kafka)
+        next_metadata = next_retire = 0.0
+        while consumer is not None and not self._stopped.is_set():
+            now = time.monotonic()
+            if now >= next_metadata:
+                next_metadata = now + METADATA_EVERY_S
+                self._assign_new(kafka, consumer)
+            if now >= next_retire:
+                next_retire = now + RETIRE_EVERY_S
+                self._retire(kafka, consumer)
+            self._pace(consumer)
+            self._take(kafka, consumer, consumer.consume(self.batch, timeout=0.5))
+            self._cut(time.monotonic())
+        if consumer is not None:
+            consumer.close()
+
+    def _connect(self, kafka):
+        """A consumer once the topic's metadata could be read and the stream's record agrees with it."""
+        try:
+            consumer = kafka.Consumer(client.consumer_settings(self.address, self.group))
+            metadata = consumer.list_topics(self.address.topic, timeout=10)
+        except kafka.KafkaException as error:
+            self._unreachable(str(error))
+            self._stopped.wait(2.0)
+            return None
+        topic = metadata.topics.get(self.address.topic)
+        if topic is None or topic.error is not None or not topic.partitions:
+            self._unreachable(f"topic {self.address.topic} not found ({topic and topic.error})")
+            consumer.close()
+            self._stopped.wait(2.0)
+            return None
+        self._check_source(metadata.cluster_id)
+        self._reached()
+        return consumer if self._fatal is None else None
+
+    def _check_source(self, cluster_id: str | None) -> None:
+        """The stream's files came from one Kafka cluster and topic: another one stops the run (with one line)."""
+        source, ours = self.spool.source(), {"cluster_id": cluster_id, "topic": self.address.topic}
+        if not source:
+            self.spool.record_source(ours)
+        elif source != ours:
+            self._fatal = UserError(Problem("training.data_dir", str(self.address), f"reaches Kafka cluster "
+                                            f"{cluster_id} topic {self.address.topic}, but this run's stream was read "
+                                            f"from cluster {source.get('cluster_id')} topic {source.get('topic')}",
+                                            "give the topic this run follows, or another output_dir to start over"))
+
+    def _unreachable(self, why: str) -> None:
+        """The topic cannot be read now: said once, and the run is not idle meanwhile (stop_when_idle_s waits)."""
+        if self._unreachable_since is None:
+            self._unreachable_since = time.monotonic()
+            self.log.warning("%s: cannot be read now (%s); waiting for it, trying again every 2 s", self.address, why)
+            self._put(Look())
+
+    def _reached(self) -> None:
+        if self._unreachable_since is not None:
+            self.log.info("%s: reached again after %.0f s", self.address, time.monotonic() - self._unreachable_since)
+            self._unreachable_since = None
+            self._put(Look())
+
+    def _put(self, look: Look) -> None:
+        """Queues a look, saying whether the topic waits to be reached (the follow loop is not idle while it does)."""
+        if self._unreachable_since is not None:
+            look.waiting = {str(self.address): "the topic cannot be read now"}
+        self._found.put(look)
+
+    def _assign_new(self, kafka, consumer) -> None:
+        """Partitions not read yet start where the stream's record says, or at their start (retention may have
+        deleted some records already: counted lost)."""
+        try:
+            partitions = consumer.list_topics(self.address.topic, timeout=5).topics[self.address.topic].partitions
+        except (kafka.KafkaException, KeyError) as error:
+            self._unreachable(str(error))
+            return
+        recorded = self.spool.positions() if not self._positions else {}
+        new = [p for p in sorted(partitions) if p not in self._positions]
+        assign = []
+        for partition in new:
+            start = recorded.get(partition, 0)
+            low, _ = consumer.get_watermark_offsets(kafka.TopicPartition(self.address.topic, partition), timeout=5)
+            if low > start:
+                self._lost(partition, start, low)
+                start = low
+            self._positions[partition] = start
+            assign.append(kafka.TopicPartition(self.address.topic, partition, start))
+        if assign:
+            consumer.incremental_assign(assign)
+            self.log.info("%s: reading partition%s %s from offset%s %s", self.address, "s" * (len(assign) > 1),
+                          ", ".join(str(tp.partition) for tp in assign), "s" * (len(assign) > 1),
+                          ", ".join(str(tp.offset) for tp in assign))
+        self.lag.watermarks(consumer, kafka, self.address.topic, self._positions)
+
+    def _lost(self, partition: int, start: int, low: int) -> None:
+        self.lag.lost += low - start
+        self.log.warning("%s: partition %d: offsets %d-%d were deleted (the topic's retention) before they were "
+                         "trained: counted lost", self.address, partition, start, low - 1)
+
+    def _take(self, kafka, consumer, messages) -> None:
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                self._error(kafka, consumer, error, message)
+                continue
+            partition, value = message.partition(), message.value() or b""
+            held = self._held.setdefault(partition, _Range(self._positions[partition], time.monotonic()))
+            why = self.problem(value) if self.problem else ""
+            if why:
+                held.end = message.offset() + 1
+                self._malformed(partition, message.offset(), why)
+            else:
+                held.add(value, message.offset(), message.timestamp())
+            self._reached()
+
+    def _malformed(self, partition: int, offset: int, why: str) -> None:
+        self.lag.malformed += 1
+        if self.lag.malformed <= MALFORMED_SAID:
+            self.log.info("%s: partition %d offset %d: skipped, %s (malformed messages are counted in the summary; "
+                          "the first %d are said)", self.address, partition, offset, why, MALFORMED_SAID)
+
+    def _error(self, kafka, consumer, error, message) -> None:
+        if error.code() not in (kafka.KafkaError.OFFSET_OUT_OF_RANGE, kafka.KafkaError._AUTO_OFFSET_RESET):
+            self._unreachable(error.str())
+            return
+        partition = message.partition()  # retention deleted records not read yet: read on from the oldest left
+        held = self._held.get(partition)
+        position = held.end if held else self._positions[partition]
+        low, high = consumer.get_watermark_offsets(kafka.TopicPartition(self.address.topic, partition), timeout=5)
+        if high < position:
+            self._went_back(partition, high, position)
+        elif low > position:
+            self._lost(partition, position, low)
+            if held is None:
+                self._positions[partition] = low
+            consumer.seek(kafka.TopicPartition(self.address.topic, partition, max(low, position)))
+
+    def _went_back(self, partition: int, end: int, position: int) -> None:
+        self._fatal = UserError(Problem("training.data_dir", str(self.address), f"partition {partition} ends at "
+                                        f"offset {end}, below offset {position} this run has read to: the topic was "
+                                        "deleted and created again (or truncated)", "follow the new topic in another "
+                                        "output_dir (sh run.sh --fresh)"))
+        self._stopped.set()
+
+    def _cut(self, now: float) -> None:
+        """Ranges that hold a piece's bytes, or whose oldest record waited cut_after_s, become files."""
+        for partition, held in list(self._held.items()):
+            if held.bytes < self.piece_bytes and now - held.since < self.cut_after_s:
+                continue
+            segment = Segment(partition, held.first, held.end, len(held.records), held.oldest or time.time())
+            self._positions[partition] = held.end
+            path = self.spool.write(segment, held.records, self._positions, self.lag.counts())
+            del self._held[partition]
+            self._put(Look(landed=[self._landed(path.name, segment)]))
+
+    def _landed(self, name: str, segment: Segment) -> Landed:
+        stat = (self.spool.root / name).stat()
+        return Landed(name, stat.st_size, stat.st_mtime, segment.oldest or stat.st_mtime, stat.st_dev, stat.st_ino,
+                      head_of(self.spool.root / name))
+
+    def _pace(self, consumer) -> None:
+        """Pauses reading while the ranges not yet trained hold SPOOL_AHEAD_PIECES pieces; resumes below half."""
+        ahead = sum((self.spool.root / name).stat().st_size for name, _ in self.spool.segments())
+        assigned = consumer.assignment()
+        if ahead >= SPOOL_AHEAD_PIECES * self.piece_bytes and not self.lag.paused:
+            consumer.pause(assigned)
+            self.lag.paused = True
+            self.log.info("%s: %s read and not yet trained: reading pauses until training catches up",
+                          self.address, size_text(ahead))
+        elif self.lag.paused and ahead < SPOOL_AHEAD_PIECES * self.piece_bytes // 2:
+            consumer.resume(assigned)
+            self.lag.paused = False
+
+    def _retire(self, kafka, consumer) -> None:
+        """Ranges a settled checkpoint trained are removed; each partition's trained end goes to the monitoring
+        group; the partitions' end offsets are read for the lag."""
+        try:
+            names = set(json.loads((self.output / SAFE_TO_DELETE).read_text()).get("files", []))
+        except (OSError, ValueError):
+            names = set()
+        left = self.spool.segments()
+        removed = self.spool.remove(names) if names else []
+        if removed:
+            self._put(Look(gone={name: "trained into a settled checkpoint: removed from the stream"
+                                 for name in removed}))
+        trained = {}
+        for partition, position in self._positions.items():
+            waiting = [s.first for name, s in left if s.partition == partition and name not in names]
+            held = self._held.get(partition)
+            trained[partition] = min([*waiting, *([held.first] if held else []), position])
+        self.lag.commit(consumer, kafka, self.address.topic, trained)
+        self.lag.watermarks(consumer, kafka, self.address.topic, self._positions)
+        went_back = self._went_back_check.check(kafka, self.address.topic, self.lag.ends, self._positions)
+        if went_back:
+            self._went_back(*went_back)
+
+
+class _Range:
+    """Records of one partition read and not yet written: from offset `first`, through the newest read."""
+
+    def __init__(self, first: int, since: float):
+        self.first, self.end, self.since = first, first, since
+        self.records: list[bytes] = []
+        self.bytes, self.oldest = 0, 0.0
+
+    def add(self, value: bytes, offset: int, timestamp) -> None:
+        self.records.append(value)
+        self.bytes += len(value) + 1
+        self.end = offset + 1  # counted from the record itself: a marker's or a compacted offset is no record
+        produced = timestamp[1] / 1000 if timestamp[0] else time.time()
+        self.oldest = min(self.oldest, produced) if self.oldest else produced
+

@@ -1,0 +1,285 @@
+"""A Kafka topic as a followed source, short of a cluster: its address and options checked in one line each, what a
+resume compares, this host's credentials file, the stream's files and positions, and the chief's reading on a real
+Kafka-protocol broker (tests/kafkakit.py): ranges cut from records read and never read twice across a restart,
+another topic refused, reading paused while training lags, a frozen broker waited for, malformed messages skipped and
+counted, and trained offsets committed for lag tools."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import pytest
+
+from cluster.same_run import differences
+from cluster.topic_address import TopicAddress, parse, resume_identity
+from cluster.training_parse import parse_training_options
+from common.errors import UserError
+from kafkakit import Producer, running_broker
+from online.follow.topic import client
+from online.follow.topic.spool import Segment, Spool, parse_name
+from online.follow.topic.watch import TopicWatch
+
+TOPIC = "kafka://127.0.0.1:9092/clicks"
+CLICKS = {"model": "dlrm", "dataset": "criteo", "data_dir": TOPIC, "follow_data": True}
+
+
+@pytest.mark.parametrize("text, parsed", [
+    (TOPIC, TopicAddress(("127.0.0.1:9092",), "clicks")),
+    ("kafka://a.example:9092,b.example:9093/click.stream_v2", TopicAddress(("a.example:9092", "b.example:9093"),
+                                                                            "click.stream_v2")),
+    ("kafka://[::1]:9092/clicks", TopicAddress(("[::1]:9092",), "clicks")),
+    ("kafka://host/clicks", None), ("kafka://host:0/clicks", None), ("kafka://host:9092/", None),
+    ("kafka://host:9092/a/b", None), ("kafka://host:9092", None), ("/data/clicks", None)])
+def test_a_topic_address_is_read_in_one_form(text, parsed):
+    assert parse(text) == parsed
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ({**CLICKS, "follow_data": False}, f"training.data_dir = '{TOPIC}': is a Kafka topic, which is only ever "
+                                       "followed: it has no end to make epochs of; set training.follow_data true"),
+    ({**CLICKS, "data_dir": "kafka://host/clicks"}, "training.data_dir = 'kafka://host/clicks': is not a Kafka "
+                                                    "topic of the form kafka://HOST:PORT[,HOST:PORT]/TOPIC")])
+def test_each_topic_mistake_is_one_line(raw, expected):
+    with pytest.raises(UserError) as raised:
+        parse_training_options(raw)
+    assert len(raised.value.lines()) == 1 and expected in raised.value.lines()[0]
+
+
+def test_a_resume_compares_the_topic_not_the_bootstrap_list():
+    before = {"data_dir": "kafka://a:9092/clicks", "follow_data": True, "model": "dlrm", "dataset": "criteo"}
+    assert differences(before, parse_training_options({**CLICKS, "data_dir": "kafka://b:9093,c:9094/clicks"})) == []
+    assert differences(before, parse_training_options({**CLICKS, "data_dir": "kafka://a:9092/views"})) == [
+        "data_dir: 'kafka://a:9092/clicks' → 'kafka://127.0.0.1:9092/clicks'".replace("127.0.0.1:9092/clicks",
+                                                                                     "a:9092/views")]
+    assert resume_identity("/data/clicks") == "/data/clicks"
+
+
+def test_credentials_come_from_this_hosts_file_never_from_cluster_json(tmp_path):
+    secrets = tmp_path / "kafka.properties"
+    secrets.write_text("# this host's\nsecurity.protocol=SASL_SSL\nsasl.mechanism = PLAIN\nsasl.password=s=cret\n")
+    assert client.credentials({client.CREDENTIALS_ENV: str(secrets)}) == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.password": "s=cret"}
+    assert client.credentials({}) == {}
+    secrets.write_text("isolation.level=read_uncommitted\n")
+    with pytest.raises(UserError, match="kafka.properties:1.: is not a key=value property, or sets one the run sets"):
+        client.credentials({client.CREDENTIALS_ENV: str(secrets)})
+    with pytest.raises(UserError, match="cannot be read"):
+        client.credentials({client.CREDENTIALS_ENV: str(tmp_path / "missing")})
+
+
+def test_the_streams_files_are_whole_and_its_positions_survive_a_kill_between_file_and_record(tmp_path):
+    spool = Spool(tmp_path, tfrecord=False)
+    first = spool.write(Segment(0, 0, 3, 2, 1000.0), [b"a\tb", b"c\n"], {0: 3}, {"lost": 0, "malformed": 1})
+    assert first.read_bytes() == b"a\tb\nc\n" and first.stat().st_mtime == 1000.0  # landed: its oldest record
+    assert parse_name(first.name) == Segment(0, 0, 3)
+    (tmp_path / f".{Segment(1, 7, 9).name(False)}.partial").write_text("half")  # killed while writing
+    (tmp_path / Segment(1, 0, 7).name(False)).write_text("x\n")  # killed after the rename, before the record
+    assert spool.positions() == {0: 3, 1: 7} and spool.counts() == {"lost": 0, "malformed": 1}
+    assert [name for name, _ in Spool(tmp_path, tfrecord=False).segments()] == [Segment(0, 0, 3).name(False),
+                                                                                 Segment(1, 0, 7).name(False)]
+    assert not list(tmp_path.glob(".*.partial"))
+    assert spool.remove({first.name}) == [first.name] and spool.positions() == {0: 3, 1: 7}
+
+
+class Said(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record) -> None:
+        self.lines.append(record.getMessage())
+
+    def wait_for(self, text: str, timeout_s: float = 60) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(text in line for line in self.lines):
+                return True
+            time.sleep(0.1)
+        return False
+
+
+@pytest.fixture
+def said():
+    log = logging.getLogger(f"test-kafka-{time.monotonic_ns()}")
+    handler = Said()
+    log.addHandler(handler)
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    return log, handler
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with running_broker() as running:
+        yield running
+
+
+def watching(broker, topic, root, log, **options) -> TopicWatch:
+    settings = {"piece_bytes": 2000, "cut_after_s": 0.3, **options}
+    return TopicWatch(parse(broker.url(topic)), Spool(root / "stream", tfrecord=False), log=log, output=root,
+                      **settings).start()
+
+
+class Looks:
+    """What a watch found, gathered: files landed and files gone."""
+
+    def __init__(self, watch: TopicWatch):
+        self.watch, self.landed, self.gone = watch, [], []
+
+    def gather(self) -> "Looks":
+        for look in self.watch.looks():
+            self.landed += look.landed
+            self.gone += list(look.gone)
+        return self
+
+    def records(self) -> int:
+        """Records landed, from the files' offset ranges (a producer without transactions leaves no gaps)."""
+        return sum(parse_name(name).end - parse_name(name).first for name in {landed.name for landed in self.landed})
+
+    def until(self, records: int, timeout_s: float = 60) -> "Looks":
+        deadline = time.monotonic() + timeout_s
+        while self.gather().records() < records:
+            assert time.monotonic() < deadline, f"{self.records()} records landed, fewer than {records}"
+            time.sleep(0.1)
+        return self
+
+
+def test_records_are_cut_into_ranges_once_and_a_restarted_watch_reads_on_from_its_record(broker, tmp_path, said):
+    log, lines = said
+    topic = broker.topic(partitions=2)
+    producer = Producer(broker, topic)
+    producer.send([b"%d" % number for number in range(500)])
+    watch = watching(broker, topic, tmp_path, log)
+    try:
+        first = Looks(watch).until(500).landed
+    finally:
+        watch.stop(wait_s=30)
+    producer.send([b"%d" % number for number in range(500, 800)])
+    again = watching(broker, topic, tmp_path, log)
+    try:
+        second = Looks(again).until(800).landed  # the files still there come again first: the ledger knows them
+    finally:
+        again.stop(wait_s=30)
+    names = sorted({landed.name for landed in first + second})
+    read = [line for name in names for line in (tmp_path / "stream" / name).read_bytes().splitlines()]
+    assert sorted(read) == sorted(producer.sent)  # every message in one range, none twice
+    for partition in (0, 1):  # each partition's ranges follow one another from offset 0
+        ranges = [parse_name(name) for name in names if parse_name(name).partition == partition]
+        assert [r.first for r in ranges] == [0] + [r.end for r in ranges[:-1]]
+    assert all(landed.landed <= time.time() and landed.landed > time.time() - 120 for landed in first)
+    assert any("from offsets 0, 0" in line for line in lines.lines)
+    assert any("reading partitions 0, 1 from offsets" in line and "0, 0" not in line for line in lines.lines)
+
+
+def test_another_topic_in_the_same_stream_stops_the_run_with_one_line(broker, tmp_path, said):
+    log, _ = said
+    (tmp_path / "stream").mkdir()
+    (tmp_path / "stream" / ".source.json").write_text(json.dumps({"cluster_id": "elsewhere", "topic": "views"}))
+    watch = watching(broker, broker.topic(partitions=1), tmp_path, log)
+    try:
+        deadline = time.monotonic() + 30
+        with pytest.raises(UserError) as raised:
+            while time.monotonic() < deadline:
+                watch.looks()
+                time.sleep(0.1)
+    finally:
+        watch.stop(wait_s=30)
+    assert len(raised.value.lines()) == 1 and "this run's stream was read from cluster elsewhere topic views" in \
+        raised.value.lines()[0]
+
+
+def test_reading_pauses_while_training_lags_and_goes_on_once_ranges_are_trained(broker, tmp_path, said):
+    """A producer 300 KB ahead, a bound of 64 pieces of 2 KB (128 KB): reading stops at the bound, and goes on as a
+    trainer (this test) lists what it trained in safe_to_delete.json, until every record is read."""
+    log, lines = said
+    topic = broker.topic(partitions=1)
+    producer = Producer(broker, topic)
+    producer.send([b"x" * 99] * 3000)
+    watch = watching(broker, topic, tmp_path, log, batch=200)
+    looks, largest, trained = Looks(watch), 0, set()
+    try:
+        assert lines.wait_for("read and not yet trained: reading pauses")
+        deadline = time.monotonic() + 90
+        while looks.gather().records() < 3000 or set(looks.gone) != {landed.name for landed in looks.landed}:
+            assert time.monotonic() < deadline, (looks.records(), len(looks.gone), len(trained))
+            held = list((tmp_path / "stream").glob("p*"))
+            largest = max(largest, sum(path.stat().st_size for path in held))
+            if watch.lag.paused and len(trained) < 20:  # a slow trainer: one range at a time while paused
+                trained.add(min(path.name for path in held))
+            elif not watch.lag.paused:
+                trained |= {path.name for path in held}
+            (tmp_path / "safe_to_delete.json").write_text(json.dumps({"files": sorted(trained)}))
+            time.sleep(0.2)
+    finally:
+        watch.stop(wait_s=30)
+    assert 128_000 <= largest < 160_000  # bounded: a batch of 20 KB past the bound at most, never all 300 KB
+    assert not list((tmp_path / "stream").glob("p*"))  # every range trained, and removed
+    deadline = time.monotonic() + 30
+    while committed(broker, topic) != {0: 3000}:  # the trained end, for lag tools
+        assert time.monotonic() < deadline, committed(broker, topic)
+        time.sleep(0.5)
+
+
+def test_a_frozen_broker_is_waited_for_and_malformed_records_are_skipped_and_counted(broker, tmp_path, said):
+    log, lines = said
+    topic = broker.topic(partitions=1)
+    producer = Producer(broker, topic)
+    producer.send([b"good 1", b"bad", b"good 2"])
+    watch = watching(broker, topic, tmp_path, log, problem=lambda record: "" if record.startswith(b"good") else
+                     "not good")
+    looks = Looks(watch)
+    try:
+        looks.until(3)
+        broker.freeze()
+        try:
+            assert lines.wait_for("cannot be read now", 90)
+        finally:
+            broker.thaw()
+        producer.send([b"good 3"])
+        assert lines.wait_for("reached again", 60)
+        looks.until(4)
+    finally:
+        watch.stop(wait_s=30)
+    held = b"".join((tmp_path / "stream" / landed.name).read_bytes() for landed in looks.landed)
+    assert held == b"good 1\ngood 2\ngood 3\n" and watch.lag.malformed == 1
+    assert any("partition 0 offset 1: skipped, not good" in line for line in lines.lines)
+
+
+def committed(broker, topic: str) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"pscluster.{topic}"})
+    try:
+        return {tp.partition: tp.offset for tp in consumer.committed([TopicPartition(topic, 0)], timeout=10)}
+    finally:
+        consumer.close()
+
+
+def test_a_topic_deleted_and_created_again_stops_the_run_with_one_line(broker, tmp_path, said):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    log, _ = said
+    topic = broker.topic(partitions=1)
+    Producer(broker, topic).send([b"old"] * 50)
+    watch = watching(broker, topic, tmp_path, log)
+    try:
+        Looks(watch).until(50)
+    finally:
+        watch.stop(wait_s=30)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    Producer(broker, topic).send([b"new"] * 5)
+    again = watching(broker, topic, tmp_path, log)
+    try:
+        deadline = time.monotonic() + 60
+        with pytest.raises(UserError) as raised:
+            while time.monotonic() < deadline:
+                again.looks()
+                time.sleep(0.1)
+    finally:
+        again.stop(wait_s=30)
+    assert len(raised.value.lines()) == 1 and "below offset 50 this run has read to: the topic was deleted and " \
+        "created again" in raised.value.lines()[0]
