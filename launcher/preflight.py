@@ -5,6 +5,7 @@ from __future__ import annotations
 import data
 from cluster import crosschecks
 from cluster.config import PROJECT_ROOT, ClusterConfig
+from cluster.topic_address import is_topic
 from common.errors import Problem, UserError
 from launcher import host_checks
 from launcher.backends.ssh import commands as ssh_commands
@@ -69,6 +70,21 @@ def evaluator_host_problems(config: ClusterConfig, hosts: dict) -> list[Problem]
     return [crosschecks.evaluator_problem(evaluators[0], lead, config.training)]
 
 
+def topic_host_problems(config: ClusterConfig, hosts: dict) -> list[Problem]:
+    """A followed Kafka topic is copied by the chief into its output_dir/stream, which the workers read: over ssh,
+    where each host has its own disk, every worker must run on the chief's host."""
+    lead = crosschecks.lead_address(config.jobs, config.training)
+    if not (lead and is_topic(config.training.data_dir)):
+        return []
+    return [Problem(f"cluster.worker[{index}]", str(worker), f"runs on another host than the chief ({lead}), "
+                    f"but the workers read the topic {config.training.data_dir} as the chief copies it into its "
+                    "output_dir/stream (docs/kafka.md)", f'put it on {lead.host}, e.g. "{lead.host}:{worker.port}", '
+                    "or run under Slurm or Kubernetes with a shared output_dir")
+            for index, worker in enumerate(config.jobs.get("worker", ()))
+            if hosts[worker.host] is not hosts[lead.host] and (hosts[worker.host].is_remote or
+                                                              hosts[lead.host].is_remote)]
+
+
 def code_folder_problems(config: ClusterConfig, hosts: dict) -> list[Problem]:
     """Run files inside the toolkit's code folders would be replaced by the next sync to a remote host."""
     if not any(host.is_remote for host in hosts.values()):
@@ -105,7 +121,8 @@ def check_cluster(config: ClusterConfig, hosts: dict, say, *, fresh: bool = Fals
     disk, the lead's output, the firewall's needs and versions on every host that runs a task. With `fresh`, a
     previous run in the lead's output_dir is first moved aside."""
     problems = [*same_port_problems(config, hosts), *loopback_problems(config, hosts),
-                *evaluator_host_problems(config, hosts), *code_folder_problems(config, hosts)]
+                *evaluator_host_problems(config, hosts), *topic_host_problems(config, hosts),
+                *code_folder_problems(config, hosts)]
     if problems:
         raise UserError(problems, source=str(config.source))
     if not hosts[config.lead.address.host].is_remote:

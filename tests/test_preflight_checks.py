@@ -178,3 +178,15 @@ def test_a_dataset_function_is_checked_with_the_chiefs_python_before_anything_st
         "(tf.data cannot count it); give training.steps_per_epoch (steps of one epoch)",
         "cluster.json: training.dataset = 'my_pipeline:clicks': returns None for 'validation', which the evaluator "
         "reads; return the validation split's dataset, or run without an evaluator"]
+
+
+def test_a_followed_topic_wants_its_workers_on_the_chiefs_host(tmp_path):
+    """The workers read the chief's copy of the topic (output_dir/stream): over ssh, on its host only."""
+    training = {"model": "dlrm", "dataset": "criteo", "follow_data": True, "data_dir": "kafka://127.0.0.1:9092/c"}
+    local, remote = types.SimpleNamespace(is_remote=False), types.SimpleNamespace(is_remote=True)
+    on_one_host = parsed(tmp_path, cluster_document(evaluator=False, training=training))
+    assert preflight.topic_host_problems(on_one_host, {"localhost": local}) == []
+    document = cluster_document(evaluator=False, training=training)
+    document["cluster"]["worker"][1] = "10.213.9.9:2222"
+    [problem] = preflight.topic_host_problems(parsed(tmp_path, document), {"localhost": local, "10.213.9.9": remote})
+    assert problem.text().startswith("cluster.worker[1] = '10.213.9.9:2222': runs on another host than the chief")

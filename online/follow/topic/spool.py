@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 from cluster.run_files import write_json_atomically
@@ -109,3 +110,20 @@ def _read(path: Path) -> dict:
         return json.loads(path.read_text())
     except FileNotFoundError:
         return {}
+
+
+class HeldRange:
+    """Records of one partition read and not yet written: from offset `first`, through the newest read."""
+
+    def __init__(self, first: int, since: float):
+        self.first, self.end, self.since = first, first, since
+        self.records: list[bytes] = []
+        self.bytes, self.oldest = 0, 0.0
+
+    def add(self, value: bytes, offset: int, timestamp) -> None:
+        self.records.append(value)
+        self.bytes += len(value) + 1
+        self.end = offset + 1  # counted from the record itself: a marker's or a compacted offset is no record
+        produced = timestamp[1] / 1000 if timestamp[0] else time.time()
+        self.oldest = min(self.oldest, produced) if self.oldest else produced
+

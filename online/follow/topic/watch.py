@@ -20,16 +20,16 @@ from common.errors import Problem, UserError
 from online.follow.identity import head_of
 from online.follow.intake import size_text
 from online.follow.landing import Landed, Look
+from online.follow.run_record import SAFE_TO_DELETE
 from online.follow.topic import client
 from online.follow.topic.lag import Lag
-from online.follow.topic.spool import Segment, Spool
-from online.follow.topic.went_back import WentBack
+from online.follow.topic.spool import HeldRange, Segment, Spool
+from online.follow.topic.went_back import WentBack, went_back_error
 
 BATCH = 10_000  # records asked of the client at once
 SPOOL_AHEAD_PIECES = 64  # ranges written but not yet trained, in pieces, before reading pauses
 METADATA_EVERY_S = 10.0  # new partitions are looked for this often
 RETIRE_EVERY_S = 2.0  # trained ranges removed (and their offsets committed) this often
-SAFE_TO_DELETE = "safe_to_delete.json"
 MALFORMED_SAID = 10  # malformed messages said in the log; all are counted
 
 
@@ -40,8 +40,7 @@ class TopicWatch:
     def __init__(self, address: TopicAddress, spool: Spool, *, piece_bytes: int, cut_after_s: float, log,
                  output: Path, problem=None, batch: int = BATCH):
         self.address, self.spool, self.log, self.output = address, spool, log, output
-        self.problem = problem  # why a record cannot be trained ('' when it can), where workers could not tell
-        self.batch = batch
+        self.problem, self.batch = problem, batch  # problem: why a record cannot be trained ('' when it can)
         self.piece_bytes, self.cut_after_s = piece_bytes, cut_after_s
         self.group = f"pscluster.{address.topic}"
         self.lag = Lag(**spool.counts())  # what earlier chiefs of this run counted
@@ -50,11 +49,13 @@ class TopicWatch:
         self._stopped = threading.Event()
         self._fatal: UserError | None = None
         self._thread = threading.Thread(target=self._run, name="topic-watch", daemon=True)
-        self._held: dict[int, _Range] = {}
+        self._kafka = None
+        self._held: dict[int, HeldRange] = {}
         self._positions: dict[int, int] = {}
         self._unreachable_since: float | None = None
 
     def start(self) -> "TopicWatch":
+        self._kafka = client.kafka()  # a missing client is a user error at start, not a thread that dies
         self._found.put(Look(landed=[self._landed(name, segment) for name, segment in self.spool.segments()]))
         self._thread.start()
         return self
@@ -83,31 +84,48 @@ class TopicWatch:
                 return found
 
     def _run(self) -> None:
-        kafka = client.kafka()
-        consumer = None
-        while not self._stopped.is_set() and consumer is None:
-            consumer = self._connect(kafka)
-        next_metadata = next_retire = 0.0
-        while consumer is not None and not self._stopped.is_set():
-            now = time.monotonic()
-            if now >= next_metadata:
-                next_metadata = now + METADATA_EVERY_S
-                self._assign_new(kafka, consumer)
-            if now >= next_retire:
-                next_retire = now + RETIRE_EVERY_S
-                self._retire(kafka, consumer)
-            self._pace(consumer)
-            self._take(kafka, consumer, consumer.consume(self.batch, timeout=0.5))
-            self._cut(time.monotonic())
+        """Reads until stopped; a fault in one round (the broker gone mid-call, or one of ours, said once per kind)
+        is waited out and the next round tries again: the thread ends only when stopped."""
+        kafka, consumer, faults = self._kafka, None, set()
+        rounds = {"metadata": 0.0, "retire": 0.0}
+        while not self._stopped.is_set():
+            try:
+                if consumer is None:
+                    consumer = self._connect(kafka)
+                else:
+                    self._round(kafka, consumer, rounds)
+            except kafka.KafkaException as error:
+                self._unreachable(str(error))
+                self._stopped.wait(2.0)
+            except Exception as error:  # noqa: BLE001 - a fault of ours: said once, and the next round tries
+                if type(error).__name__ not in faults:
+                    faults.add(type(error).__name__)
+                    self.log.exception("reading %s failed; trying again", self.address)
+                self._stopped.wait(2.0)
         if consumer is not None:
             consumer.close()
 
+    def _round(self, kafka, consumer, rounds: dict) -> None:
+        """New partitions every METADATA_EVERY_S, trained ranges retired every RETIRE_EVERY_S, then a batch read
+        and the ranges due cut into files."""
+        now = time.monotonic()
+        if now >= rounds["metadata"]:
+            rounds["metadata"] = now + METADATA_EVERY_S
+            self._assign_new(kafka, consumer)
+        if now >= rounds["retire"]:
+            rounds["retire"] = now + RETIRE_EVERY_S
+            self._retire(kafka, consumer)
+        self._pace(consumer)
+        self._take(kafka, consumer, consumer.consume(self.batch, timeout=0.5))
+        self._cut(time.monotonic())
+
     def _connect(self, kafka):
         """A consumer once the topic's metadata could be read and the stream's record agrees with it."""
+        consumer = kafka.Consumer(client.consumer_settings(self.address, self.group))
         try:
-            consumer = kafka.Consumer(client.consumer_settings(self.address, self.group))
             metadata = consumer.list_topics(self.address.topic, timeout=10)
         except kafka.KafkaException as error:
+            consumer.close()
             self._unreachable(str(error))
             self._stopped.wait(2.0)
             return None
@@ -118,8 +136,12 @@ class TopicWatch:
             self._stopped.wait(2.0)
             return None
         self._check_source(metadata.cluster_id)
+        if self._fatal is not None:
+            consumer.close()
+            self._stopped.set()
+            return None
         self._reached()
-        return consumer if self._fatal is None else None
+        return consumer
 
     def _check_source(self, cluster_id: str | None) -> None:
         """The stream's files came from one Kafka cluster and topic: another one stops the run (with one line)."""
@@ -189,7 +211,7 @@ class TopicWatch:
                 self._error(kafka, consumer, error, message)
                 continue
             partition, value = message.partition(), message.value() or b""
-            held = self._held.setdefault(partition, _Range(self._positions[partition], time.monotonic()))
+            held = self._held.setdefault(partition, HeldRange(self._positions[partition], time.monotonic()))
             why = self.problem(value) if self.problem else ""
             if why:
                 held.end = message.offset() + 1
@@ -221,10 +243,7 @@ class TopicWatch:
             consumer.seek(kafka.TopicPartition(self.address.topic, partition, max(low, position)))
 
     def _went_back(self, partition: int, end: int, position: int) -> None:
-        self._fatal = UserError(Problem("training.data_dir", str(self.address), f"partition {partition} ends at "
-                                        f"offset {end}, below offset {position} this run has read to: the topic was "
-                                        "deleted and created again (or truncated)", "follow the new topic in another "
-                                        "output_dir (sh run.sh --fresh)"))
+        self._fatal = went_back_error(str(self.address), partition, end, position)
         self._stopped.set()
 
     def _cut(self, now: float) -> None:
@@ -278,20 +297,4 @@ class TopicWatch:
         went_back = self._went_back_check.check(kafka, self.address.topic, self.lag.ends, self._positions)
         if went_back:
             self._went_back(*went_back)
-
-
-class _Range:
-    """Records of one partition read and not yet written: from offset `first`, through the newest read."""
-
-    def __init__(self, first: int, since: float):
-        self.first, self.end, self.since = first, first, since
-        self.records: list[bytes] = []
-        self.bytes, self.oldest = 0, 0.0
-
-    def add(self, value: bytes, offset: int, timestamp) -> None:
-        self.records.append(value)
-        self.bytes += len(value) + 1
-        self.end = offset + 1  # counted from the record itself: a marker's or a compacted offset is no record
-        produced = timestamp[1] / 1000 if timestamp[0] else time.time()
-        self.oldest = min(self.oldest, produced) if self.oldest else produced
 

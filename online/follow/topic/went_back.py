@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+from common.errors import Problem, UserError
+
 BELOW_END_S = 12.0
 PROBE_S = 5.0
 
@@ -48,3 +50,9 @@ class WentBack:
             return False
         finally:
             consumer.close()
+
+
+def went_back_error(address: str, partition: int, end: int, position: int) -> UserError:
+    return UserError(Problem("training.data_dir", address, f"partition {partition} ends at offset {end}, below offset "
+                             f"{position} this run has read to: the topic was deleted and created again (or "
+                             "truncated)", "follow the new topic in another output_dir (sh run.sh --fresh)"))
