@@ -18,6 +18,8 @@ from typing import Callable
 
 NOT_DATA_PREFIXES = (".", "_")
 
+SAMPLE_FILES = 16  # what a followed folder's split() reads: the newest files with bytes (data/followed.py)
+
 
 def natural_key(name: str) -> list:
     """day_2 before day_10: runs of digits compare as numbers."""

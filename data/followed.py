@@ -23,14 +23,13 @@ from common.errors import UserError
 from data import criteo, tfrecord, tfrecord_schema
 from data.criteo_layout import line_problem, open_text
 from data.criteo_splits import CriteoFiles
-from data.folder import data_files, natural_key
+from data.folder import SAMPLE_FILES, data_files, natural_key
 from data.pieces import WHOLE, Piece, cut_into_pieces, whole_file
 from data.whole_files import (UNFINISHED, UNREADABLE, WHOLE as WHOLE_FILE, Verdict, gzip_missing, text_missing,
                               tfrecord_missing, verdict_of)
 
 UNLABELLED = ("test.txt", "test.txt.gz")  # Kaggle's Criteo test file: no labels, so never training data
 MB = 1 << 20
-SAMPLE_FILES = 16  # what split() reads: the newest files with bytes
 
 
 def _source_of_no_files(options):

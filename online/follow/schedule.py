@@ -45,6 +45,7 @@ class Schedule:
         for look in self.watch.looks():
             if self.intake.take(look, time.time()):
                 self.last_activity = time.monotonic()
+        self.watch.pending(sum(entry.untrained_bytes() for entry in self.ledger.files if not entry.complete))
 
     def hand_out(self) -> None:
         """Stuck pieces go to another worker as well; then pieces not done go to the trainer while it has room,

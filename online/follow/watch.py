@@ -51,6 +51,9 @@ class FolderWatch:
     def summary(self) -> dict:
         return {}
 
+    def pending(self, untrained_bytes: int) -> None:
+        """What the loop has not trained yet: a folder's looks do not wait for it."""
+
     def looks(self) -> list[Look]:
         """The looks made since the last call, oldest first."""
         found = []

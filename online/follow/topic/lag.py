@@ -62,3 +62,11 @@ class Lag:
     def summary(self) -> dict:
         return {"messages_behind": self.behind, "messages_lost": self.lost, "messages_malformed": self.malformed,
                 "committed": {str(p): o for p, o in sorted(self.committed.items())}}
+
+
+def trained_through(positions: dict[int, int], untrained: list) -> dict[int, int]:
+    """Per partition, the offset before which every record is trained into a settled checkpoint: the first of its
+    ranges not trained yet (`untrained` Segments: files still in the stream, ranges held in memory), or where it
+    is read to."""
+    return {partition: min([s.first for s in untrained if s.partition == partition] + [position])
+            for partition, position in positions.items()}

@@ -1,15 +1,13 @@
-"""A followed Kafka topic read on a thread of the chief, as FolderWatch looks at a folder: records are fetched in
-batches from where the stream's own record says each partition stands (never from a consumer group's offsets), cut
-into offset ranges of a partition (spool.py) once a range holds a piece's bytes or its oldest record waited
-`data_poll_s`, and each range is queued for the follow loop as a file that landed, at the time its oldest record
-was produced. Partitions that appear while the run goes on are read from their start. Ranges trained into a settled
-checkpoint (output/safe_to_delete.json) are removed and their end committed to the group `pscluster.<topic>`, for
-lag tools only. Reading pauses while the ranges not yet trained reach SPOOL_AHEAD_PIECES pieces: a producer faster
-than training grows lag, not the chief's memory or disk."""
+"""A followed Kafka topic read on a thread of the chief, as FolderWatch looks at a folder: records fetched in batches
+from where the stream's own record says each partition stands (never a consumer group's offsets) are cut into offset
+ranges of a partition (spool.py) once a range holds a piece's bytes or its oldest record waited `data_poll_s`, each
+queued for the follow loop as a file landed when its oldest record was produced. New partitions are read from their
+start. Ranges a settled checkpoint trained (safe_to_delete.json) are removed, their end committed to the group
+`pscluster.<topic>` for lag tools. Reading pauses while what is not trained yet (the loop says: `pending`) holds
+SPOOL_AHEAD_PIECES pieces: a producer faster than training grows lag, not the chief's memory or disk."""
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import time
@@ -20,9 +18,9 @@ from common.errors import Problem, UserError
 from online.follow.identity import head_of
 from online.follow.intake import size_text
 from online.follow.landing import Landed, Look
-from online.follow.run_record import SAFE_TO_DELETE
 from online.follow.topic import client
-from online.follow.topic.lag import Lag
+from online.follow.topic.lag import Lag, trained_through
+from online.follow.topic.retirement import Retirement
 from online.follow.topic.spool import HeldRange, Segment, Spool
 from online.follow.topic.went_back import WentBack, went_back_error
 
@@ -39,12 +37,12 @@ class TopicWatch:
 
     def __init__(self, address: TopicAddress, spool: Spool, *, piece_bytes: int, cut_after_s: float, log,
                  output: Path, problem=None, batch: int = BATCH):
-        self.address, self.spool, self.log, self.output = address, spool, log, output
+        self.address, self.spool, self.log = address, spool, log
         self.problem, self.batch = problem, batch  # problem: why a record cannot be trained ('' when it can)
-        self.piece_bytes, self.cut_after_s = piece_bytes, cut_after_s
-        self.group = f"pscluster.{address.topic}"
+        self.piece_bytes, self.cut_after_s, self.group = piece_bytes, cut_after_s, f"pscluster.{address.topic}"
         self.lag = Lag(**spool.counts())  # what earlier chiefs of this run counted
         self._went_back_check = WentBack(client.consumer_settings(address, self.group))
+        self.retirement = Retirement(spool.root, output)
         self._found: queue.Queue = queue.Queue()
         self._stopped = threading.Event()
         self._fatal: UserError | None = None
@@ -53,6 +51,7 @@ class TopicWatch:
         self._held: dict[int, HeldRange] = {}
         self._positions: dict[int, int] = {}
         self._unreachable_since: float | None = None
+        self._untrained = self._cut_since = 0  # bytes not yet trained: pending() and _cut()
 
     def start(self) -> "TopicWatch":
         self._kafka = client.kafka()  # a missing client is a user error at start, not a thread that dies
@@ -254,6 +253,7 @@ class TopicWatch:
             segment = Segment(partition, held.first, held.end, len(held.records), held.oldest or time.time())
             self._positions[partition] = held.end
             path = self.spool.write(segment, held.records, self._positions, self.lag.counts())
+            self._cut_since += held.bytes
             del self._held[partition]
             self._put(Look(landed=[self._landed(path.name, segment)]))
 
@@ -262,9 +262,14 @@ class TopicWatch:
         return Landed(name, stat.st_size, stat.st_mtime, segment.oldest or stat.st_mtime, stat.st_dev, stat.st_ino,
                       head_of(self.spool.root / name))
 
+    def pending(self, untrained_bytes: int) -> None:
+        """The follow loop's count, each beat, of the bytes landed and not yet trained."""
+        self._untrained, self._cut_since = untrained_bytes, 0
+
     def _pace(self, consumer) -> None:
-        """Pauses reading while the ranges not yet trained hold SPOOL_AHEAD_PIECES pieces; resumes below half."""
-        ahead = sum((self.spool.root / name).stat().st_size for name, _ in self.spool.segments())
+        """Pauses reading while the ranges not yet trained (as the loop last counted them, and those cut since)
+        hold SPOOL_AHEAD_PIECES pieces; resumes below half."""
+        ahead = self._untrained + self._cut_since
         assigned = consumer.assignment()
         if ahead >= SPOOL_AHEAD_PIECES * self.piece_bytes and not self.lag.paused:
             consumer.pause(assigned)
@@ -278,21 +283,14 @@ class TopicWatch:
     def _retire(self, kafka, consumer) -> None:
         """Ranges a settled checkpoint trained are removed; each partition's trained end goes to the monitoring
         group; the partitions' end offsets are read for the lag."""
-        try:
-            names = set(json.loads((self.output / SAFE_TO_DELETE).read_text()).get("files", []))
-        except (OSError, ValueError):
-            names = set()
-        left = self.spool.segments()
-        removed = self.spool.remove(names) if names else []
+        names = self.retirement.trained()
+        removed = self.spool.remove(self.retirement.due(names, [name for name, _ in self.spool.segments()]))
         if removed:
             self._put(Look(gone={name: "trained into a settled checkpoint: removed from the stream"
                                  for name in removed}))
-        trained = {}
-        for partition, position in self._positions.items():
-            waiting = [s.first for name, s in left if s.partition == partition and name not in names]
-            held = self._held.get(partition)
-            trained[partition] = min([*waiting, *([held.first] if held else []), position])
-        self.lag.commit(consumer, kafka, self.address.topic, trained)
+        untrained = [s for name, s in self.spool.segments() if name not in names]
+        untrained += [Segment(partition, held.first, held.end) for partition, held in self._held.items()]
+        self.lag.commit(consumer, kafka, self.address.topic, trained_through(self._positions, untrained))
         self.lag.watermarks(consumer, kafka, self.address.topic, self._positions)
         went_back = self._went_back_check.check(kafka, self.address.topic, self.lag.ends, self._positions)
         if went_back:
