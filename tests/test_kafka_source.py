@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import time
+import types
 
 import pytest
 
@@ -25,6 +26,7 @@ from online.follow.topic.spool import Segment, Spool, parse_name
 from online.follow.topic.watch import TopicWatch
 
 TOPIC = "kafka://127.0.0.1:9092/clicks"
+CUT_S = 60  # a broker cut off for a minute
 CLICKS = {"model": "dlrm", "dataset": "criteo", "data_dir": TOPIC, "follow_data": True}
 
 
@@ -249,9 +251,12 @@ def test_a_frozen_broker_is_waited_for_and_malformed_records_are_skipped_and_cou
     looks = Looks(watch)
     try:
         looks.until(3)
-        broker.freeze()
+        broker.freeze()  # cut off for a minute
+        cut_until = time.monotonic() + CUT_S
         try:
-            assert lines.wait_for("cannot be read now", 90)
+            assert lines.wait_for("cannot be read now", CUT_S)
+            time.sleep(max(0.0, cut_until - time.monotonic()))  # the cut's length is the fault's schedule
+            waiting = [look.waiting for look in watch.looks()]
         finally:
             broker.thaw()
         producer.send([b"good 3"])
@@ -259,9 +264,31 @@ def test_a_frozen_broker_is_waited_for_and_malformed_records_are_skipped_and_cou
         looks.until(4)
     finally:
         watch.stop(wait_s=30)
+    assert waiting and all(str(watch.address) in each for each in waiting)  # the loop is not idle meanwhile
+    assert sum("cannot be read now" in line for line in lines.lines) == 1  # said once: no crash loop
     held = b"".join((tmp_path / "stream" / landed.name).read_bytes() for landed in looks.landed)
     assert held == b"good 1\ngood 2\ngood 3\n" and watch.lag.malformed == 1
     assert any("partition 0 offset 1: skipped, not good" in line for line in lines.lines)
+
+
+def test_messages_retention_deleted_before_they_were_read_are_counted_lost_and_reading_goes_on(tmp_path, said):
+    """Pure logic (Tansu keeps every message): the client says an offset is out of range, and the partition's
+    oldest message is past where the run stands."""
+    import confluent_kafka as kafka
+
+    log, lines = said
+    watch = TopicWatch(parse(TOPIC), Spool(tmp_path, tfrecord=False), piece_bytes=2000, cut_after_s=1, log=log,
+                       output=tmp_path)
+    watch._positions = {0: 10}
+    consumer = types.SimpleNamespace(get_watermark_offsets=lambda partition, timeout: (25, 40), seeks=[])
+    consumer.seek = consumer.seeks.append
+    message = types.SimpleNamespace(partition=lambda: 0)
+    error = types.SimpleNamespace(code=lambda: kafka.KafkaError.OFFSET_OUT_OF_RANGE, str=lambda: "out of range")
+    watch._error(kafka, consumer, error, message)
+    assert watch.lag.lost == 15 and watch._positions == {0: 25} and [tp.offset for tp in consumer.seeks] == [25]
+    assert any("partition 0: offsets 10-24 were deleted (the topic's retention) before they were trained: counted "
+               "lost" in line for line in lines.lines)
+    assert watch.lag.counts() == {"lost": 15, "malformed": 0}  # written with the next range: a restart counts on
 
 
 def committed(broker, topic: str) -> dict[int, int]:

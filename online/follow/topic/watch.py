@@ -292,7 +292,8 @@ class TopicWatch:
         untrained += [Segment(partition, held.first, held.end) for partition, held in self._held.items()]
         self.lag.commit(consumer, kafka, self.address.topic, trained_through(self._positions, untrained))
         self.lag.watermarks(consumer, kafka, self.address.topic, self._positions)
-        went_back = self._went_back_check.check(kafka, self.address.topic, self.lag.ends, self._positions)
+        went_back = self._unreachable_since is None and self._went_back_check.check(
+            kafka, self.address.topic, self.lag.ends, self._positions)
         if went_back:
             self._went_back(*went_back)
 

@@ -35,18 +35,22 @@ class WentBack:
         return None
 
     def _holds(self, kafka, topic: str, partition: int, offset: int) -> bool:
-        """Whether the partition still holds a message at `offset` (or later): the run's last one is there."""
+        """Whether the partition still holds a message at `offset` (or later): the run's last one is there. A broker
+        out of reach raises KafkaException (the watch waits for it): no answer is not an answer."""
         consumer = kafka.Consumer({**self.settings, "group.id": f"{self.settings['group.id']}.probe"})
         try:
+            consumer.list_topics(topic, timeout=5)  # raises while the broker cannot be reached
             consumer.assign([kafka.TopicPartition(topic, partition, offset)])
             deadline = time.monotonic() + PROBE_S
             while time.monotonic() < deadline:
                 message = consumer.poll(0.5)
                 if message is not None and message.error() is None and message.offset() >= offset:
                     return True
-                if message is not None and message.error() is not None and \
-                        message.error().code() == kafka.KafkaError.OFFSET_OUT_OF_RANGE:
-                    return False
+                if message is not None and message.error() is not None:
+                    if message.error().code() == kafka.KafkaError.OFFSET_OUT_OF_RANGE:
+                        return False
+                    raise kafka.KafkaException(message.error())  # out of reach now: decided later
+            consumer.list_topics(topic, timeout=5)  # still reached: its silence is an answer
             return False
         finally:
             consumer.close()
