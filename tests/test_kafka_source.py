@@ -195,17 +195,9 @@ def test_another_topic_in_the_same_stream_stops_the_run_with_one_line(broker, tm
     log, _ = said
     (tmp_path / "stream").mkdir()
     (tmp_path / "stream" / ".source.json").write_text(json.dumps({"cluster_id": "elsewhere", "topic": "views"}))
-    watch = watching(broker, broker.topic(partitions=1), tmp_path, log)
-    try:
-        deadline = time.monotonic() + 30
-        with pytest.raises(UserError) as raised:
-            while time.monotonic() < deadline:
-                watch.looks()
-                time.sleep(0.1)
-    finally:
-        watch.stop(wait_s=30)
-    assert len(raised.value.lines()) == 1 and "this run's stream was read from cluster elsewhere topic views" in \
-        raised.value.lines()[0]
+    stopped = stopped_with(watching(broker, broker.topic(partitions=1), tmp_path, log), 30)
+    assert len(stopped.lines()) == 1 and "this run's stream was read from cluster elsewhere topic views" in \
+        stopped.lines()[0]
 
 
 def test_reading_pauses_while_training_lags_and_goes_on_once_ranges_are_trained(broker, tmp_path, said):
@@ -291,6 +283,19 @@ def test_messages_retention_deleted_before_they_were_read_are_counted_lost_and_r
     assert watch.lag.counts() == {"lost": 15, "malformed": 0}  # written with the next range: a restart counts on
 
 
+def stopped_with(watch: TopicWatch, timeout_s: float) -> UserError:
+    """The error that stops the run, as the follow loop's next look would raise it, within `timeout_s`."""
+    try:
+        deadline = time.monotonic() + timeout_s
+        with pytest.raises(UserError) as raised:
+            while time.monotonic() < deadline:
+                watch.looks()
+                time.sleep(0.1)
+        return raised.value
+    finally:
+        watch.stop(wait_s=30)
+
+
 def committed(broker, topic: str) -> dict[int, int]:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -316,14 +321,6 @@ def test_a_topic_deleted_and_created_again_stops_the_run_with_one_line(broker, t
     admin.delete_topics([topic])[topic].result(30)
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     Producer(broker, topic).send([b"new"] * 5)
-    again = watching(broker, topic, tmp_path, log)
-    try:
-        deadline = time.monotonic() + 60
-        with pytest.raises(UserError) as raised:
-            while time.monotonic() < deadline:
-                again.looks()
-                time.sleep(0.1)
-    finally:
-        again.stop(wait_s=30)
-    assert len(raised.value.lines()) == 1 and "below offset 50 this run has read to: the topic was deleted and " \
-        "created again" in raised.value.lines()[0]
+    stopped = stopped_with(watching(broker, topic, tmp_path, log), 60)
+    assert len(stopped.lines()) == 1 and "below offset 50 this run has read to: the topic was deleted and " \
+        "created again" in stopped.lines()[0]

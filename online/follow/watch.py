@@ -56,9 +56,14 @@ class FolderWatch:
 
     def looks(self) -> list[Look]:
         """The looks made since the last call, oldest first."""
-        found = []
-        while True:
-            try:
-                found.append(self._found.get_nowait())
-            except queue.Empty:
-                return found
+        return drained(self._found)
+
+
+def drained(found: queue.Queue) -> list:
+    """Everything queued in `found` now, oldest first, without waiting."""
+    taken = []
+    while True:
+        try:
+            taken.append(found.get_nowait())
+        except queue.Empty:
+            return taken

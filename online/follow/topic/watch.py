@@ -18,6 +18,7 @@ from common.errors import Problem, UserError
 from online.follow.identity import head_of
 from online.follow.intake import size_text
 from online.follow.landing import Landed, Look
+from online.follow.watch import drained
 from online.follow.topic import client
 from online.follow.topic.lag import Lag, trained_through
 from online.follow.topic.retirement import Retirement
@@ -75,12 +76,7 @@ class TopicWatch:
         Kafka cluster than the stream's record names)."""
         if self._fatal is not None:
             raise self._fatal
-        found = []
-        while True:
-            try:
-                found.append(self._found.get_nowait())
-            except queue.Empty:
-                return found
+        return drained(self._found)
 
     def _run(self) -> None:
         """Reads until stopped; a fault in one round (the broker gone mid-call, or one of ours, said once per kind)
