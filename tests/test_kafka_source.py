@@ -324,3 +324,32 @@ def test_a_topic_deleted_and_created_again_stops_the_run_with_one_line(broker, t
     stopped = stopped_with(watching(broker, topic, tmp_path, log), 60)
     assert len(stopped.lines()) == 1 and "below offset 50 this run has read to: the topic was deleted and " \
         "created again" in stopped.lines()[0]
+
+
+def test_partitions_are_taken_all_or_none_so_a_broker_lost_midway_never_restarts_one_from_zero(tmp_path, said):
+    """Pure logic: the stream's record says where both partitions stand; the broker fails while the second is
+    asked about: neither is taken, and the next round takes both where the record says, never from offset 0."""
+    import confluent_kafka as kafka
+
+    log, _ = said
+    spool = Spool(tmp_path, tfrecord=False)
+    spool.write(Segment(0, 0, 30, 30, 1000.0), [b"x"] * 30, {0: 30, 1: 40}, {"lost": 0, "malformed": 0})
+    watch = TopicWatch(parse(TOPIC), spool, piece_bytes=2000, cut_after_s=1, log=log, output=tmp_path)
+    answers = iter([(0, 50), kafka.KafkaException("gone"), (0, 50), (0, 60)])
+
+    def watermarks(partition, timeout):
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    topic = types.SimpleNamespace(partitions={0: None, 1: None})
+    assigned = []
+    consumer = types.SimpleNamespace(list_topics=lambda name, timeout: types.SimpleNamespace(topics={"clicks": topic}),
+                                     get_watermark_offsets=watermarks, incremental_assign=assigned.extend)
+    with pytest.raises(kafka.KafkaException):
+        watch._assign_new(kafka, consumer)
+    assert assigned == [] and watch._positions == {}
+    watch.lag.watermarks = lambda *args: None
+    watch._assign_new(kafka, consumer)
+    assert [(tp.partition, tp.offset) for tp in assigned] == [(0, 30), (1, 40)] and watch._positions == {0: 30, 1: 40}

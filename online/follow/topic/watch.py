@@ -176,19 +176,19 @@ class TopicWatch:
         except (kafka.KafkaException, KeyError) as error:
             self._unreachable(str(error))
             return
-        recorded = self.spool.positions() if not self._positions else {}
         new = [p for p in sorted(partitions) if p not in self._positions]
-        assign = []
-        for partition in new:
-            start = recorded.get(partition, 0)
-            low, _ = consumer.get_watermark_offsets(kafka.TopicPartition(self.address.topic, partition), timeout=5)
-            if low > start:
-                self._lost(partition, start, low)
-                start = low
-            self._positions[partition] = start
-            assign.append(kafka.TopicPartition(self.address.topic, partition, start))
+        recorded = self.spool.positions() if new else {}
+        starts, oldest = {p: recorded.get(p, 0) for p in new}, {}
+        for partition in new:  # all asked before any is taken: a failure midway leaves every one to the next round
+            oldest[partition], _ = consumer.get_watermark_offsets(kafka.TopicPartition(self.address.topic, partition),
+                                                                  timeout=5)
+        assign = [kafka.TopicPartition(self.address.topic, p, max(starts[p], oldest[p])) for p in new]
         if assign:
             consumer.incremental_assign(assign)
+            for partition in new:
+                if oldest[partition] > starts[partition]:
+                    self._lost(partition, starts[partition], oldest[partition])
+                self._positions[partition] = max(starts[partition], oldest[partition])
             self.log.info("%s: reading partition%s %s from offset%s %s", self.address, "s" * (len(assign) > 1),
                           ", ".join(str(tp.partition) for tp in assign), "s" * (len(assign) > 1),
                           ", ".join(str(tp.offset) for tp in assign))
