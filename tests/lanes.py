@@ -26,12 +26,14 @@ LANE_VARIABLE = "PSCLUSTER_TEST_LANE"  # read by conftest.py, which deselects th
 LANES = ("main", "multihost")
 NO_TESTS_RAN = 5  # pytest's exit code when a lane selected nothing
 OVER_BUDGET = 1
-# The most one lane of the whole suite may take, in wall seconds: the slowest fresh-clone run of 2026-12-02 (2,827 s,
-# raised from 2,700 with issue 59's real-server tests of a frozen worker at a chief's start and mid-run, an abandoned
-# closure queued again, and issue 58's ten version switches, about 250 s in all) plus 10 % for the spread on CI's
-# 2 cores. Lower it as the suite comes down (the aim
-# is 20 minutes); raise it only with the change that has to make the suite slower, saying why.
-LANE_BUDGET_S = 3100
+# The most one lane of the whole suite may take, in wall seconds: the slowest fresh-clone run, of 2026-12-03 08:31
+# (multihost 2,789 s; main past 3,200 s when it was stopped at 99 %, its last modules left), plus 10 % for the spread
+# on CI's 2 cores. Raised from 3,100 with issue 61's real-broker Kafka tests (about 250 s in main, 100 s in
+# multihost), on a day the machine ran every module slower (the multihost lane without them: 2,297 s the day
+# before, 2,690 s now); 3,100 had been raised from 2,700 with issues 58's and 59's real-server tests. Lower it as
+# the suite comes down (the aim is 20 minutes); raise it only with the change that has to make the suite slower,
+# saying why.
+LANE_BUDGET_S = 3600
 
 
 # Whole modules of loopback clusters that run in the multihost lane too: that lane mostly waits, and without them

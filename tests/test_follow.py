@@ -255,15 +255,16 @@ def test_a_frozen_worker_holds_up_no_checkpoint_or_version_and_its_piece_goes_to
     rows = {f"day_{i}.gz": 3000 for i in range(8)}  # whole pieces of 94 steps
     for i, name in enumerate(list(rows)[:4]):
         write_day(data, name, 3000, 3000 * i)
+    hidden = [write_hidden(data, name, 3000, 3000 * i) for i, name in enumerate(list(rows)[4:], start=4)]  # now:
+    # written later, on a loaded CI machine they took 5 s, and with the wait below the chief stopped idle first
     cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
-        **FOLLOW, "data_dir": str(data), "output_dir": str(output), "straggler_after_s": 0.5, "stop_when_idle_s": 12,
+        **FOLLOW, "data_dir": str(data), "output_dir": str(output), "straggler_after_s": 0.5, "stop_when_idle_s": 30,
         "checkpoint_every_s": 2, "serving_export_every_s": 10})
     worker = process.PidRecord.read(shared_servers.parent / "logs" / "worker-1.pid").pid
     chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
     try:
         assert wait_for_pattern(log, r"files 4/4 done", 300), log.read_text()[-3000:]
         wait_until_still(output)  # the other closures of pieces given twice have ended too
-        hidden = [write_hidden(data, name, 3000, 3000 * i) for i, name in enumerate(list(rows)[4:], start=4)]
         with Frozen(worker):
             before = len(log.read_text())
             for path in hidden:  # together: a test process held up between two writes (48 s once, in CI) would
