@@ -43,7 +43,8 @@ def test_a_slow_worker_killed_while_its_abandoned_piece_runs_costs_a_counted_pie
         worker = process.PidRecord.read(logs / "worker-1.pid").pid
         before = len(chief_log.read_text())
         os.killpg(worker, signal.SIGSTOP)  # slow: its running piece goes to worker 0 as well
-        given_twice = _wait_for(chief_log, before, r"(day_\d+): a piece .* given to another worker as well")
+        given_twice = _wait_for(chief_log, before, r"(day_\d+): a piece .* given to another worker as well",
+                                stacks_of=process.PidRecord.read(logs / "chief-0.pid").pid)
         assert wait_for_line(chief_log, f"{given_twice}: done", 120), _tail(chief_log)  # worker 0's closure won
         os.killpg(worker, signal.SIGKILL)  # then lost: TensorFlow queues its abandoned closure once more
         launcher_log = wait_for_launcher(logs, timeout_s=420)
@@ -62,13 +63,19 @@ def test_a_slow_worker_killed_while_its_abandoned_piece_runs_costs_a_counted_pie
     assert "worker:1 died" in launcher_log or "worker:1 exited" in launcher_log, launcher_log[-3000:]
 
 
-def _wait_for(log, after: int, pattern: str, timeout_s: float = 120) -> str:
-    """The first group of `pattern` in the log past character `after`, waited for."""
+def _wait_for(log, after: int, pattern: str, timeout_s: float = 120, stacks_of: int | None = None) -> str:
+    """The first group of `pattern` in the log past character `after`, waited for; when it does not come, the
+    task `stacks_of` writes its threads' stacks to the log first (common/stack_dump.py), to show where it waits."""
     for _ in range(int(timeout_s / 0.2)):
         found = re.search(pattern, log.read_text(errors="replace")[after:])
         if found:
             return found.group(1)
         time.sleep(0.2)
+    if stacks_of is not None:
+        os.kill(stacks_of, signal.SIGUSR1)
+        wait_for_line(log, "(most recent call first)", 10)  # written at once, every thread
+        raise AssertionError(f"no {pattern!r} in the log; the chief's threads then:\n"
+                             f"{log.read_text(errors='replace')[-40000:]}")
     raise AssertionError(f"no {pattern!r} in {_tail(log)}")
 
 
