@@ -22,6 +22,7 @@ def kafka():
     """The confluent_kafka module, or a user error saying how to install it."""
     try:
         import confluent_kafka
+        import confluent_kafka.admin  # noqa: F401 - kafka().admin.AdminClient
     except ImportError:
         raise UserError(Problem("training.data_dir", "kafka://...", "is a Kafka topic, but the Kafka client "
                                 "(confluent-kafka) is not installed on this host", "run sh roles/bootstrap.sh kafka "

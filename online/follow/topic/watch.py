@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from cluster.topic_address import TopicAddress
-from common.errors import Problem, UserError
+from common.errors import UserError
 from online.follow.identity import head_of
 from online.follow.intake import size_text
 from online.follow.landing import Landed, Look
@@ -22,6 +22,7 @@ from online.follow.watch import drained
 from online.follow.topic import client
 from online.follow.topic.lag import Lag, trained_through
 from online.follow.topic.retirement import Retirement
+from online.follow.topic.source_identity import source_problem, topic_id
 from online.follow.topic.spool import HeldRange, Segment, Spool
 from online.follow.topic.went_back import WentBack, went_back_error
 
@@ -48,7 +49,7 @@ class TopicWatch:
         self._stopped = threading.Event()
         self._fatal: UserError | None = None
         self._thread = threading.Thread(target=self._run, name="topic-watch", daemon=True)
-        self._kafka = None
+        self._kafka = self._admin = None
         self._held: dict[int, HeldRange] = {}
         self._positions: dict[int, int] = {}
         self._unreachable_since: float | None = None
@@ -117,20 +118,18 @@ class TopicWatch:
     def _connect(self, kafka):
         """A consumer once the topic's metadata could be read and the stream's record agrees with it."""
         consumer = kafka.Consumer(client.consumer_settings(self.address, self.group))
+        self._admin = self._admin or kafka.admin.AdminClient(client.admin_settings(self.address))
         try:
             metadata = consumer.list_topics(self.address.topic, timeout=10)
+            topic = metadata.topics.get(self.address.topic)
+            if topic is None or topic.error is not None or not topic.partitions:
+                raise kafka.KafkaException(f"topic {self.address.topic} not found ({topic and topic.error})")
+            self._check_source(metadata.cluster_id, topic_id(self._admin, self.address.topic))
         except kafka.KafkaException as error:
             consumer.close()
             self._unreachable(str(error))
             self._stopped.wait(2.0)
             return None
-        topic = metadata.topics.get(self.address.topic)
-        if topic is None or topic.error is not None or not topic.partitions:
-            self._unreachable(f"topic {self.address.topic} not found ({topic and topic.error})")
-            consumer.close()
-            self._stopped.wait(2.0)
-            return None
-        self._check_source(metadata.cluster_id)
         if self._fatal is not None:
             consumer.close()
             self._stopped.set()
@@ -138,16 +137,14 @@ class TopicWatch:
         self._reached()
         return consumer
 
-    def _check_source(self, cluster_id: str | None) -> None:
-        """The stream's files came from one Kafka cluster and topic: another one stops the run (with one line)."""
-        source, ours = self.spool.source(), {"cluster_id": cluster_id, "topic": self.address.topic}
-        if not source:
-            self.spool.record_source(ours)
-        elif source != ours:
-            self._fatal = UserError(Problem("training.data_dir", str(self.address), f"reaches Kafka cluster "
-                                            f"{cluster_id} topic {self.address.topic}, but this run's stream was read "
-                                            f"from cluster {source.get('cluster_id')} topic {source.get('topic')}",
-                                            "give the topic this run follows, or another output_dir to start over"))
+    def _check_source(self, cluster_id: str | None, found_id: str | None) -> None:
+        """The stream's files came from one Kafka cluster and topic (source_identity.py): another one stops the run.
+        A record without the topic's id takes it now."""
+        recorded = self.spool.source()
+        if recorded:
+            self._fatal = source_problem(recorded, str(self.address), cluster_id, self.address.topic, found_id)
+        if self._fatal is None and (not recorded or (found_id and not recorded.get("topic_id"))):
+            self.spool.record_source({"cluster_id": cluster_id, "topic": self.address.topic, "topic_id": found_id})
 
     def _unreachable(self, why: str) -> None:
         """The topic cannot be read now: said once, and the run is not idle meanwhile (stop_when_idle_s waits)."""
