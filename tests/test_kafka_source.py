@@ -6,6 +6,7 @@ counted, and trained offsets committed for lag tools."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from data.folder import SAMPLE_FILES
 from kafkakit import Producer, running_broker
 from online.follow.topic import client
 from online.follow.topic.retirement import Retirement
+from online.follow.topic.source_identity import source_problem, topic_id
 from online.follow.topic.spool import Segment, Spool, parse_name
 from online.follow.topic.watch import TopicWatch
 
@@ -352,6 +354,31 @@ def test_a_topic_created_again_with_more_messages_than_the_run_read_stops_a_resu
     stopped = stopped_with(watching(broker, topic, tmp_path, log), 30)
     assert len(stopped.lines()) == 1 and "but this run's stream was read from id" in stopped.lines()[0] and \
         "the topic was deleted and created again" in stopped.lines()[0]
+
+
+def test_a_topics_id_is_compared_when_both_sides_have_one_and_a_broker_without_ids_has_none():
+    """Pure logic: an earlier record (no id) or a broker without ids compares cluster and topic alone; the id
+    a broker that cannot be asked for it gives is none, and one out of reach raises (the watch waits)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    ours = {"cluster_id": "c1", "topic": "clicks", "topic_id": "id-1"}
+    assert source_problem(ours, "kafka://h:1/clicks", "c1", "clicks", "id-1") is None
+    assert source_problem({"cluster_id": "c1", "topic": "clicks"}, "kafka://h:1/clicks", "c1", "clicks", "id-2") \
+        is None
+    assert source_problem(ours, "kafka://h:1/clicks", "c1", "clicks", None) is None
+    recreated = source_problem(ours, "kafka://h:1/clicks", "c1", "clicks", "id-2")
+    assert len(recreated.lines()) == 1 and "has topic id id-2, but this run's stream was read from id id-1" in \
+        recreated.lines()[0]
+    assert "topic views" in source_problem(ours, "kafka://h:1/views", "c1", "views", "id-1").lines()[0]
+
+    def admin_failing(code):
+        failed = concurrent.futures.Future()
+        failed.set_exception(KafkaException(KafkaError(code)))
+        return types.SimpleNamespace(describe_topics=lambda topics, request_timeout: {"clicks": failed})
+
+    assert topic_id(admin_failing(KafkaError.UNSUPPORTED_VERSION), "clicks") is None
+    with pytest.raises(KafkaException):
+        topic_id(admin_failing(KafkaError._TRANSPORT), "clicks")
 
 
 def test_partitions_are_taken_all_or_none_so_a_broker_lost_midway_never_restarts_one_from_zero(tmp_path, said):

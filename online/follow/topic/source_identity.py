@@ -12,11 +12,17 @@ NO_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # the zero id: a broker without topic ids answ
 
 
 def topic_id(admin, topic: str) -> str | None:
-    """The topic's id as the broker gives it (base64), None when the broker has none; raises KafkaException while
-    the broker cannot be reached (within the request's own timeout)."""
-    from confluent_kafka import TopicCollection  # imported once the client is known to be installed
+    """The topic's id as the broker gives it (base64), None when the broker has none (older than Kafka 2.8: it
+    cannot be asked); raises KafkaException while the broker cannot be reached (within the request's own timeout)."""
+    from confluent_kafka import KafkaError, KafkaException, TopicCollection  # the client is known to be installed
 
-    found = str(admin.describe_topics(TopicCollection([topic]), request_timeout=10)[topic].result().topic_id)
+    try:
+        found = str(admin.describe_topics(TopicCollection([topic]), request_timeout=10)[topic].result().topic_id)
+    except KafkaException as error:
+        if error.args and getattr(error.args[0], "code", lambda: None)() in (KafkaError.UNSUPPORTED_VERSION,
+                                                                            KafkaError._UNSUPPORTED_FEATURE):
+            return None
+        raise
     return None if found in ("", "None", NO_ID) else found
 
 
