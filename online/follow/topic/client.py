@@ -66,5 +66,11 @@ def consumer_settings(address: TopicAddress, group: str) -> dict:
             "topic.metadata.refresh.interval.ms": 10_000}
 
 
+def settings_error(error) -> UserError:
+    """The client refused its settings: one of this host's properties (ours are valid), which no retry mends."""
+    return UserError(Problem(CREDENTIALS_ENV, os.environ.get(CREDENTIALS_ENV, "(not set)"), f"holds a property the "
+                             f"Kafka client refuses: {error}", "fix or remove that property"))
+
+
 def admin_settings(address: TopicAddress) -> dict:
     return {**credentials(), "bootstrap.servers": address.bootstrap}

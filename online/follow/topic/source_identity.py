@@ -26,6 +26,17 @@ def topic_id(admin, topic: str) -> str | None:
     return None if found in ("", "None", NO_ID) else found
 
 
+def checked_source(spool, address: str, cluster_id: str | None, topic: str,
+                   found_id: str | None) -> UserError | None:
+    """The error that stops the run when the stream's record names another source than the one reached (else
+    None; a stream without a record, or without the topic's id, records it now)."""
+    recorded = spool.source()
+    problem = source_problem(recorded, address, cluster_id, topic, found_id) if recorded else None
+    if problem is None and (not recorded or (found_id and not recorded.get("topic_id"))):
+        spool.record_source({"cluster_id": cluster_id, "topic": topic, "topic_id": found_id})
+    return problem
+
+
 def source_problem(recorded: dict, address: str, cluster_id: str | None, topic: str,
                    found_id: str | None) -> UserError | None:
     """The error that stops the run when the stream's record (`recorded`) names another source than the one

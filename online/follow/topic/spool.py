@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 from cluster.run_files import write_json_atomically
+from online.follow.identity import head_of
+from online.follow.landing import Landed
 
 POSITIONS, SOURCE = ".positions.json", ".source.json"
 _NAME = re.compile(r"p(\d{5})-(\d{20})-(\d{20})(\.tfrecord)?")
@@ -71,18 +73,33 @@ class Spool:
         record's (what a resume takes as its landing time); then the partitions' positions and `counts`."""
         path = self.root / segment.name(self.tfrecord)
         hidden = self.root / f".{path.name}.partial"
+        try:
+            self._write_hidden(hidden, records)
+            os.utime(hidden, (segment.oldest, segment.oldest))
+            os.replace(hidden, path)
+        finally:
+            hidden.unlink(missing_ok=True)  # a write that failed (a full disk) leaves nothing; the range is cut again
+        try:  # once the file is there, the range is written: positions() reads a stale record's ends off the names
+            write_json_atomically(self.root / POSITIONS, {"next": {str(p): o for p, o in sorted(positions.items())},
+                                                          "counts": counts})
+        except OSError:
+            pass
+        return path
+
+    def _write_hidden(self, hidden: Path, records: list[bytes]) -> None:
         if self.tfrecord:
             self.write_records(str(hidden), records)
-        else:
-            with open(hidden, "wb") as handle:
-                handle.writelines(_line(record) for record in records)
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.utime(hidden, (segment.oldest, segment.oldest))
-        os.replace(hidden, path)
-        write_json_atomically(self.root / POSITIONS, {"next": {str(p): o for p, o in sorted(positions.items())},
-                                                      "counts": counts})
-        return path
+            return
+        with open(hidden, "wb") as handle:
+            handle.writelines(_line(record) for record in records)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def landed(self, name: str, segment: Segment) -> Landed:
+        """File `name` of `segment` as the follow loop takes a landed file: landed when its oldest record was made."""
+        stat = (self.root / name).stat()
+        return Landed(name, stat.st_size, stat.st_mtime, segment.oldest or stat.st_mtime, stat.st_dev, stat.st_ino,
+                      head_of(self.root / name))
 
     def source(self) -> dict:
         return _read(self.root / SOURCE)

@@ -3,8 +3,8 @@ from where the stream's own record says each partition stands (never a consumer 
 ranges of a partition (spool.py) once a range holds a piece's bytes or its oldest record waited `data_poll_s`, each
 queued for the follow loop as a file landed when its oldest record was produced. New partitions are read from their
 start. Ranges a settled checkpoint trained (safe_to_delete.json) are removed, their end committed to the group
-`pscluster.<topic>` for lag tools. Reading pauses while what is not trained yet (the loop says: `pending`) holds
-SPOOL_AHEAD_PIECES pieces: a producer faster than training grows lag, not the chief's memory or disk."""
+`pscluster.<topic>` for lag tools. Reading pauses while too much is not trained yet (pacing.py). A batch taken only
+in part (a fault midway) is read again by a new consumer from where what was kept ends."""
 
 from __future__ import annotations
 
@@ -15,19 +15,17 @@ from pathlib import Path
 
 from cluster.topic_address import TopicAddress
 from common.errors import UserError
-from online.follow.identity import head_of
-from online.follow.intake import size_text
-from online.follow.landing import Landed, Look
+from online.follow.landing import Look
 from online.follow.watch import drained
 from online.follow.topic import client
 from online.follow.topic.lag import Lag, trained_through
+from online.follow.topic.pacing import Pacing
 from online.follow.topic.retirement import Retirement
-from online.follow.topic.source_identity import source_problem, topic_id
+from online.follow.topic.source_identity import checked_source, topic_id
 from online.follow.topic.spool import HeldRange, Segment, Spool
 from online.follow.topic.went_back import WentBack, went_back_error
 
 BATCH = 10_000  # records asked of the client at once
-SPOOL_AHEAD_PIECES = 64  # ranges written but not yet trained, in pieces, before reading pauses
 METADATA_EVERY_S = 10.0  # new partitions are looked for this often
 RETIRE_EVERY_S = 2.0  # trained ranges removed (and their offsets committed) this often
 MALFORMED_SAID = 10  # malformed messages said in the log; all are counted
@@ -51,13 +49,15 @@ class TopicWatch:
         self._thread = threading.Thread(target=self._run, name="topic-watch", daemon=True)
         self._kafka = self._admin = None
         self._held: dict[int, HeldRange] = {}
-        self._positions: dict[int, int] = {}
+        self._positions: dict[int, int] = {}  # where each partition's next range starts
+        self._assigned: set[int] = set()  # partitions the consumer reads
+        self._rewind = False  # a batch was taken in part: the next consumer reads again from what was kept
         self._unreachable_since: float | None = None
-        self._untrained = self._cut_since = 0  # bytes not yet trained: pending() and _cut()
+        self.pacing = Pacing(piece_bytes, self.lag, log, address)
 
     def start(self) -> "TopicWatch":
         self._kafka = client.kafka()  # a missing client is a user error at start, not a thread that dies
-        self._found.put(Look(landed=[self._landed(name, segment) for name, segment in self.spool.segments()]))
+        self._found.put(Look(landed=[self.spool.landed(name, segment) for name, segment in self.spool.segments()]))
         self._thread.start()
         return self
 
@@ -87,19 +87,30 @@ class TopicWatch:
         while not self._stopped.is_set():
             try:
                 if consumer is None:
-                    consumer = self._connect(kafka)
+                    consumer, rounds["metadata"] = self._connect(kafka), 0.0  # a new one is assigned at once
                 else:
                     self._round(kafka, consumer, rounds)
             except kafka.KafkaException as error:
                 self._unreachable(str(error))
-                self._stopped.wait(2.0)
+                consumer = self._after_fault(consumer)
             except Exception as error:  # noqa: BLE001 - a fault of ours: said once, and the next round tries
                 if type(error).__name__ not in faults:
                     faults.add(type(error).__name__)
                     self.log.exception("reading %s failed; trying again", self.address)
-                self._stopped.wait(2.0)
+                consumer = self._after_fault(consumer)
         if consumer is not None:
             consumer.close()
+
+    def _after_fault(self, consumer):
+        """Waits 2 s; a consumer whose batch was taken only in part is closed (the client has moved past messages
+        not kept): the next one reads every partition again from where what was kept ends."""
+        self._stopped.wait(2.0)
+        if not self._rewind or consumer is None:
+            return consumer
+        consumer.close()
+        self._rewind, self.lag.paused = False, False
+        self._assigned.clear()
+        return None
 
     def _round(self, kafka, consumer, rounds: dict) -> None:
         """New partitions every METADATA_EVERY_S, trained ranges retired every RETIRE_EVERY_S, then a batch read
@@ -111,22 +122,35 @@ class TopicWatch:
         if now >= rounds["retire"]:
             rounds["retire"] = now + RETIRE_EVERY_S
             self._retire(kafka, consumer)
-        self._pace(consumer)
-        self._take(kafka, consumer, consumer.consume(self.batch, timeout=0.5))
+        self.pacing.apply(consumer)
+        messages = consumer.consume(self.batch, timeout=0.5)
+        try:
+            self._take(kafka, consumer, messages)
+        except BaseException:
+            self._rewind = True
+            raise
         self._cut(time.monotonic())
 
     def _connect(self, kafka):
         """A consumer once the topic's metadata could be read and the stream's record agrees with it."""
-        consumer = kafka.Consumer(client.consumer_settings(self.address, self.group))
-        self._admin = self._admin or kafka.admin.AdminClient(client.admin_settings(self.address))
+        try:
+            consumer = kafka.Consumer(client.consumer_settings(self.address, self.group))
+            self._admin = self._admin or kafka.admin.AdminClient(client.admin_settings(self.address))
+        except kafka.KafkaException as error:  # a property the client refuses: no retry mends it
+            self._fatal = client.settings_error(error)
+            self._stopped.set()
+            return None
         try:
             metadata = consumer.list_topics(self.address.topic, timeout=10)
             topic = metadata.topics.get(self.address.topic)
             if topic is None or topic.error is not None or not topic.partitions:
                 raise kafka.KafkaException(f"topic {self.address.topic} not found ({topic and topic.error})")
-            self._check_source(metadata.cluster_id, topic_id(self._admin, self.address.topic))
-        except kafka.KafkaException as error:
+            self._fatal = checked_source(self.spool, str(self.address), metadata.cluster_id, self.address.topic,
+                                         topic_id(self._admin, self.address.topic))
+        except BaseException as error:
             consumer.close()
+            if not isinstance(error, kafka.KafkaException):
+                raise
             self._unreachable(str(error))
             self._stopped.wait(2.0)
             return None
@@ -136,15 +160,6 @@ class TopicWatch:
             return None
         self._reached()
         return consumer
-
-    def _check_source(self, cluster_id: str | None, found_id: str | None) -> None:
-        """The stream's files came from one Kafka cluster and topic (source_identity.py): another one stops the run.
-        A record without the topic's id takes it now."""
-        recorded = self.spool.source()
-        if recorded:
-            self._fatal = source_problem(recorded, str(self.address), cluster_id, self.address.topic, found_id)
-        if self._fatal is None and (not recorded or (found_id and not recorded.get("topic_id"))):
-            self.spool.record_source({"cluster_id": cluster_id, "topic": self.address.topic, "topic_id": found_id})
 
     def _unreachable(self, why: str) -> None:
         """The topic cannot be read now: said once, and the run is not idle meanwhile (stop_when_idle_s waits)."""
@@ -173,19 +188,24 @@ class TopicWatch:
         except (kafka.KafkaException, KeyError) as error:
             self._unreachable(str(error))
             return
-        new = [p for p in sorted(partitions) if p not in self._positions]
-        recorded = self.spool.positions() if new else {}
-        starts, oldest = {p: recorded.get(p, 0) for p in new}, {}
+        self._reached()
+        new = [p for p in sorted(partitions) if p not in self._assigned]
+        recorded = self.spool.positions() if set(new) - set(self._positions) else {}
+        starts, oldest = {p: self._read_to(p) if p in self._positions else recorded.get(p, 0) for p in new}, {}
         for partition in new:  # all asked before any is taken: a failure midway leaves every one to the next round
             oldest[partition], _ = consumer.get_watermark_offsets(kafka.TopicPartition(self.address.topic, partition),
                                                                   timeout=5)
         assign = [kafka.TopicPartition(self.address.topic, p, max(starts[p], oldest[p])) for p in new]
         if assign:
             consumer.incremental_assign(assign)
+            if self.lag.paused:
+                consumer.pause(assign)
+            self._assigned.update(new)
             for partition in new:
                 if oldest[partition] > starts[partition]:
                     self._lost(partition, starts[partition], oldest[partition])
-                self._positions[partition] = max(starts[partition], oldest[partition])
+                if partition not in self._held:  # a held range goes on at its end, the gap counted lost
+                    self._positions[partition] = max(starts[partition], oldest[partition])
             self.log.info("%s: reading partition%s %s from offset%s %s", self.address, "s" * (len(assign) > 1),
                           ", ".join(str(tp.partition) for tp in assign), "s" * (len(assign) > 1),
                           ", ".join(str(tp.offset) for tp in assign))
@@ -223,16 +243,21 @@ class TopicWatch:
             self._unreachable(error.str())
             return
         partition = message.partition()  # retention deleted records not read yet: read on from the oldest left
-        held = self._held.get(partition)
-        position = held.end if held else self._positions[partition]
+        position = self._read_to(partition)
         low, high = consumer.get_watermark_offsets(kafka.TopicPartition(self.address.topic, partition), timeout=5)
         if high < position:
             self._went_back(partition, high, position)
-        elif low > position:
+            return
+        if low > position:
             self._lost(partition, position, low)
-            if held is None:
+            if partition not in self._held:
                 self._positions[partition] = low
-            consumer.seek(kafka.TopicPartition(self.address.topic, partition, max(low, position)))
+        consumer.seek(kafka.TopicPartition(self.address.topic, partition, max(low, position)))  # fetching again
+
+    def _read_to(self, partition: int) -> int:
+        """Where the partition's messages kept end: its held range's end, or where its next range starts."""
+        held = self._held.get(partition)
+        return held.end if held else self._positions[partition]
 
     def _went_back(self, partition: int, end: int, position: int) -> None:
         self._fatal = went_back_error(str(self.address), partition, end, position)
@@ -246,32 +271,13 @@ class TopicWatch:
             segment = Segment(partition, held.first, held.end, len(held.records), held.oldest or time.time())
             self._positions[partition] = held.end
             path = self.spool.write(segment, held.records, self._positions, self.lag.counts())
-            self._cut_since += held.bytes
+            self.pacing.cut(held.bytes)
             del self._held[partition]
-            self._put(Look(landed=[self._landed(path.name, segment)]))
-
-    def _landed(self, name: str, segment: Segment) -> Landed:
-        stat = (self.spool.root / name).stat()
-        return Landed(name, stat.st_size, stat.st_mtime, segment.oldest or stat.st_mtime, stat.st_dev, stat.st_ino,
-                      head_of(self.spool.root / name))
+            self._put(Look(landed=[self.spool.landed(path.name, segment)]))
 
     def pending(self, untrained_bytes: int) -> None:
         """The follow loop's count, each beat, of the bytes landed and not yet trained."""
-        self._untrained, self._cut_since = untrained_bytes, 0
-
-    def _pace(self, consumer) -> None:
-        """Pauses reading while the ranges not yet trained (as the loop last counted them, and those cut since)
-        hold SPOOL_AHEAD_PIECES pieces; resumes below half."""
-        ahead = self._untrained + self._cut_since
-        assigned = consumer.assignment()
-        if ahead >= SPOOL_AHEAD_PIECES * self.piece_bytes and not self.lag.paused:
-            consumer.pause(assigned)
-            self.lag.paused = True
-            self.log.info("%s: %s read and not yet trained: reading pauses until training catches up",
-                          self.address, size_text(ahead))
-        elif self.lag.paused and ahead < SPOOL_AHEAD_PIECES * self.piece_bytes // 2:
-            consumer.resume(assigned)
-            self.lag.paused = False
+        self.pacing.pending(untrained_bytes)
 
     def _retire(self, kafka, consumer) -> None:
         """Ranges a settled checkpoint trained are removed; each partition's trained end goes to the monitoring

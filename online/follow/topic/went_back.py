@@ -47,7 +47,8 @@ class WentBack:
                 if message is not None and message.error() is None and message.offset() >= offset:
                     return True
                 if message is not None and message.error() is not None:
-                    if message.error().code() == kafka.KafkaError.OFFSET_OUT_OF_RANGE:
+                    if message.error().code() in (kafka.KafkaError.OFFSET_OUT_OF_RANGE,
+                                                  kafka.KafkaError._AUTO_OFFSET_RESET):  # librdkafka's wording of it
                         return False
                     raise kafka.KafkaException(message.error())  # out of reach now: decided later
             consumer.list_topics(topic, timeout=5)  # still reached: its silence is an answer
