@@ -6,6 +6,7 @@ from typing import Any
 
 from cluster.strategies import StrategyName
 from cluster.topic_address import address_problems, is_topic
+from cluster.training_names import USER_MODEL_PATTERN
 from cluster.training_options import TrainingOptions
 from common.errors import Problem
 from common.fields import INT32_MAX, MAX_SECONDS, Check, int_in, is_number, seconds, seconds_check
@@ -30,6 +31,8 @@ CHECKS = {
                          "use true to train on files as they land, false for epochs over a fixed data set"),
     "follow_pattern": Check(_pattern, "must be a glob relative to data_dir", 'use e.g. "*", "part-*.gz" or '
                             '"*/part-*"'),
+    "topic_parser": Check(lambda v: v is None or (isinstance(v, str) and bool(USER_MODEL_PATTERN.match(v))),
+                          "must be null or package.module:function", 'use e.g. "myclicks.parse:click"'),
     "data_poll_s": seconds_check("10"),
     "stop_when_idle_s": Check(lambda v: (is_number(v) and v == 0) or seconds(v),
                               f"must be 0 or a positive number of seconds, at most {MAX_SECONDS}",
@@ -63,6 +66,9 @@ def follow_problems(options: TrainingOptions, prefix: str) -> list[Problem]:
     if is_topic(options.data_dir) and not options.follow_data:
         return [Problem(f"{prefix}data_dir", options.data_dir, "is a Kafka topic, which is only ever followed: it has "
                         "no end to make epochs of", "set training.follow_data true")]
+    if options.topic_parser is not None and not is_topic(options.data_dir):
+        return [Problem(f"{prefix}topic_parser", options.topic_parser, "parses a Kafka topic's messages, but "
+                        "data_dir is not a topic", "use null, or name a topic: kafka://HOST:PORT/TOPIC")]
     if not options.follow_data:
         return []
     topic = address_problems(options.data_dir, f"{prefix}data_dir")

@@ -119,6 +119,11 @@ class TrainingOptions:
     follow_pattern: str = _option("*", "follow_data: the files under data_dir that are data, a glob relative to it "
                                        "(e.g. part-*.gz or */part-*); names beginning with . or _ never are, so "
                                        "write to .name.tmp and rename")
+    topic_parser: str | None = _option(None, "a followed Kafka topic's messages in your own format: "
+                                       "package.module:function, called on the chief with each message's bytes "
+                                       "and returning the record to train (a Criteo line, or with dataset "
+                                       "tfrecord a tf.train.Example or its bytes); None or an error skips the "
+                                       "message, counted as malformed (docs/kafka.md)")
     data_poll_s: float = _option(10.0, "follow_data: seconds between looks at data_dir (a look reads the folder; "
                                        "it opens only files it does not hold yet)")
     settle_s: float = _option(30.0, "follow_data: a file is taken once its size and modification time stood still "

@@ -1,6 +1,6 @@
-"""The user's code named in cluster.json (a model or dataset function), checked on the lead's host before any task
-starts: in a child process with the chief's python, directory and environment (the module may import TensorFlow,
-whose noise stays out of here), which prints one line per problem as JSON."""
+"""The user's code named in cluster.json (a model, dataset or topic parser function), checked on the lead's host
+before any task starts: in a child process with the chief's python, directory and environment (the module may
+import TensorFlow, whose noise stays out of here), which prints one line per problem as JSON."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from cluster.training_names import USER_MODEL_PATTERN
 
 
 def problems(config: ClusterConfig, python: str | None) -> list[str]:
-    """Every problem of the user model and the user dataset function, one line each, checked with `python` (the
-    lead's; when it is missing, machine_problems says so and nothing is checked here)."""
+    """Every problem of the user model, the user dataset function and the topic parser, one line each, checked with
+    `python` (the lead's; when it is missing, machine_problems says so and nothing is checked here)."""
     if python is None:
         return []
-    return model_problems(config, python) + dataset_problems(config, python)
+    return model_problems(config, python) + dataset_problems(config, python) + parser_problems(config, python)
 
 
 def model_problems(config: ClusterConfig, python: str) -> list[str]:
@@ -40,6 +40,15 @@ def dataset_problems(config: ClusterConfig, python: str) -> list[str]:
     steps = json.dumps(training.steps_per_epoch)
     evaluator = json.dumps(bool(config.jobs.get("evaluator")))
     return _checked_in_child(config, python, "training.dataset", spec, ["data.user_pipeline", spec, steps, evaluator])
+
+
+def parser_problems(config: ClusterConfig, python: str) -> list[str]:
+    """A topic parser (`training.topic_parser`) the chief could not call on a message: importable, a function of
+    one argument."""
+    spec = config.training.topic_parser
+    if spec is None:
+        return []
+    return _checked_in_child(config, python, "training.topic_parser", spec, ["online.follow.topic.parser", spec])
 
 
 def _checked_in_child(config: ClusterConfig, python: str, field: str, spec: str, module_args: list[str]) -> list[str]:

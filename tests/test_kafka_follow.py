@@ -112,10 +112,40 @@ def test_a_topic_followed_trains_every_message_once_through_a_chief_killed_and_a
     assert "messages behind its end" in log.read_text() + resumed_log
 
 
+PARSER = """
+import json
+
+import tensorflow as tf
+
+KINDS = {int: lambda v: tf.train.Feature(int64_list=tf.train.Int64List(value=v)),
+         float: lambda v: tf.train.Feature(float_list=tf.train.FloatList(value=v)),
+         str: lambda v: tf.train.Feature(bytes_list=tf.train.BytesList(value=[x.encode() for x in v]))}
+TYPES = {"price": float, "position": float, "clicked": int, "visits": int, "item": int, "country": str, "tags": str}
+
+
+def click(message):
+    if not message.startswith(b"{"):
+        return message  # a serialized tf.train.Example, from a producer not moved to JSON yet
+    row = json.loads(message)
+    return tf.train.Example(features=tf.train.Features(feature={name: KINDS[TYPES[name]](values)
+                                                                for name, values in row.items()}))
+"""
+
+
+def as_json(example) -> bytes:
+    """A tf.train.Example's features as a JSON object of lists, as a producer of JSON clicks would send it."""
+    row = {}
+    for name, feature in example.features.feature.items():
+        values = list(getattr(feature, feature.WhichOneof("kind")).value)
+        row[name] = [value.decode() if isinstance(value, bytes) else value for value in values]
+    return json.dumps(row).encode()
+
+
 def test_examples_from_a_topic_heal_a_worker_and_a_ps_killed_mid_stream(tmp_path, broker):
-    """Serialized tf.train.Examples as messages (the TFRecord schema), a run started as a user starts one, a worker
-    and then a ps SIGKILLed while ranges train: the launcher heals both, and every good message is trained, once by
-    name; the steps a killed worker took stay in the model (at least once), none is lost."""
+    """Serialized tf.train.Examples as messages (the TFRecord schema), then JSON clicks through the user's own
+    parser (training.topic_parser), a run started as a user starts one, a worker and then a ps SIGKILLed while
+    ranges train: the launcher heals both, and every good message is trained, once by name; the steps a killed
+    worker took stay in the model (at least once), none is lost."""
     import numpy as np
 
     import datakit
@@ -126,12 +156,15 @@ def test_examples_from_a_topic_heal_a_worker_and_a_ps_killed_mid_stream(tmp_path
     producer = Producer(broker, topic)
     rng = np.random.default_rng(0)
 
-    def examples(count: int, first: int) -> list[bytes]:
-        return [datakit.click_example(number, rng).SerializeToString() for number in range(first, first + count)]
+    def examples(count: int, first: int, form=lambda example: example.SerializeToString()) -> list[bytes]:
+        return [form(datakit.click_example(number, rng)) for number in range(first, first + count)]
+
+    (tmp_path / "json_clicks.py").write_text(PARSER)
 
     training = {**FOLLOW, "dataset": "tfrecord", "tfrecord_features": datakit.CLICK_SCHEMA,
                 "numeric_features": datakit.CLICK_NUMERIC, "categorical_features": datakit.CLICK_CATEGORICAL,
                 "data_dir": broker.url(topic), "output_dir": str(output), "stop_when_idle_s": 10,
+                "topic_parser": "json_clicks:click",
                 "serving_delta_every_s": 0, "serving_export_every_s": 600}
     document = cluster_document(workers=2, ps=1, evaluator=False, logs_dir=str(logs), training=training)
     document["launcher"].update(restart_backoff_s=0.5, poll_s=0.5)
@@ -140,7 +173,8 @@ def test_examples_from_a_topic_heal_a_worker_and_a_ps_killed_mid_stream(tmp_path
     chief_log = logs / "chief-0.log"
     try:
         started = subprocess.run(["sh", str(ROOT / "run.sh"), "--detach", str(path)], capture_output=True,
-                                 text=True, timeout=120, stdin=subprocess.DEVNULL)
+                                 text=True, timeout=120, stdin=subprocess.DEVNULL,
+                                 env={**os.environ, "PYTHONPATH": str(tmp_path)})  # where json_clicks is
         assert started.returncode == 0, started.stderr
         assert wait_for_pattern(chief_log, r"done, \d+ examples", 240), chief_log.read_text()[-3000:]
         at = len(chief_log.read_text(errors="replace"))
@@ -151,7 +185,7 @@ def test_examples_from_a_topic_heal_a_worker_and_a_ps_killed_mid_stream(tmp_path
         producer.send(examples(300, 600))
         assert wait_for_pattern(chief_log, r"done, \d+ examples", 240, after=at), chief_log.read_text()[-3000:]
         at = len(chief_log.read_text(errors="replace"))
-        producer.send(examples(100, 900) + [b"junk again"])
+        producer.send(examples(100, 900, as_json) + [b"junk again", b'{"clicked": [1'])  # the rest as JSON
         assert wait_for_pattern(chief_log, r"tfrecord: started", 120, after=at)
         os.killpg(process.PidRecord.read(logs / "ps-0.pid").pid, signal.SIGKILL)
         launcher_log = wait_for_launcher(logs)
@@ -161,6 +195,7 @@ def test_examples_from_a_topic_heal_a_worker_and_a_ps_killed_mid_stream(tmp_path
     summary = summary_of(output)
     follow = summary["follow"]
     assert sum(f["examples"] for f in follow["per_file"]) == 1000, follow["per_file"]
-    assert follow["topic"]["messages_malformed"] == 2 and follow["topic"]["messages_lost"] == 0
+    assert follow["topic"]["messages_malformed"] == 3 and follow["topic"]["messages_lost"] == 0
+    assert "training.topic_parser raised JSONDecodeError" in chief_log.read_text()
     assert summary["optimizer_steps"] >= follow["steps"]  # a killed worker's steps stay in the model
     assert "resuming" in chief_log.read_text()

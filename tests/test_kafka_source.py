@@ -10,6 +10,8 @@ import concurrent.futures
 import json
 import logging
 import os
+import subprocess
+import sys
 import time
 import types
 from pathlib import Path
@@ -22,7 +24,7 @@ from cluster.training_parse import parse_training_options
 from common.errors import UserError
 from data.folder import SAMPLE_FILES
 from kafkakit import Producer, running_broker
-from online.follow.topic import client
+from online.follow.topic import client, parser
 from online.follow.topic.retirement import Retirement
 from online.follow.topic.source_identity import source_problem, topic_id
 from online.follow.topic.spool import Segment, Spool, parse_name
@@ -48,7 +50,11 @@ def test_a_topic_address_is_read_in_one_form(text, parsed):
     ({**CLICKS, "follow_data": False}, f"training.data_dir = '{TOPIC}': is a Kafka topic, which is only ever "
                                        "followed: it has no end to make epochs of; set training.follow_data true"),
     ({**CLICKS, "data_dir": "kafka://host/clicks"}, "training.data_dir = 'kafka://host/clicks': is not a Kafka "
-                                                    "topic of the form kafka://HOST:PORT[,HOST:PORT]/TOPIC")])
+                                                    "topic of the form kafka://HOST:PORT[,HOST:PORT]/TOPIC"),
+    ({**CLICKS, "data_dir": "/data/clicks", "topic_parser": "mine:click"}, "training.topic_parser = 'mine:click': "
+     "parses a Kafka topic's messages, but data_dir is not a topic"),
+    ({**CLICKS, "topic_parser": "mine.click"}, "training.topic_parser = 'mine.click': must be null or "
+     "package.module:function")])
 def test_each_topic_mistake_is_one_line(raw, expected):
     with pytest.raises(UserError) as raised:
         parse_training_options(raw)
@@ -260,13 +266,13 @@ def test_a_batch_taken_in_part_is_read_again_from_what_was_kept_by_a_new_consume
     producer.send([b"%d" % number for number in range(400)])
     failed = []
 
-    def fails_once(record: bytes) -> str:
+    def fails_once(record: bytes) -> tuple[bytes, str]:
         if record == b"200" and not failed:
             failed.append(record)
             raise RuntimeError("a fault of ours")
-        return ""
+        return record, ""
 
-    watch = watching(broker, topic, tmp_path, log, problem=fails_once)
+    watch = watching(broker, topic, tmp_path, log, prepare=fails_once)
     try:
         looks = Looks(watch).until(400)
     finally:
@@ -286,13 +292,60 @@ def test_a_property_the_client_refuses_stops_the_run_with_one_line(broker, tmp_p
         "no.such.property" in stopped.lines()[0]
 
 
+def test_the_users_parser_makes_each_message_a_record_and_what_it_cannot_parse_is_skipped_with_why():
+    """Pure logic (parser.py): a line or an example (or its bytes) kept; None, an error, several lines, or another
+    type skipped with the reason."""
+    def parse(message: bytes):
+        row = json.loads(message)
+        return {"line": lambda: "\t".join(row["fields"]) + "\n", "none": lambda: None, "two": lambda: "a\nb",
+                "number": lambda: 7, "example": lambda: types.SimpleNamespace(SerializeToString=lambda: b"ex")}[
+                    row["kind"]]()
+
+    lines, examples = parser.preparing(parse, tfrecord=False), parser.preparing(parse, tfrecord=True)
+    assert lines(b'{"kind": "line", "fields": ["1", "2"]}') == (b"1\t2", "")
+    assert examples(b'{"kind": "example"}') == (b"ex", "")
+    assert lines(b'{"kind": "none"}')[1] == "training.topic_parser returned None"
+    assert lines(b'{"kind": "two"}')[1] == "training.topic_parser returned more than one line"
+    assert lines(b'{"kind": "number"}')[1] == "training.topic_parser returned a value of type int, not a line"
+    assert lines(b"{")[1].startswith("training.topic_parser raised JSONDecodeError: ")
+
+
+def test_a_parser_that_cannot_take_a_message_is_refused_before_any_task_starts(tmp_path):
+    (tmp_path / "mine.py").write_text("def click(message):\n    return message\n\ndef two(a, b):\n    return a\n")
+
+    def problems(spec: str) -> list[str]:
+        checked = subprocess.run([sys.executable, "-m", "online.follow.topic.parser", spec], capture_output=True,
+                                 text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+        return json.loads(checked.stdout)
+
+    assert problems("mine:click") == []
+    assert problems("mine:two") == ["training.topic_parser = 'mine:two': cannot be called with one argument (a "
+                                    "message's bytes); take the message as the one required parameter"]
+    assert "has no function nothing" in problems("mine:nothing")[0]
+
+
+def test_messages_in_the_users_own_format_land_as_lines_and_unparsable_ones_are_counted(broker, tmp_path, said):
+    log, lines = said
+    topic = broker.topic(partitions=1)
+    Producer(broker, topic).send([json.dumps({"fields": ["1", str(n)]}).encode() for n in range(5)] + [b"{oops"])
+    prepare = parser.preparing(lambda message: "\t".join(json.loads(message)["fields"]), tfrecord=False)
+    watch = watching(broker, topic, tmp_path, log, prepare=prepare)
+    try:
+        looks = Looks(watch).until(6)
+    finally:
+        watch.stop(wait_s=30)
+    held = b"".join((tmp_path / "stream" / landed.name).read_bytes() for landed in looks.landed)
+    assert held == b"".join(b"1\t%d\n" % n for n in range(5)) and watch.lag.malformed == 1
+    assert any("offset 5: skipped, training.topic_parser raised JSONDecodeError" in line for line in lines.lines)
+
+
 def test_a_frozen_broker_is_waited_for_and_malformed_records_are_skipped_and_counted(broker, tmp_path, said):
     log, lines = said
     topic = broker.topic(partitions=1)
     producer = Producer(broker, topic)
     producer.send([b"good 1", b"bad", b"good 2"])
-    watch = watching(broker, topic, tmp_path, log, problem=lambda record: "" if record.startswith(b"good") else
-                     "not good")
+    watch = watching(broker, topic, tmp_path, log, prepare=lambda record: (record, "" if record.startswith(b"good")
+                                                                          else "not good"))
     looks = Looks(watch)
     try:
         looks.until(3)

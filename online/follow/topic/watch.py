@@ -36,9 +36,9 @@ class TopicWatch:
     size, `cut_after_s` how long a range's oldest record waits for more; `log` says what happens."""
 
     def __init__(self, address: TopicAddress, spool: Spool, *, piece_bytes: int, cut_after_s: float, log,
-                 output: Path, problem=None, batch: int = BATCH):
+                 output: Path, prepare=None, batch: int = BATCH):
         self.address, self.spool, self.log = address, spool, log
-        self.problem, self.batch = problem, batch  # problem: why a record cannot be trained ('' when it can)
+        self.prepare, self.batch = prepare, batch  # prepare: (the record to keep, why it cannot be trained or '')
         self.piece_bytes, self.cut_after_s, self.group = piece_bytes, cut_after_s, f"pscluster.{address.topic}"
         self.lag = Lag(**spool.counts())  # what earlier chiefs of this run counted
         self._went_back_check = WentBack(client.consumer_settings(address, self.group))
@@ -224,7 +224,7 @@ class TopicWatch:
                 continue
             partition, value = message.partition(), message.value() or b""
             held = self._held.setdefault(partition, HeldRange(self._positions[partition], time.monotonic()))
-            why = self.problem(value) if self.problem else ""
+            value, why = self.prepare(value) if self.prepare else (value, "")
             if why:
                 held.end = message.offset() + 1
                 self._malformed(partition, message.offset(), why)
