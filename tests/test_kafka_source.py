@@ -248,7 +248,9 @@ def test_reading_pauses_while_training_lags_and_goes_on_once_ranges_are_trained(
     finally:
         watch.stop(wait_s=30)
     assert lines.wait_for("read and not yet trained: reading pauses", 1)
-    assert 128_000 <= largest < 170_000  # bounded: a batch and a beat of ranges past it, never all 300 KB
+    # bounded: a batch and a beat of ranges past it, never all 300 KB; and it reached the bound, less the range a
+    # beat of this trainer may have trained after the watch last counted (CI once saw 126,000 here)
+    assert 124_000 <= largest < 170_000
     kept = {path.name for path in (tmp_path / "stream").glob("p*")}
     assert len(kept) == SAMPLE_FILES and kept <= trained and set(looks.gone) <= trained  # the newest kept: a sample
     deadline = time.monotonic() + 30
