@@ -33,4 +33,3 @@ class Pacing:
         elif self.lag.paused and ahead < self.bound // 2:
             consumer.resume(consumer.assignment())
             self.lag.paused = False
-
