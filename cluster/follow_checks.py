@@ -51,6 +51,8 @@ CHECKS = {
     "serving_delta_every_s": Check(lambda v: (is_number(v) and v == 0) or seconds(v),
                                    f"must be 0 or a positive number of seconds, at most {MAX_SECONDS}",
                                    "use e.g. 10, or 0 to write no deltas"),
+    "serving_delta_switch_mb": Check(lambda v: is_number(v) and 0 <= v <= 1 << 30,
+                                     f"must be a number of MB from 0 to {1 << 30}", "use e.g. 16, or 0"),
     "serving_checkpoint": Check(lambda v: v in SERVING_CHECKPOINTS, f"must be one of {', '.join(SERVING_CHECKPOINTS)}",
                                 "use beside (hand-out never pauses for a version) or settled (the workers drain "
                                 "for its checkpoint)"),

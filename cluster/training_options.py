@@ -155,6 +155,10 @@ class TrainingOptions:
                                                 "output/serving/deltas for the newest version's apply_delta "
                                                 "signature (python -m online.publish.follower); a run ends "
                                                 "with one; 0 writes none")
+    serving_delta_switch_mb: float = _option(16.0, "follow_data with serving deltas: a delta that would carry more "
+                                                   "than half its version's bytes is replaced by a version (said "
+                                                   "once), unless it is under this many MB (a version's checkpoint "
+                                                   "and exporter cost more); 0: at half a version alone")
     serving_checkpoint: str = _option("beside", "follow_data: a serving version's checkpoint: beside (its own, "
                                                 "written while the workers train on, so hand-out never pauses for "
                                                 "a version; without deltas, the tables' rows without their "

@@ -252,3 +252,34 @@ def test_deltas_read_while_steps_run_lose_no_update_of_a_hashed_table(shared_ser
     assert found["differences"] == []  # rows, Adagrad slots and stamps: bit for bit
     assert all(steps > 0 for steps in found["steps_during_reads"][:4])  # the workers trained while deltas were read
     assert 0 < max(found["rows"]) < found["table_rows"]  # the rows changed, not the table
+
+
+def test_a_delta_larger_than_half_its_version_is_a_version_instead_said_once(shared_servers, tmp_path):
+    """Churn: hashed tables of 64 rows, nearly every row touched by a file (with its slots and stamp, a changed row
+    is more than twice its bytes in a version), and no size under which deltas are always written: the delta after
+    each file would carry more than half a version, so a version comes instead, long before its 600 s interval."""
+    data, output, log = tmp_path / "data", tmp_path / "output", tmp_path / "chief.log"
+    data.mkdir()
+    write_day(data, "day_0", 300, 0)
+    cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
+        **DELTAS, "data_dir": str(data), "output_dir": str(output), "serving_export_every_s": 600,
+        "serving_delta_switch_mb": 0, "stop_when_idle_s": 20})
+    chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
+    try:
+        assert wait_for_line(log, "serving | version 1 ", 300, chief), log.read_text()[-3000:]
+        write_day(data, "day_1", 300, 300, new_values=True)
+        assert wait_for_line(log, "serving | version 2 ", 180, chief), log.read_text()[-3000:]
+        write_day(data, "day_2", 300, 600)
+        assert wait_for_line(log, "serving | version 3 ", 180, chief), log.read_text()[-3000:]
+        assert finish(chief, timeout_s=180) == [0], log.read_text()[-3000:]
+    finally:
+        chief.kill()
+        chief.wait()
+
+    text = log.read_text()
+    said = re.findall(r"serving \| delta \d+\.\d+ would carry ([\d.]+) KB, more than half of version \d+'s "
+                      r"([\d.]+) KB: a version is written instead", text)
+    assert len(said) == 1 and float(said[0][0]) > float(said[0][1]) / 2, text[-3000:]  # said once, and true
+    assert "checkpoint for-serving/" in text.split("a version is written instead")[1]  # the version it asked for
+    follow = json.loads((output / "summary.json").read_text())["follow"]
+    assert [f["name"] for f in follow["per_file"] if f["served_version"] is None] == []  # every file served

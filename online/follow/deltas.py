@@ -10,7 +10,8 @@ served, so no reader goes back in time when it switches; its first delta comes a
 and at the end of a run a last delta is written (`write_last`). A restarted chief starts no chain before its first
 version is published (the old chain's rows are the killed run's). A chain is at most `chain_cap` deltas long (as many
 as CHAIN_VERSIONS version intervals give): while versions keep failing, each delta carrying every dense weight, the
-deltas then pause, said in one line, until a version is published and a new chain starts.
+deltas then pause, said in one line, until a version is published and a new chain starts. A delta that would carry
+more than half its version's bytes is replaced by a version (churn.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import tensorflow as tf
 from tables.changed_rows import step_clock
 from tables.kinds import track_changes
 from online.follow import kill_points
+from online.follow.churn import ChurnSwitch, Oversized
 from online.follow.ledger import Ledger
 from online.follow.report import duration
 from online.publish.deltas import DeltaFiles, DeltaSource, Written, write_delta
@@ -74,10 +76,10 @@ class FollowDeltas:
     """The deltas of a follow-mode run; `every_s` between them."""
 
     def __init__(self, *, source: DeltaSource, files: DeltaFiles, restore_moves_rows: bool, clock_key: str,
-                 every_s: float, chunk_bytes: int, log, cap: int = 1 << 62):
+                 every_s: float, chunk_bytes: int, log, cap: int = 1 << 62, switch_mb: float = 0.0):
         """`source`: what deltas read; `files`: where they go; `restore_moves_rows`: a tracked table's restore lays
         its rows out anew; `clock_key`: the step counter's checkpoint key; `cap`: the most deltas of one chain
-        (chain_cap)."""
+        (chain_cap); `switch_mb`: the size under which a delta is never replaced by a version (churn.py)."""
         self.source, self.files, self.clock_key = source, files, clock_key
         self.restore_moves_rows = restore_moves_rows
         self.every_s, self.chunk_bytes, self.log, self.cap = every_s, chunk_bytes, log, cap
@@ -88,6 +90,7 @@ class FollowDeltas:
         self._checkpoint_steps: dict[str, int] = {}  # a version's checkpoint -> the step counter it holds
         self.held = False  # a version's checkpoint was taken: no delta of this chain until it is out or dropped
         self.paused_at: int | None = None  # the version whose chain reached `cap` (said once)
+        self.churn = ChurnSwitch(switch_mb, log)
 
     @classmethod
     def create(cls, run, model, distribution):
@@ -101,7 +104,8 @@ class FollowDeltas:
         return cls(source=DeltaSource(model, tracked), files=DeltaFiles(run.files.serving),
                    restore_moves_rows=any(table.restore_moves_rows for table in tracked), clock_key=clock_key,
                    every_s=options.serving_delta_every_s, chunk_bytes=chunk_bytes_of(options), log=run.log,
-                   cap=chain_cap(options.serving_export_every_s, options.serving_delta_every_s))
+                   cap=chain_cap(options.serving_export_every_s, options.serving_delta_every_s),
+                   switch_mb=options.serving_delta_switch_mb)
 
     def from_step(self, checkpoint: str) -> int:
         """The step the chain of a version written from `checkpoint` starts at: every change landing after the
@@ -117,6 +121,7 @@ class FollowDeltas:
         self.chain = Chain(version, 1, from_step, self._checkpoint_steps.pop(checkpoint, from_step), from_step)
         self._checkpoint_steps.clear()  # a dropped version's: never published
         self.held, self.paused_at = False, None
+        self.churn.based_on(self.files.directory.parent / str(version))
         self.last_tick = self.wanted_at = float("-inf")
         stale = self.files.of(version)  # none but a killed run's, whose rows are not this chain's
         dropped = self.files.drop_before(version) + self.files.drop(version, stale)
@@ -126,6 +131,11 @@ class FollowDeltas:
     @property
     def busy(self) -> bool:
         return self.job is not None
+
+    @property
+    def version_wanted(self) -> bool:
+        """Whether a delta was too large for its version (churn.py): a version is due now."""
+        return self.churn.version_wanted
 
     def hold(self, ledger: Ledger) -> None:
         """A version's checkpoint is about to be taken: the delta being written is finished and no other of this
@@ -138,6 +148,7 @@ class FollowDeltas:
         """The version a hold waited for is not published: this chain goes on."""
         self.held = False
         self._checkpoint_steps.clear()  # that version's checkpoint step: no version of it comes
+        self.churn.release()
 
     def _trained_since(self) -> bool:
         return self.chain is not None and self.source.step() > self.chain.through
@@ -156,8 +167,8 @@ class FollowDeltas:
             self.wanted_at = self.last_tick if self._wanted(ledger) else None  # steps while it was written
         if self.job is None:
             self.source.advance()
-        if self.job is None and self.chain is not None and not self.held and self._ticked(ledger, time.monotonic()) \
-                and not self._paused():
+        if self.job is None and self.chain is not None and not self.held and not self.churn.version_wanted \
+                and self._ticked(ledger, time.monotonic()) and not self._paused():
             self._start(ledger)
 
     def _paused(self) -> bool:
@@ -191,15 +202,22 @@ class FollowDeltas:
     def _newest_tick(self, now: float) -> float:
         return self.origin + self.every_s * ((now - self.origin) // self.every_s)
 
-    def _start(self, ledger: Ledger) -> None:
+    def _start(self, ledger: Ledger, *, any_size: bool = False) -> None:
+        """Starts the next delta on a thread; unless `any_size`, one too large for its version is not written."""
         chain = dataclasses.replace(self.chain)
         serves = [{"name": e.name, "landed": e.landed, "seq": e.seq} for e in ledger.files
                   if e.complete and e.served_version is None]
         extra = {"trained_through": {"files_done": serves}}
-        self.job = _Job(lambda: write_delta(self.source, self.files, version=chain.version, sequence=chain.sequence,
-                                            from_step=chain.from_step, rows_from=chain.rows_from,
-                                            chunk_bytes=self.chunk_bytes, extra=extra),
-                        chain, serves)
+
+        def write() -> Written | Oversized:
+            if not any_size and self.churn.limit is not None:
+                size = self.source.changed_bytes(chain.rows_from, self.chunk_bytes)
+                if self.churn.too_large(size):
+                    return Oversized(chain.version, chain.sequence, size, self.churn.limit)
+            return write_delta(self.source, self.files, version=chain.version, sequence=chain.sequence,
+                               from_step=chain.from_step, rows_from=chain.rows_from, chunk_bytes=self.chunk_bytes,
+                               extra=extra)
+        self.job = _Job(write, chain, serves)
         self.last_tick, self.wanted_at = self._newest_tick(time.monotonic()), None
         self.job.thread.start()
 
@@ -210,6 +228,10 @@ class FollowDeltas:
                            job.chain.version, job.chain.sequence, type(job.error).__name__, job.error)
             return
         written = job.result
+        if isinstance(written, Oversized):
+            if written.version == self.chain.version:  # else the chain moved on meanwhile: no version is wanted
+                self.churn.replace(written)
+            return
         if self.chain.version != written.version:  # the chain moved on while it was written
             self.files.drop(written.version, [written.sequence])
             self.log.info("serving | delta %d.%d dropped: version %d is out", written.version, written.sequence,
@@ -236,5 +258,5 @@ class FollowDeltas:
         (steps since the one before, or a trained file no delta served yet)."""
         self.finish(ledger)
         if self._wanted(ledger) and not self._paused():
-            self._start(ledger)
+            self._start(ledger, any_size=True)
             self.finish(ledger)

@@ -86,7 +86,9 @@ class Publishing:
         return {self.exporting.process.request.checkpoint} if self.exporting is not None else set()
 
     def due(self) -> bool:
-        return not self.busy and time.monotonic() - self.last_version >= self.run.options.serving_export_every_s
+        """Whether the next version is due: its interval is over, or a delta was too large for its version."""
+        return not self.busy and (time.monotonic() - self.last_version >= self.run.options.serving_export_every_s or
+                                  (self.deltas is not None and self.deltas.version_wanted))
 
     def may_serve(self, step: int) -> bool:
         """Whether a version of the training up to `step` is at least as new as what readers were served (after a

@@ -31,7 +31,7 @@ from online.publish import delta_format as names
 from online.publish.delta_bundle import write_bundle
 from tables.row_stamps import advance
 from tables.streaming.entries import variable_keys
-from tables.streaming.rows import CHUNK_BYTES
+from tables.streaming.rows import CHUNK_BYTES, chunk_rows
 
 SETTLE_S = 0.5  # between reading the step and the first row: longer than an update takes to stamp what it changed
 ADVANCES_KEPT = 10_000  # clock advances kept (one a beat while the step moves: hours of training, far past the age of
@@ -66,12 +66,21 @@ class DeltaSource:
                     self.dense.setdefault(key, []).append(variable)
         names.unique_names([*self.dense, *(table.name for table in self.tables)])
         self.dense = {names.short_name(key): variables for key, variables in self.dense.items()}
+        self.dense_bytes = sum(variable.shape.num_elements() * variable.dtype.size
+                               for variables in self.dense.values() for variable in variables)
 
         self.clocks = list({part.clock.ref(): part.clock for table in tracked for part in table.parts}.values())
         self.advances = ClockAdvances()
 
     def step(self) -> int:
         return int(self.clock.numpy())
+
+    def changed_bytes(self, since: int, chunk_bytes: int = CHUNK_BYTES) -> int:
+        """Bytes a delta of the rows stamped at or after `since` would carry: those rows, counted on their ps (no row
+        is read), and every dense weight."""
+        rows = sum(table.row_bytes * sum(part.count(since, chunk_rows(table.row_bytes, chunk_bytes)))
+                   for table in self.tables for part in table.readers)
+        return rows + self.dense_bytes
 
     def advance(self) -> int:
         """Advances every stamp clock to the step counter as read now; returns that step."""

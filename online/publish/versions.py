@@ -59,3 +59,8 @@ class ServingVersions:
         for old in self.versions()[:-self.keep]:
             shutil.rmtree(self.directory / str(old), ignore_errors=True)
         return final
+
+
+def weight_bytes(version: Path) -> int:
+    """Bytes of the weights a published version holds (its SavedModel's variables), as a delta's are counted."""
+    return sum(path.stat().st_size for path in (version / "variables").iterdir() if path.is_file())
