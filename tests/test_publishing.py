@@ -154,3 +154,42 @@ def land_until_saved(data, log, saves: int, chief, *, first_row: int, most: int 
                 break
             time.sleep(0.1)
     raise AssertionError(f"fewer than {saves} checkpoints after {most} files: {log.read_text()[-3000:]}")
+
+
+def _served_soon(log, name: str, chief) -> str:
+    """The version line that first serves `name` (its file trained, the next version due at once, not 600 s later)."""
+    assert wait_for_line(log, f"{name}: done", 300, chief), log.read_text()[-3000:]
+    pattern = r"serving \| version \d+ \| \S+ \| [1-9]\d* files? newly served .*"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and chief.poll() is None:
+        found = re.search(pattern, log.read_text())
+        if found:
+            return found.group(0)
+        time.sleep(0.2)
+    raise AssertionError(f"{name} not served within 90 s of being trained: {log.read_text()[-3000:]}")
+
+
+def test_the_first_file_trained_is_served_soon_in_a_fresh_run_and_after_a_restart(shared_servers, tmp_path):
+    """Versions every 600 s: a fresh run's first version may come after its first piece, before the file is whole;
+    the file is served by the next one, due as soon as it is trained; a restarted chief's first trained file too."""
+    data, output, log, again = tmp_path / "data", tmp_path / "output", tmp_path / "chief.log", tmp_path / "again.log"
+    data.mkdir()
+    write_day(data, "day_0", 900, 0)
+    cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
+        **FOLLOW, "data_dir": str(data), "output_dir": str(output), "serving_export_every_s": 600})
+    chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
+    try:
+        _served_soon(log, "day_0", chief)
+        chief.send_signal(signal.SIGTERM)
+        assert finish(chief, timeout_s=120) == [4], log.read_text()[-3000:]
+        write_day(data, "day_1", 300, 900)
+        chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=again)
+        assert wait_for_line(again, "follow mode: training on", 120, chief), again.read_text()[-3000:]
+        _served_soon(again, "day_1", chief)
+        chief.send_signal(signal.SIGTERM)
+        assert finish(chief, timeout_s=120) == [4], again.read_text()[-3000:]
+    finally:
+        finish(chief, timeout_s=1)
+    newest = max(int(p.name) for p in (output / "serving").iterdir() if p.name.isdigit())
+    through = json.loads((output / "serving" / str(newest) / "assets.extra" / "trained_through.json").read_text())
+    assert sorted(f["name"] for f in through["files_done"]) == ["day_0", "day_1"]

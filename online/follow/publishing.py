@@ -7,9 +7,11 @@ version due while the previous one is still being written is not queued behind i
 taken at the first beat after it is done (settled, or beside training: `serving_checkpoint`), and that version starts
 once its checkpoint is written. With
 `serving_delta_every_s`, deltas of the newest version come between versions (deltas.py), and a run ends with a
-delta instead of a version. Every version starts through `publish`, whichever checkpoint it comes from (one written
-for it, a periodic one, the one resumed, the one written on SIGTERM), so each is guarded alike: this chief's
-generation, the step served (run_record.py), data to check it on.
+delta instead of a version. Until a version of this run serves a trained file, one is due as soon as a file is
+trained (with deltas, until a chain serves them), so a fresh run's first file, and the first after a restart, is
+served soon after it is trained rather than an interval later. Every version starts through `publish`, whichever
+checkpoint it comes from (one written for it, a periodic one, the one resumed, the one written on SIGTERM), so each
+is guarded alike: this chief's generation, the step served (run_record.py), data to check it on.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class Publishing:
         # nothing served yet: the first version is due as soon as something is trained (the first files would
         # otherwise wait a whole interval, and deltas need a version to build on)
         self.last_version = time.monotonic() if serving.versions() else float("-inf")
+        self.served_a_file = False  # by a version of this run: until then the first trained file makes one due
         self.exporting: _Exporting | None = None
         self.references = ReferenceInputs(data, model)  # what every version is checked on; traced now
 
@@ -86,9 +89,15 @@ class Publishing:
         return {self.exporting.process.request.checkpoint} if self.exporting is not None else set()
 
     def due(self) -> bool:
-        """Whether the next version is due: its interval is over, or a delta was too large for its version."""
+        """Whether the next version is due: its interval is over, a file waits to be served first, or a delta was
+        too large for its version."""
         return not self.busy and (time.monotonic() - self.last_version >= self.run.options.serving_export_every_s or
-                                  (self.deltas is not None and self.deltas.version_wanted))
+                                  self._first_file_waits() or (self.deltas is not None and self.deltas.version_wanted))
+
+    def _first_file_waits(self) -> bool:
+        """Whether no version of this run served a file yet, no chain of deltas serves them, and a file is trained."""
+        return not self.served_a_file and not self.takes_deltas and any(
+            entry.trained and entry.served_version is None for entry in self.ledger.files)
 
     def may_serve(self, step: int) -> bool:
         """Whether a version of the training up to `step` is at least as new as what readers were served (after a
@@ -239,6 +248,7 @@ class Publishing:
                                  exporting.process.request.delta_from_step)
         served = self.ledger.serve(result.version, result.written,
                                    names={e.name for e in exporting.snapshot.files if e.complete})
+        self.served_a_file = self.served_a_file or bool(served)
         freshness = duration(served[-1].freshness_s) if served else "-"
         self.run.log.info("serving | version %d | %s | %d file%s newly served | freshness %s | export check %.1e | "
                           "%.1f MB in %.1f s, %d pieces trained meanwhile, exporter peak %.0f MB | %s", result.version,
