@@ -1,7 +1,8 @@
 """A followed topic's records on the chief's disk (output_dir/stream): one file per offset range of a partition,
 written whole under a hidden name, flushed and renamed into place, so the follow loop trains each as it trains a
 followed folder's file, once. Beside them, two small records: how far each partition was read (`.positions.json`,
-written after each file) and which Kafka cluster and topic the files came from (`.source.json`). Pure Python."""
+written and flushed after each file's name is on disk, so a host crash never leaves a record past a file) and which
+Kafka cluster and topic the files came from (`.source.json`). Pure Python."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 from cluster.run_files import write_json_atomically
+from common import durable
 from online.follow.identity import head_of
 from online.follow.landing import Landed
 
@@ -76,12 +78,12 @@ class Spool:
         try:
             self._write_hidden(hidden, records)
             os.utime(hidden, (segment.oldest, segment.oldest))
-            os.replace(hidden, path)
+            durable.publish(hidden, path)  # its name on disk before the record that counts it read, power loss too
         finally:
             hidden.unlink(missing_ok=True)  # a write that failed (a full disk) leaves nothing; the range is cut again
         try:  # once the file is there, the range is written: positions() reads a stale record's ends off the names
             write_json_atomically(self.root / POSITIONS, {"next": {str(p): o for p, o in sorted(positions.items())},
-                                                          "counts": counts})
+                                                          "counts": counts}, durable=True)
         except OSError:
             pass
         return path
@@ -92,8 +94,6 @@ class Spool:
             return
         with open(hidden, "wb") as handle:
             handle.writelines(_line(record) for record in records)
-            handle.flush()
-            os.fsync(handle.fileno())
 
     def landed(self, name: str, segment: Segment) -> Landed:
         """File `name` of `segment` as the follow loop takes a landed file: landed when its oldest record was made."""
