@@ -121,7 +121,7 @@ class FollowDeltas:
         self.chain = Chain(version, 1, from_step, self._checkpoint_steps.pop(checkpoint, from_step), from_step)
         self._checkpoint_steps.clear()  # a dropped version's: never published
         self.held, self.paused_at = False, None
-        self.churn.based_on(self.files.directory.parent / str(version))
+        self.churn.based_on(self.files.version_folder(version))
         self.last_tick = self.wanted_at = float("-inf")
         stale = self.files.of(version)  # none but a killed run's, whose rows are not this chain's
         dropped = self.files.drop_before(version) + self.files.drop(version, stale)

@@ -178,6 +178,10 @@ class DeltaFiles:
     def of(self, version: int) -> list[int]:
         return [sequence for number, sequence in self.listed() if number == version]
 
+    def version_folder(self, version: int) -> Path:
+        """The serving version the deltas of `version` apply to."""
+        return self.directory.parent / str(version)
+
     def writing(self, version: int, sequence: int) -> Path:
         return self.directory / (names.WRITING_PREFIX + names.delta_name(version, sequence))
 
