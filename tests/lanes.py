@@ -32,17 +32,19 @@ OVER_BUDGET = 1
 # multihost), on a day the machine ran every module slower (the multihost lane without them: 2,297 s the day
 # before, 2,690 s now); 3,100 had been raised from 2,700 with issues 58's and 59's real-server tests. Lower it as
 # the suite comes down (the aim is 20 minutes); raise it only with the change that has to make the suite slower,
-# saying why.
-LANE_BUDGET_S = 3600
+# saying why. Raised to 3,900 with issue 62's tests of a delta replaced by a version and of the first file served
+# soon (about 150 s): the fresh-clone run of 2026-12-03 15:11 took 3,482 s in the multihost lane, 3,012 s in main.
+LANE_BUDGET_S = 3900
 
 
 # Whole modules of loopback clusters that run in the multihost lane too: that lane mostly waits, and without them
 # it ended some 15 minutes before the main lane (CI, 2026-11-27: 1,207 s against 2,143 s; with the first five of
 # these moved, 1,507 s against 1,856 s; CI, 2026-12-03: main about 3,130 s against 2,880 s, so test_kafka_follow,
-# some 160 s, moved too).
+# some 160 s, moved too; here, 2026-12-03 15:11: main 3,012 s against 3,482 s, so test_publishing, some 230 s,
+# moved back).
 MOVED_TO_MULTIHOST_LANE = frozenset({"test_capacity_plan.py", "test_chaos.py",
                                      "test_recommender_cluster.py", "test_recommenders.py", "test_follow_deltas.py",
-                                     "test_publishing.py", "test_follow_retention.py",
+                                     "test_follow_retention.py",
                                      "test_upgrade_resume.py", "test_kafka_source.py", "test_kafka_follow.py"})
 
 
