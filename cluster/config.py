@@ -156,7 +156,7 @@ def parse(raw: Any, source: Path) -> ClusterConfig:
     evaluation_raw = clicks.with_click_evaluation(_section(raw, "evaluation", problems), training and training.model)
     evaluation = _parse_or_collect(parse_evaluation_options, evaluation_raw, problems)
     if not problems:  # checks across sections, once each section is right (no echoes of a section's mistake)
-        problems += _cross_section_problems(jobs, hosts, training, evaluation, launcher)
+        problems += _cross_section_problems(jobs, hosts, training, evaluation, launcher, kubernetes)
     if problems:
         raise UserError(problems, source=str(source))
     return ClusterConfig(source=source.resolve(), jobs=MappingProxyType(jobs), hosts=MappingProxyType(hosts),
@@ -179,8 +179,9 @@ def _placed_by_backend(cluster: Any, strategy: Strategy, backend: str, slurm: Sl
     return {}, k8s.place(sizes, kubernetes)
 
 
-def _cross_section_problems(jobs, hosts, training, evaluation, launcher) -> list[Problem]:
+def _cross_section_problems(jobs, hosts, training, evaluation, launcher, kubernetes) -> list[Problem]:
     return [*crosschecks.unknown_host_problems(hosts, jobs), *crosschecks.duplicate_gpu_problems(hosts),
+            *crosschecks.shared_output_problems(training, launcher.backend, kubernetes.output_volume),
             *([] if launcher.backend == "kubernetes" else crosschecks.evaluator_placement_problems(jobs, training)),
             *crosschecks.best_metric_problems(training, evaluation), *dynamic_tables.ps_count_problems(training, jobs),
             *crosschecks.directory_problems(training, launcher.logs_dir, PROJECT_ROOT)]

@@ -105,3 +105,11 @@ def _directory_problem(field: str, given: str, root: Path) -> list[Problem]:
 
 def _resolved(path: str, root: Path) -> Path:
     return (root / Path(path).expanduser()).resolve()
+
+
+def shared_output_problems(training: TrainingOptions, backend: str, output_volume: str | None) -> list[Problem]:
+    """output_dir declared shared under Kubernetes needs the claim every pod mounts (without it each has its own)."""
+    if not (training.output_dir_shared and backend == "kubernetes" and output_volume is None):
+        return []
+    return [Problem("training.output_dir_shared", True, "needs kubernetes.output_volume: without it each pod has a "
+                    "folder of its own", "give a ReadWriteMany PersistentVolumeClaim, or set it false")]

@@ -89,6 +89,8 @@ CHECKS = {
                      and len(set(v)) == len(v), "must be a list of distinct Keras metric names",
                      f"use some of {', '.join(METRIC_NAMES)} ({', '.join(clicks.CLICK_METRICS)} for click data)"),
     "output_dir": Check(_non_empty_text, "must be a path", "give a directory, e.g. output"),
+    "output_dir_shared": Check(lambda v: isinstance(v, bool), "must be true or false",
+                               "use true when every ps reaches output_dir at the same path, else false"),
     "min_shard_bytes": Check(int_in(1, 2**63 - 1), "must be a positive integer (int64)", "use e.g. 262144 (256 KiB)"),
     "max_shards": Check(optional_positive_int, f"must be an integer from 1 to {INT32_MAX}, or null",
                         "use null for one shard per ps"),

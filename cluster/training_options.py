@@ -91,6 +91,10 @@ class TrainingOptions:
                                                       "log_loss with binary_crossentropy (the default for dlrm and "
                                                       "wide_deep)")
     output_dir: str = _option("output", "checkpoints, TensorBoard logs, exported model and summary (chief's disk)")
+    output_dir_shared: bool = _option(False, "parameter_server: output_dir is on storage every ps reaches at the same "
+                                             "path (one machine, NFS, a ReadWriteMany claim): each ps then writes its "
+                                             "own tables' rows of every checkpoint, checked at start; false: the "
+                                             "chief writes every byte")
     min_shard_bytes: int = _option(256 * 1024, "smallest shard of a variable, in bytes; smaller variables stay "
                                                "whole (MinSizePartitioner, and dlrm's and wide_deep's "
                                                "BalancedPartitioner)")

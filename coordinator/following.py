@@ -17,7 +17,7 @@ from cluster.config import PROJECT_ROOT, ClusterConfig
 from cluster.run_files import RunFiles, RunSummary
 from cluster.topic_address import is_topic
 from cluster.training_options import TrainingOptions
-from coordinator import setup, strategy
+from coordinator import setup, shared_output, strategy
 from models.checkpoints import EpochCheckpoints, Position
 from models.compiled import ps_report
 from tables.kinds import table_report
@@ -65,7 +65,8 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
     checkpoints = EpochCheckpoints(run.files, model=model, optimizer=model.optimizer, keep=options.keep_checkpoints,
                                    has_evaluator=bool(config.jobs.get("evaluator")), io_device=strategy.CHIEF_CPU,
                                    extra={CHECKPOINT_NAME: state}, chunk_bytes=chunk_bytes_of(options),
-                                   keep_unevaluated=options.keep_unevaluated_checkpoints)
+                                   keep_unevaluated=options.keep_unevaluated_checkpoints,
+                                   rows_on_ps=shared_output.rows_on_ps(config, options, run.files.checkpoints, log))
     position = setup.resume(run, checkpoints, model) or Position(0)
     record, versions, ledger = _record_and_ledger(run, data, state, position, log)
     watch = _watch(options, data, ledger, run.files, log).start()

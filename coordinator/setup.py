@@ -33,6 +33,7 @@ from models.checkpoints import EpochCheckpoints, Position
 from common.preemption import Preempted, StopRequest, exit_preempted
 from tables.streaming.rows import chunk_bytes_of
 from coordinator.progress import ProgressReport
+from coordinator import shared_output
 from data import skipped
 
 
@@ -99,9 +100,10 @@ def build_model(run: TrainingRun, distribution):
 def epoch_checkpoints(run: TrainingRun, model, *, io_device: str | None) -> EpochCheckpoints:
     """The per-epoch checkpoint series that resuming, the evaluator and the export share."""
     scratch = run.scratch and run.scratch / "checkpoints"
+    on_ps = io_device is not None and shared_output.rows_on_ps(run.config, run.options, run.files.checkpoints, run.log)
     return EpochCheckpoints(run.files, model=model, optimizer=model.optimizer, keep=run.options.keep_checkpoints,
                             has_evaluator=bool(run.config.jobs.get("evaluator")), io_device=io_device,
-                            chunk_bytes=chunk_bytes_of(run.options),
+                            chunk_bytes=chunk_bytes_of(run.options), rows_on_ps=on_ps,
                             scratch=scratch, keep_unevaluated=run.options.keep_unevaluated_checkpoints)
 
 

@@ -106,20 +106,22 @@ def not_a_slot(key: str) -> bool:
 
 class EpochCheckpoints:
     """Writes, lists, restores and prunes checkpoints; with `io_device` (ParameterServerStrategy: the chief's CPU)
-    through that device a chunk of rows at a time (tables/streaming/), so ps never write files and no
-    process holds a whole table; without it (the synchronous strategies) with TensorFlow's own save."""
+    through that device a chunk of rows at a time (tables/streaming/), or with `rows_on_ps` each ps writing its own
+    rows, so no process holds a whole table; without it (the synchronous strategies) with TensorFlow's own save."""
 
     def __init__(self, files: RunFiles, *, model, optimizer, keep: int, has_evaluator: bool, io_device: str | None,
                  scratch: Path | None = None, extra: dict | None = None, chunk_bytes: int = CHUNK_BYTES,
-                 keep_unevaluated: int = 10):
+                 keep_unevaluated: int = 10, rows_on_ps: bool = False):
         """`scratch`: a worker that is not the lead (multi_worker_mirrored) writes there, as every worker must
         take part in a save, and removes what it wrote; it reads the lead's checkpoints. `extra`: more objects
         saved beside the model (follow mode: where the data stands). `chunk_bytes`: the most of a table held at a
-        time by a streamed save or restore."""
+        time by a streamed save or restore. `rows_on_ps`: each ps writes its tables' rows of a streamed save
+        (every ps reaches the folder at the same path: coordinator/shared_output.py)."""
         self.files, self.directory, self.scratch = files, files.checkpoints, scratch
         directory = self.directory
         self.keep, self.keep_unevaluated = keep, keep_unevaluated
         self.has_evaluator, self.io_device, self.chunk_bytes = has_evaluator, io_device, chunk_bytes
+        self.rows_on_ps = rows_on_ps
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, **(extra or {}))
         if scratch is None:
             directory.mkdir(parents=True, exist_ok=True)
@@ -137,7 +139,8 @@ class EpochCheckpoints:
         """Restores the newest checkpoint, if any, and returns where training stood when it was written."""
         paths = listed_checkpoints(self.directory)
         if self.io_device is not None:  # every op of a save run once now, while every task answers
-            checkpoint_io.warm_up(self.checkpoint, self.directory, device=self.io_device, chunk_bytes=self.chunk_bytes)
+            checkpoint_io.warm_up(self.checkpoint, self.directory, device=self.io_device, chunk_bytes=self.chunk_bytes,
+                                  rows_on_ps=self.rows_on_ps)
         if not paths:
             return Position(0)
         if self.io_device is None:
@@ -171,7 +174,7 @@ class EpochCheckpoints:
         if self.io_device is None:
             return self.checkpoint.write(prefix)
         return checkpoint_io.save(self.checkpoint, prefix, device=self.io_device, chunk_bytes=self.chunk_bytes,
-                                  tables=None if table_slots else not_a_slot)
+                                  tables=None if table_slots else not_a_slot, rows_on_ps=self.rows_on_ps)
 
     def _prune(self, paths: list[str], *, reading: set[str]) -> list[str]:
         evaluated = set(EvaluationState.load(self.files).evaluated)

@@ -84,6 +84,18 @@ def test_each_mistake_is_one_line_naming_field_value_and_fix(tmp_path, section, 
         or "; shorten" in lines[0] or "; fix" in lines[0], lines[0]
 
 
+def test_output_dir_declared_shared_needs_the_claim_every_pod_mounts(tmp_path):
+    document = k8s_document(output_volume=None)
+    document["cluster"].pop("evaluator")
+    document["training"]["output_dir_shared"] = True
+    with pytest.raises(UserError) as raised:
+        load(tmp_path, document)
+    assert ["training.output_dir_shared = True: needs kubernetes.output_volume" in line
+            for line in raised.value.lines()] == [True], raised.value.lines()
+    document["kubernetes"]["output_volume"] = "pscluster-output"
+    assert load(tmp_path, document).training.output_dir_shared
+
+
 def test_addresses_are_refused_under_the_kubernetes_backend(tmp_path):
     document = k8s_document()
     document["cluster"] = {"chief": ["localhost:2222"], "worker": ["localhost:2223"], "ps": ["localhost:2224"]}

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import tensorflow as tf
+from tensorflow.python.eager import context
 from tensorflow.python.ops import gen_io_ops, io_ops
 
 from tables.streaming.rows import slice_spec
@@ -33,15 +34,17 @@ class BundleWriter:
         self.temp.mkdir(parents=True)
         self.parts: list[str] = []
 
-    def add(self, key: str, tensor: tf.Tensor, spec: str = "") -> None:
-        """Saves `tensor` as `key` (or as the slice `spec` of it)."""
+    def add(self, key: str, tensor: tf.Tensor, spec: str = "", *, device: str | None = None) -> None:
+        """Saves `tensor` as `key` (or as the slice `spec` of it); with `device` (a ps holding it, which reaches the
+        same folder at the same path) that task writes the part, and the bytes never leave it."""
         part = str(self.temp / f"part-{len(self.parts):06d}")
-        with tf.device(self.device):
+        with tf.device(device or self.device):
             io_ops.save_v2(part, [key], [spec], [tensor])
         self.parts.append(part)
 
     def finish(self) -> str:
-        """Merges the parts into the bundle at `prefix` and returns it."""
+        """Merges the parts into the bundle at `prefix` and returns it, once every part, wherever written, is."""
+        context.async_wait()  # a part another task writes is queued there: the merge reads every part's index
         with tf.device(self.device):
             gen_io_ops.merge_v2_checkpoints(self.parts, self.prefix, delete_old_dirs=True)
         shutil.rmtree(self.temp, ignore_errors=True)

@@ -1,7 +1,8 @@
 """Saving and restoring a checkpoint without gathering its tables in one process.
 
 `save` writes the small values whole and each table a chunk of rows at a time, read on its own ps by row (a gather: a
-ps never copies its shard whole, as TensorFlow does with a shard read whole once sparse updates touched it); `restore`
+ps never copies its shard whole, as TensorFlow does with a shard read whole once sparse updates touched it), and
+written by the chief, or with `rows_on_ps` by the ps holding it (a round of one chunk per ps at a time); `restore`
 reads each table a chunk at a time and scatters it into the variables on their ps, whatever shards they are split into
 now. The bundle is an ordinary TensorFlow checkpoint (the same keys as `tf.train.Checkpoint.write`), and any such
 checkpoint restores through here. The process running them holds at most a chunk of any table (a table's rows and its
@@ -10,6 +11,7 @@ slots, read together), or one small value (under a quarter of a chunk).
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Callable
 
@@ -18,7 +20,7 @@ from tensorflow.python.eager import context
 
 from tables.streaming.bundle import BundleReader, BundleWriter, remove_bundle
 from tables.streaming.entries import GRAPH_KEY, saved
-from tables.streaming.rows import CHUNK_BYTES
+from tables.streaming.rows import CHUNK_BYTES, RowGroup
 
 
 class CheckpointMismatch(ValueError):
@@ -26,9 +28,10 @@ class CheckpointMismatch(ValueError):
 
 
 def save(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES,
-         tables: Callable[[str], bool] | None = None) -> str:
+         tables: Callable[[str], bool] | None = None, rows_on_ps: bool = False) -> str:
     """Writes `root` (a tf.train.Checkpoint) as the bundle `prefix`; returns `prefix`. With `tables`, only the
-    tables whose key it accepts (e.g. not optimizer slots: a checkpoint to serve from, never to resume)."""
+    tables whose key it accepts (e.g. not optimizer slots: a checkpoint to serve from, never to resume). With
+    `rows_on_ps` (every ps reaches `prefix`'s folder at the same path) each ps writes its own tables' rows."""
     entries = saved(root, chunk_bytes=chunk_bytes, tables=tables)
     writer = BundleWriter(prefix, device=device)
     try:
@@ -38,14 +41,29 @@ def save(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHU
             value = entry.read()
             if value is not None:  # an uninitialised variable saves nothing, as TensorFlow's own save
                 writer.add(entry.key, value, entry.spec)
-        for group in entries.groups + [group for streamed in entries.streamed for group in streamed.groups]:
-            for begin, end in group.ranges(chunk_bytes):
+        groups = entries.groups + [group for streamed in entries.streamed for group in streamed.groups]
+        for chunks in _rounds(groups, chunk_bytes) if rows_on_ps else [[c] for c in _chunks(groups, chunk_bytes)]:
+            for group, begin, end in chunks:
                 for piece, values in zip(group.slices, group.read(begin, end), strict=True):
-                    writer.add(piece.key, values, piece.spec(begin, end))
+                    writer.add(piece.key, values, piece.spec(begin, end), device=rows_on_ps and group.device or None)
+            if rows_on_ps:
+                context.async_wait()  # a round's parts are written on their ps at once, and only a chunk on each
         return writer.finish()
     except BaseException:
         writer.abandon()
         raise
+
+
+def _chunks(groups: list[RowGroup], chunk_bytes: int) -> list[tuple[RowGroup, int, int]]:
+    return [(group, begin, end) for group in groups for begin, end in group.ranges(chunk_bytes)]
+
+
+def _rounds(groups: list[RowGroup], chunk_bytes: int) -> list[list[tuple[RowGroup, int, int]]]:
+    """The chunks of `groups` in rounds of at most one per device: every ps writes at once, and holds one chunk."""
+    by_device: dict[str | None, list] = {}
+    for chunk in _chunks(groups, chunk_bytes):
+        by_device.setdefault(chunk[0].device, []).append(chunk)
+    return [[chunk for chunk in round_ if chunk] for round_ in itertools.zip_longest(*by_device.values())]
 
 
 def restore(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
@@ -79,7 +97,8 @@ def _check_keys(reader: BundleReader, entries) -> None:
                                      f"{list(shape)}")
 
 
-def warm_up(root, directory: Path, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
+def warm_up(root, directory: Path, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES,
+            rows_on_ps: bool = False) -> None:
     """Runs every op a save and a restore of `root` run, once, on a row of each table and each small value, into a
     bundle under `directory` that is then removed. In a cluster, an op the chief has not run yet waits for every
     task to register it, a stopped worker included; a chief that warmed up saves past a frozen worker."""
@@ -94,7 +113,7 @@ def warm_up(root, directory: Path, *, device: str | None = None, chunk_bytes: in
         for group in entries.groups + [group for streamed in entries.streamed for group in streamed.groups]:
             if group.rows:
                 for piece, values in zip(group.slices, group.read(0, 1), strict=True):
-                    writer.add(piece.key, values, piece.spec(0, 1))
+                    writer.add(piece.key, values, piece.spec(0, 1), device=rows_on_ps and group.device or None)
         writer.finish()
         reader = BundleReader(prefix, device=device)
         for key, shape in reader.shapes.items():

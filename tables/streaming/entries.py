@@ -151,7 +151,7 @@ def _variables_group(members: list[_Part]) -> RowGroup:
                 variable.scatter_update(tf.IndexedSlices(value, rows))
 
     slices = [RowSlice(m.key, m.full_shape, m.offset, m.variable.dtype) for m in members]
-    return RowGroup(slices, int(variables[0].shape[0]), read, write)
+    return RowGroup(slices, int(variables[0].shape[0]), read, write, device)
 
 
 def _tensor_entries(values: dict) -> list[SmallEntry]:

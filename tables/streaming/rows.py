@@ -72,12 +72,14 @@ class RowSlice:
 class RowGroup:
     """Slices of the same `rows` rows that live on one device and are read together, a chunk at a time (a table
     shard and its optimizer slots; a dynamic table's rows, slots and stamps): `read(begin, end)` gives rows
-    [begin, end) of each slice, `write(begin, end, values)` puts them back."""
+    [begin, end) of each slice, `write(begin, end, values)` puts them back; `device` is where `read` leaves them (None:
+    where it is called), so a save there writes them without moving them."""
 
     slices: list[RowSlice]
     rows: int
     read: Callable[[int, int], list[tf.Tensor]]
     write: Callable[[int, int, list[tf.Tensor]], None]
+    device: str | None = None
 
     @property
     def row_bytes(self) -> int:
