@@ -43,13 +43,15 @@ def niceness(pid: str) -> int | None:
 
 
 def test_a_chief_killed_mid_write_leaves_nothing_half_visible_and_the_next_publishes_first(shared_servers, tmp_path):
+    """With output_dir declared shared (loopback: it is), so the chief dies while each ps writes its own parts."""
     data, output = tmp_path / "data", tmp_path / "output"
     data.mkdir()
     rows = {"day_0": 400, "day_1": 300, "day_2": 300}
     write_day(data, "day_0", 400, 0)
     cluster = derive_cluster(shared_servers, tmp_path, training={
         **FOLLOW, **TINY_CHUNKS, "data_dir": str(data), "output_dir": str(output), "checkpoint_every_s": 3,
-        "serving_export_every_s": 3, "keep_serving_versions": 3, "serving_checkpoint": "settled"})
+        "serving_export_every_s": 3, "keep_serving_versions": 3, "serving_checkpoint": "settled",
+        "output_dir_shared": True})
     logs = [tmp_path / f"chief-{n}.log" for n in range(3)]
     chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=logs[0])
     try:
@@ -89,6 +91,7 @@ def test_a_chief_killed_mid_write_leaves_nothing_half_visible_and_the_next_publi
     finally:
         finish(chief, timeout_s=1)
     every, last = "".join(log.read_text() for log in logs), logs[2].read_text()
+    assert every.count("each ps writes its own tables' rows of every checkpoint") == 3
     meanwhile = [int(n) for n in re.findall(r"(\d+) pieces trained meanwhile", every)]
     assert meanwhile and max(meanwhile) > 0  # training went on while a version was written
     assert "newer than the newest serving version: publishing it first" in last
