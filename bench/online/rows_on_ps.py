@@ -1,0 +1,137 @@
+"""`python -m bench.online.rows_on_ps [--quick]`: a checkpoint's time written through the chief against written by
+each ps (training.output_dir_shared), with 1, 2 and 4 ps, into bench/RESULTS-rows-on-ps.md (machine and date; not
+with --quick, which only proves the bench runs).
+
+For each ps count, one loopback cluster (1 worker) holds a dlrm of 26 hashed tables of dimension 16 with Adagrad
+slots (2.6 M rows in all: 333 MB a checkpoint); the chief trains one step, then saves alternately through the chief
+and by the ps, `repeats` times each, timing each save and counting the bytes the chief and each ps wrote
+(/proc/<pid>/io) and the bytes sent over loopback. Loopback and one disk, not a rack: the links are not shaped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import fire
+
+from bench.__main__ import machine, write_keeping_notes
+from bench.kit.cluster import PYTHON, ROOT, LoopbackCluster, loopback_bytes
+
+HERE = Path(__file__).resolve().parents[1]
+TRAINING = {"model": "dlrm", "dataset": "synthetic_criteo", "embedding_dim": 16, "bottom_mlp": [16], "top_mlp": [16],
+            "per_worker_batch": 256, "lr_decay_epochs": [], "synthetic_examples": 512,
+            "embedding_optimizer": "adagrad"}
+SIZES = {"quick": {"rows": 26_000, "ps": (1, 2), "repeats": 1, "chunk_mb": 0.1},  # chunks small enough to stream
+         "full": {"rows": 2_600_000, "ps": (1, 2, 4), "repeats": 3, "chunk_mb": 16.0}}
+MB = 1 << 20
+
+
+def written(pid: int | str) -> int:
+    return int(re.search(r"^wchar: (\d+)$", Path(f"/proc/{pid}/io").read_text(), re.M).group(1))
+
+
+def chief(cluster: str, output: str, rows: str, repeats: str, chunk_mb: str, ps_pids: str) -> None:
+    """The chief's side (run as its own process): builds the model, trains a step, times the saves."""
+    rows, repeats = int(rows), int(repeats)
+    from cluster import config as cluster_config
+    from cluster import taskspec
+    from cluster.training_parse import parse_training_options
+
+    config = cluster_config.load(cluster)
+    taskspec.apply_to_this_process(config, config.task("chief", 0))
+    import tensorflow as tf
+
+    from coordinator import setup, strategy
+    from models.checkpoints import Position
+
+    log = logging.getLogger("bench")
+    pids = [int(p) for p in str(ps_pids).split(",")]
+    runs = {}
+    for way, shared in (("through_chief", False), ("rows_on_ps", True)):
+        options = parse_training_options({**TRAINING, "table_rows": rows // 26, "output_dir": f"{output}/{way}",
+                                          "output_dir_shared": shared, "stream_chunk_mb": float(chunk_mb)})
+        runs[way] = setup.plan(dataclasses.replace(config, training=options), options, log, workers=1, batch_note="")
+    distribution = strategy.build(config, runs["through_chief"].options)
+    model = setup.build_model(runs["through_chief"], distribution)
+    batch = next(iter(runs["through_chief"].source.split("train").batch(256)))
+    tf.function(lambda b: distribution.run(model.train_step, args=(b,)))(batch)  # the slots exist from here
+    series = {way: setup.epoch_checkpoints(run, model, io_device=strategy.CHIEF_CPU) for way, run in runs.items()}
+    saves = []
+    for repeat in range(repeats):
+        for way, checkpoints in series.items():
+            before, sent, started = [written(p) for p in ["self", *pids]], loopback_bytes(), time.monotonic()
+            checkpoints.save(Position(repeat + 1))
+            seconds = time.monotonic() - started
+            growth = [b - a for a, b in zip(before, [written(p) for p in ["self", *pids]], strict=True)]
+            saves.append({"way": way, "seconds": round(seconds, 2), "chief_mb": round(growth[0] / MB, 1),
+                          "ps_mb": [round(g / MB, 1) for g in growth[1:]],
+                          "loopback_mb": round((loopback_bytes() - sent) / MB, 1)})
+            print(f"[bench] {way}: {saves[-1]}", flush=True)
+    Path(output, "saves.json").write_text(json.dumps(saves))
+    os._exit(0)
+
+
+def measure(ps: int, size: dict, directory: Path) -> list[dict]:
+    with LoopbackCluster(directory / f"ps{ps}", workers=1, ps=ps) as cluster:
+        pids = ",".join(str(p) for p in cluster.server_pids("ps"))
+        output = directory / f"ps{ps}" / "output"
+        output.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run([PYTHON, "-m", "bench.online.rows_on_ps", "chief", str(cluster.path), str(output),
+                               str(size["rows"]), str(size["repeats"]), str(size["chunk_mb"]), pids], cwd=ROOT,
+                              stdin=subprocess.DEVNULL, timeout=3600, stdout=sys.stdout,
+                              stderr=open(output / "chief.log", "w"))
+        if done.returncode:
+            raise RuntimeError(f"the chief failed: {(output / 'chief.log').read_text()[-3000:]}")
+        return json.loads((output / "saves.json").read_text())
+
+
+def report(results: dict) -> str:
+    lines = [f"# A checkpoint written through the chief or by each ps ({results['machine']['date']})", "",
+             f"Machine: {results['machine']}.", "",
+              f"{results['rows']:,} rows in 26 tables of dimension 16 with Adagrad slots; 1 worker; loopback and one "
+             "disk (links not shaped); each save timed alone, the two ways alternating, "
+             f"{results['repeats']} times each (`python -m bench.online.rows_on_ps`).", "",
+             "| ps | way | seconds (median) | MB/s | chief wrote MB | each ps wrote MB | loopback MB |",
+             "| ---: | --- | ---: | ---: | ---: | --- | ---: |"]
+    for ps, saves in results["by_ps"].items():
+        for way in ("through_chief", "rows_on_ps"):
+            mine = [s for s in saves if s["way"] == way]
+            seconds = statistics.median(s["seconds"] for s in mine)
+            total = mine[-1]["chief_mb"] + sum(mine[-1]["ps_mb"])
+            lines.append(f"| {ps} | {way} | {seconds:.2f} ({', '.join(str(s['seconds']) for s in mine)}) | "
+                         f"{total / seconds:.0f} | {mine[-1]['chief_mb']} | {mine[-1]['ps_mb']} | "
+                         f"{mine[-1]['loopback_mb']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(quick: bool = False) -> None:
+    from bench.kit.quiet import require_quiet
+
+    size = SIZES["quick" if quick else "full"]
+    require_quiet()
+    results = {"machine": machine(), "rows": size["rows"], "repeats": size["repeats"], "by_ps": {}}
+    with tempfile.TemporaryDirectory(prefix="bench-rows-on-ps-") as directory:
+        for ps in size["ps"]:
+            results["by_ps"][ps] = measure(ps, size, Path(directory))
+    text = report(results)
+    print(text)
+    if not quick:
+        (HERE / "results-rows-on-ps.json").write_text(json.dumps(results, indent=2))
+        write_keeping_notes(HERE / "RESULTS-rows-on-ps.md", text)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["chief"]:
+        chief(*sys.argv[2:])
+    else:
+        fire.Fire(main)
