@@ -15,7 +15,6 @@ import shutil
 from pathlib import Path
 
 import tensorflow as tf
-from tensorflow.python.eager import context
 from tensorflow.python.ops import gen_io_ops, io_ops
 
 from tables.streaming.rows import slice_spec
@@ -43,8 +42,8 @@ class BundleWriter:
         self.parts.append(part)
 
     def finish(self) -> str:
-        """Merges the parts into the bundle at `prefix` and returns it, once every part, wherever written, is."""
-        context.async_wait()  # a part another task writes is queued there: the merge reads every part's index
+        """Merges the parts into the bundle at `prefix` and returns it (a part another task writes must be written
+        by now: checkpoint_io.save waits for each)."""
         with tf.device(self.device):
             gen_io_ops.merge_v2_checkpoints(self.parts, self.prefix, delete_old_dirs=True)
         shutil.rmtree(self.temp, ignore_errors=True)

@@ -47,11 +47,20 @@ def save(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHU
                 for piece, values in zip(group.slices, group.read(begin, end), strict=True):
                     writer.add(piece.key, values, piece.spec(begin, end), device=rows_on_ps and group.device or None)
             if rows_on_ps:
-                context.async_wait()  # a round's parts are written on their ps at once, and only a chunk on each
+                _written(chunks)
         return writer.finish()
     except BaseException:
         writer.abandon()
         raise
+
+
+def _written(chunks: list[tuple[RowGroup, int, int]]) -> None:
+    """Returns once each ps of a round has written its parts (they write at once, a chunk each): a row read there
+    after them comes back only then, as a task runs what the chief sends it in order, and a part that failed fails
+    it. Not context.async_wait, which syncs every task of the cluster, the workers too."""
+    for group, _, _ in chunks:
+        if group.device:  # None: the chief wrote it (a dynamic table's rows)
+            group.read(0, 1)[0].numpy()
 
 
 def _chunks(groups: list[RowGroup], chunk_bytes: int) -> list[tuple[RowGroup, int, int]]:
@@ -114,6 +123,8 @@ def warm_up(root, directory: Path, *, device: str | None = None, chunk_bytes: in
             if group.rows:
                 for piece, values in zip(group.slices, group.read(0, 1), strict=True):
                     writer.add(piece.key, values, piece.spec(0, 1), device=rows_on_ps and group.device or None)
+                if rows_on_ps:
+                    _written([(group, 0, 1)])
         writer.finish()
         reader = BundleReader(prefix, device=device)
         for key, shape in reader.shapes.items():
