@@ -62,11 +62,11 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
     _report_per_ps(model, data, run.global_batch, log)
     with tf.device(strategy.CHIEF_CPU):
         state = tf.Variable("", trainable=False)  # on the chief, beside the model in every checkpoint
+    on_ps = shared_output.rows_on_ps(config, options, run.files.checkpoints, log)
     checkpoints = EpochCheckpoints(run.files, model=model, optimizer=model.optimizer, keep=options.keep_checkpoints,
                                    has_evaluator=bool(config.jobs.get("evaluator")), io_device=strategy.CHIEF_CPU,
                                    extra={CHECKPOINT_NAME: state}, chunk_bytes=chunk_bytes_of(options),
-                                   keep_unevaluated=options.keep_unevaluated_checkpoints,
-                                   rows_on_ps=shared_output.rows_on_ps(config, options, run.files.checkpoints, log))
+                                   keep_unevaluated=options.keep_unevaluated_checkpoints, rows_on_ps=on_ps)
     position = setup.resume(run, checkpoints, model) or Position(0)
     record, versions, ledger = _record_and_ledger(run, data, state, position, log)
     watch = _watch(options, data, ledger, run.files, log).start()
@@ -75,7 +75,7 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
                           folder=options.data_dir if is_topic(options.data_dir) else str(data.root),
                           poll_s=options.data_poll_s, tables=tables)
     report.source = watch.line
-    deltas = FollowDeltas.create(run, model, distribution)  # the tables stamp their rows: before the piece is traced
+    deltas = FollowDeltas.create(run, model, distribution, rows_on_ps=on_ps)  # stamps rows: before the piece's trace
     trainer = PieceTrainer(distribution, model, data, global_batch=run.global_batch, seed=options.seed,
                            workers=config.input_pipelines)
     intake = Intake(ledger=ledger, data=data, report=report, quarantine=QuarantineReport(run.files.quarantine),

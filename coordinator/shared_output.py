@@ -18,8 +18,8 @@ def rows_on_ps(config, options, directory: Path, log) -> bool:
     """True when every ps of `config` reads what the chief writes under `directory` at the same path (said once);
     False, said once, when output_dir is not declared shared. Declared but not seen by a ps: a UserError naming it."""
     if not options.output_dir_shared:
-        log.info("checkpoints are written through the chief, every byte of every ps (%s is false: say true when "
-                 "every ps reaches %s at the same path)", FIELD, options.output_dir)
+        log.info("checkpoints and deltas are written through the chief, every byte of every ps (%s is false: say true "
+                 "when every ps reaches %s at the same path)", FIELD, options.output_dir)
         return False
     directory.mkdir(parents=True, exist_ok=True)
     path, token = directory.resolve() / CHECK_NAME, secrets.token_hex(16)
@@ -34,7 +34,7 @@ def rows_on_ps(config, options, directory: Path, log) -> bool:
                                         "or set it false (the chief then writes every byte)"))
     finally:
         path.unlink(missing_ok=True)
-    log.info("each ps writes its own tables' rows of every checkpoint into %s (%s)", directory, FIELD)
+    log.info("each ps writes its own tables' rows of every checkpoint and delta into %s (%s)", directory, FIELD)
     return True
 
 

@@ -115,8 +115,8 @@ class EpochCheckpoints:
         """`scratch`: a worker that is not the lead (multi_worker_mirrored) writes there, as every worker must
         take part in a save, and removes what it wrote; it reads the lead's checkpoints. `extra`: more objects
         saved beside the model (follow mode: where the data stands). `chunk_bytes`: the most of a table held at a
-        time by a streamed save or restore. `rows_on_ps`: each ps writes its tables' rows of a streamed save
-        (every ps reaches the folder at the same path: coordinator/shared_output.py)."""
+        time by a streamed save or restore. `rows_on_ps`: each ps writes its tables' rows of a streamed save and
+        reads them back in a restore (every ps reaches the folder at the same path: coordinator/shared_output.py)."""
         self.files, self.directory, self.scratch = files, files.checkpoints, scratch
         directory = self.directory
         self.keep, self.keep_unevaluated = keep, keep_unevaluated
@@ -148,7 +148,7 @@ class EpochCheckpoints:
         else:
             try:
                 checkpoint_io.restore(self.checkpoint, paths[-1], device=self.io_device,
-                                      chunk_bytes=self.chunk_bytes)
+                                      chunk_bytes=self.chunk_bytes, rows_on_ps=self.rows_on_ps)
             except checkpoint_io.CheckpointMismatch as error:
                 raise UserError(Problem("training.output_dir", str(self.directory), f"holds a checkpoint of another "
                                         f"model ({error})", "use a new output_dir, or `sh run.sh --fresh` to move the "

@@ -498,3 +498,35 @@ def test_a_followers_05_reading_of_a_delta_finds_every_input_and_applies_it(run)
               tf.constant(reader.get_tensor(name)) for name in apply.structured_input_signature[1]}
     answer = apply(**inputs)
     assert answer["applied"] and int(answer["sequence"]) == 1 and int(inputs[names.VERSION]) == 1
+
+
+def test_a_delta_written_on_the_ps_holds_what_one_written_here_does(run, tmp_path):
+    """The way training.output_dir_shared writes a delta (each part counted, then saved as slices in place: in one
+    process every part is here) gives the same bundle, key by key, across chunks of every kind's tables."""
+    written = {}
+    for name, on_ps in (("here", False), ("on_ps", True)):
+        source = DeltaSource(run.model, run.tracked, rows_on_ps=on_ps)
+        delta = write_delta(source, DeltaFiles(tmp_path / name), version=1, sequence=1, from_step=run.from_step,
+                            chunk_bytes=CHUNK, settle_s=0)
+        written[name] = (delta.rows, tf.train.load_checkpoint(str(delta.path / names.BUNDLE)))
+    (rows, here), (rows_on_ps, on_ps) = written["here"], written["on_ps"]
+    assert rows == rows_on_ps and all(rows.values()), rows
+    keys = here.get_variable_to_shape_map()
+    assert keys == on_ps.get_variable_to_shape_map()
+    for key in keys:
+        np.testing.assert_array_equal(here.get_tensor(key), on_ps.get_tensor(key), err_msg=key)
+
+
+def test_rows_that_changed_after_their_count_are_cut_newest_first_and_never_below_the_next_deltas_start():
+    from online.publish.delta_rows_on_ps import DeltaRace, _exactly, _Range
+
+    table = dataclasses.make_dataclass("Table", ["name", "devices"])("t", ["/device:CPU:0"])
+    stamps = tf.constant([5, 3, 9, 3], tf.int64)
+    values = [tf.constant([10, 11, 12, 13], tf.int64), tf.constant([[1.0], [2.0], [3.0], [4.0]]), stamps]
+    kept = _exactly(_Range(table, 0, 0, 4, 3, 0, 3), values, keep_from=4)
+    assert [value.numpy().tolist() for value in kept] == [[11, 13, 10], [[2.0], [4.0], [1.0]], [3, 3, 5]]
+    assert _exactly(_Range(table, 0, 0, 4, 4, 0, 4), values, keep_from=100) is values
+    with pytest.raises(DeltaRace, match="stamped 5 changed again"):
+        _exactly(_Range(table, 0, 0, 4, 2, 0, 2), values, keep_from=6)
+    with pytest.raises(DeltaRace, match="held 4 changed rows after 5 were counted"):
+        _exactly(_Range(table, 0, 0, 4, 5, 0, 5), values, keep_from=0)

@@ -79,7 +79,7 @@ def test_deltas_keep_a_late_follower_fresh_through_a_slowed_worker_and_a_killed_
     write_day(data, "day_1", 300, 300)
     cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
         **DELTAS, "data_dir": str(data), "output_dir": str(output), "embedding_kind": "dynamic",
-        "embedding_capacity": 4096, "expire_after_steps": 24})
+        "embedding_capacity": 4096, "expire_after_steps": 24, "output_dir_shared": True})  # each ps writes its rows
     chief = start_module("coordinator.train", "--cluster", str(cluster), log_path=log)
     follower = resumed = None
     worker = process.PidRecord.read(shared_servers.parent / "logs" / "worker-1.pid").pid
@@ -119,6 +119,7 @@ def test_deltas_keep_a_late_follower_fresh_through_a_slowed_worker_and_a_killed_
             started.wait()
 
     assert "Traceback" not in (tmp_path / "follower.log").read_text()
+    assert "each ps writes its own tables' rows of every checkpoint and delta" in again.read_text()
     assert _seconds_between(log, "follow mode: training on", "serving | version 1 ") < DELTAS["serving_export_every_s"]
     assert {f["name"]: f["examples"] for f in last["follow"]["per_file"]} == {
         "day_0": 300, "day_1": 300, "day_2": 300, "day_3": 3000, "day_4": 600}

@@ -93,15 +93,17 @@ class FollowDeltas:
         self.churn = ChurnSwitch(switch_mb, log)
 
     @classmethod
-    def create(cls, run, model, distribution):
+    def create(cls, run, model, distribution, *, rows_on_ps: bool = False):
         """The run's deltas of `model` (its tables tracked from now on: call before training) into the run's
-        serving folder, or None when it writes none."""
+        serving folder, or None when it writes none; with `rows_on_ps` each ps writes its own tables' rows."""
         options = run.options
         if not options.serving_delta_every_s:
             return None
         tracked = track_changes(model, distribution)
         clock_key = variable_keys(tf.train.Checkpoint(model=model, optimizer=model.optimizer))[step_clock(model).ref()]
-        return cls(source=DeltaSource(model, tracked), files=DeltaFiles(run.files.serving),
+        source, files = DeltaSource(model, tracked, rows_on_ps=rows_on_ps), DeltaFiles(run.files.serving)
+        source.warm_up(files.directory)
+        return cls(source=source, files=files,
                    restore_moves_rows=any(table.restore_moves_rows for table in tracked), clock_key=clock_key,
                    every_s=options.serving_delta_every_s, chunk_bytes=chunk_bytes_of(options), log=run.log,
                    cap=chain_cap(options.serving_export_every_s, options.serving_delta_every_s),

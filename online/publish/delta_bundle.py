@@ -1,5 +1,6 @@
 """A delta's bundle: each table's changed rows as one key per field, and the dense weights, while no process holds
-more than a chunk of rows (read) and a chunk kept.
+more than a chunk of rows (read) and a chunk kept; with `training.output_dir_shared` each ps writes its own
+tables' rows instead (delta_rows_on_ps.py).
 
 A table's changed rows are read on its ps a chunk at most at a time (tables/changed_rows.py). Few rows change between
 deltas, so they are kept, chunk after chunk, until the table is read, then written as one tensor per field: a
@@ -17,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from online.publish import delta_format as names
+from online.publish import delta_rows_on_ps as rows_on_ps
 from tables.streaming.bundle import BundleReader, BundleWriter
 from tables.streaming.rows import chunk_rows, slice_spec
 
@@ -63,20 +65,20 @@ class _Scratch:
             self.writer.abandon()
 
 
-def write_bundle(source, writing: Path, from_step: int, chunk_bytes: int, version: int) -> dict[str, int]:
+def write_bundle(source, writing: Path, from_step: int, chunk_bytes: int, version: int,
+                 keep_from: int | None = None) -> dict[str, int]:
     """The delta's bundle of DeltaSource `source` in `writing`: rows stamped at or after `from_step`, the dense
     weights, and the version it applies to (`delta_version`, as `apply_delta` takes it: a 0.5 follower, which reads
-    it from the bundle, can send it); returns the rows written per table."""
+    it from the bundle, can send it); returns the rows written per table. With the source's `rows_on_ps` each ps
+    writes its tables' rows (delta_rows_on_ps.py; a row it drops must be stamped at or after `keep_from`)."""
     writer = BundleWriter(str(writing / names.BUNDLE))
     scratch = _Scratch(str(writing / "scratch"))
     try:
-        reads = [_read_table(table, scratch, from_step, chunk_bytes) for table in source.tables]
-        for read in reads:
-            if not read.spilled:
-                _write_kept(writer, read, from_step)
-        spilled = [read for read in reads if read.spilled]
-        if spilled:
-            _write_spilled(writer, scratch.reader(), spilled)
+        if source.rows_on_ps:
+            rows = rows_on_ps.write_tables(writer, source.tables, from_step,
+                                           from_step if keep_from is None else keep_from, chunk_bytes)
+        else:
+            rows = _write_tables(writer, scratch, source.tables, from_step, chunk_bytes)
         for name, variables in source.dense.items():
             values = [variable.read_value() for variable in variables]
             writer.add(name, values[0] if len(values) == 1 else np.concatenate([value.numpy() for value in values]))
@@ -88,6 +90,19 @@ def write_bundle(source, writing: Path, from_step: int, chunk_bytes: int, versio
         raise
     for path in writing.glob("scratch.*"):
         path.unlink()
+    return rows
+
+
+def _write_tables(writer: BundleWriter, scratch: _Scratch, tables: list, from_step: int,
+                  chunk_bytes: int) -> dict[str, int]:
+    """Every table's changed rows through this process: kept, or spilled to the scratch bundle, then written."""
+    reads = [_read_table(table, scratch, from_step, chunk_bytes) for table in tables]
+    for read in reads:
+        if not read.spilled:
+            _write_kept(writer, read, from_step)
+    spilled = [read for read in reads if read.spilled]
+    if spilled:
+        _write_spilled(writer, scratch.reader(), spilled)
     return {read.table.name: read.rows for read in reads}
 
 

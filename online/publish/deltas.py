@@ -28,6 +28,7 @@ import tensorflow as tf
 from common import durable
 from tables.changed_rows import TrackedTable, step_clock
 from online.publish import delta_format as names
+from online.publish import delta_rows_on_ps
 from online.publish.delta_bundle import write_bundle
 from tables.row_stamps import advance
 from tables.streaming.entries import variable_keys
@@ -44,20 +45,23 @@ class _Table:
     fields: list[str]
     readers: list  # per part: its PartReader
     row_bytes: int
+    devices: list[str]  # per part: its ps
 
 
 class DeltaSource:
     """What deltas read of a live model (a SparseDenseModel, its tables tracked: kinds.track_changes): its
     tables' changed rows and its dense weights, named as the exported model's `apply_delta` takes them."""
 
-    def __init__(self, model, tracked: list[TrackedTable]):
-        self.clock = step_clock(model)
+    def __init__(self, model, tracked: list[TrackedTable], *, rows_on_ps: bool = False):
+        """`rows_on_ps`: each ps writes its own tables' rows of a delta (every ps reaches the serving folder)."""
+        self.clock, self.rows_on_ps = step_clock(model), rows_on_ps
         keys = variable_keys(tf.train.Checkpoint(model=model))
         table_refs, self.tables = set(), []
         for table in tracked:
             table_refs |= table.row_variables()
             self.tables.append(_Table(names.short_name(table.key(keys)), table.fields(),
-                                      [table.reader(part) for part in table.parts], table.row_bytes()))
+                                      [table.reader(part) for part in table.parts], table.row_bytes(),
+                                      [part.device for part in table.parts]))
         self.dense: dict[str, list] = {}
         for weight in model.weights:
             for variable in getattr(weight, "variables", [weight]):
@@ -74,6 +78,11 @@ class DeltaSource:
 
     def step(self) -> int:
         return int(self.clock.numpy())
+
+    def warm_up(self, directory: Path) -> None:
+        """With `rows_on_ps`, runs once every op the ps run to write a delta (at set-up: see delta_rows_on_ps)."""
+        if self.rows_on_ps:
+            delta_rows_on_ps.warm_up(self.tables, directory)
 
     def changed_bytes(self, since: int, chunk_bytes: int = CHUNK_BYTES) -> int:
         """Bytes a delta of the rows stamped at or after `since` would carry: those rows, counted on their ps (no row
@@ -147,7 +156,7 @@ def write_delta(source: DeltaSource, files: "DeltaFiles", *, version: int, seque
     try:
         read_step = source.advance()
         time.sleep(settle_s)
-        rows = write_bundle(source, writing, rows_from, chunk_bytes, version)
+        rows = write_bundle(source, writing, rows_from, chunk_bytes, version, keep_from=from_step)
         size = sum(path.stat().st_size for path in writing.iterdir())
         manifest = {"format": names.FORMAT, "version": version, "sequence": sequence, "from_step": from_step,
                     "rows_from_step": rows_from, "read_step": read_step, "written": time.time(), "rows": rows,

@@ -73,12 +73,13 @@ class BundleReader:
     def whole(self, key: str) -> tf.Tensor:
         return self._read(key, "")
 
-    def rows(self, key: str, begin: int, end: int) -> tf.Tensor:
-        """Rows [begin, end) of `key`, wherever its slices were cut."""
-        return self._read(key, slice_spec(self.shapes[key], begin, end))
+    def rows(self, key: str, begin: int, end: int, *, device: str | None = None) -> tf.Tensor:
+        """Rows [begin, end) of `key`, wherever its slices were cut; with `device` (a ps that reaches the same
+        folder at the same path) that task reads them, and the bytes never leave it."""
+        return self._read(key, slice_spec(self.shapes[key], begin, end), device)
 
-    def _read(self, key: str, spec: str) -> tf.Tensor:
-        with tf.device(self.device):
+    def _read(self, key: str, spec: str, device: str | None = None) -> tf.Tensor:
+        with tf.device(device or self.device):
             return io_ops.restore_v2(self.prefix, [key], [spec], [self.dtypes[key]])[0]
 
 

@@ -45,7 +45,7 @@ def save(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHU
         for chunks in _rounds(groups, chunk_bytes) if rows_on_ps else [[c] for c in _chunks(groups, chunk_bytes)]:
             for group, begin, end in chunks:
                 for piece, values in zip(group.slices, group.read(begin, end), strict=True):
-                    writer.add(piece.key, values, piece.spec(begin, end), device=rows_on_ps and group.device or None)
+                    writer.add(piece.key, values, piece.spec(begin, end), device=_writer_of(group, rows_on_ps))
             if rows_on_ps:
                 _written(chunks)
         return writer.finish()
@@ -63,6 +63,12 @@ def _written(chunks: list[tuple[RowGroup, int, int]]) -> None:
             group.read(0, 1)[0].numpy()
 
 
+def _writer_of(group: RowGroup, rows_on_ps: bool) -> str | None:
+    """The ps that writes and reads `group`'s rows itself, or None: the chief's device does (a dynamic table's rows
+    always: their group names no device)."""
+    return group.device if rows_on_ps else None
+
+
 def _chunks(groups: list[RowGroup], chunk_bytes: int) -> list[tuple[RowGroup, int, int]]:
     return [(group, begin, end) for group in groups for begin, end in group.ranges(chunk_bytes)]
 
@@ -75,9 +81,11 @@ def _rounds(groups: list[RowGroup], chunk_bytes: int) -> list[list[tuple[RowGrou
     return [[chunk for chunk in round_ if chunk] for round_ in itertools.zip_longest(*by_device.values())]
 
 
-def restore(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
+def restore(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES,
+            rows_on_ps: bool = False) -> None:
     """Restores every value of `root` from the checkpoint `prefix`; a key it lacks, or holds with another shape,
-    raises CheckpointMismatch naming it (nothing of the model is left at its initial value unnoticed)."""
+    raises CheckpointMismatch naming it (nothing of the model is left at its initial value unnoticed). With
+    `rows_on_ps` each ps reads its own tables' rows from the shared folder."""
     entries = saved(root, chunk_bytes=chunk_bytes)
     reader = BundleReader(prefix, device=device)
     _check_keys(reader, entries)
@@ -85,8 +93,9 @@ def restore(root, prefix: str, *, device: str | None = None, chunk_bytes: int = 
         entry.restore(reader.whole(entry.key) if entry.rows is None
                       else reader.rows(entry.key, entry.rows[0], sum(entry.rows)))
     for group in entries.groups:
+        on = _writer_of(group, rows_on_ps)
         for begin, end in group.ranges(chunk_bytes):
-            group.write(begin, end, [reader.rows(piece.key, piece.offset + begin, piece.offset + end)
+            group.write(begin, end, [reader.rows(piece.key, piece.offset + begin, piece.offset + end, device=on)
                                      for piece in group.slices])
             context.async_wait()  # remote writes are queued: without a wait, many chunks wait on the ps at once
     for streamed in entries.streamed:
@@ -119,16 +128,20 @@ def warm_up(root, directory: Path, *, device: str | None = None, chunk_bytes: in
             value = entry.read()
             if value is not None:
                 writer.add(entry.key, value, entry.spec)
-        for group in entries.groups + [group for streamed in entries.streamed for group in streamed.groups]:
+        groups = entries.groups + [group for streamed in entries.streamed for group in streamed.groups]
+        for group in groups:
             if group.rows:
                 for piece, values in zip(group.slices, group.read(0, 1), strict=True):
-                    writer.add(piece.key, values, piece.spec(0, 1), device=rows_on_ps and group.device or None)
+                    writer.add(piece.key, values, piece.spec(0, 1), device=_writer_of(group, rows_on_ps))
                 if rows_on_ps:
                     _written([(group, 0, 1)])
         writer.finish()
         reader = BundleReader(prefix, device=device)
         for key, shape in reader.shapes.items():
             reader.rows(key, 0, 1) if shape else reader.whole(key)
+        for group in groups if rows_on_ps else []:
+            for piece in group.slices if group.rows and group.device else []:
+                reader.rows(piece.key, piece.offset, piece.offset + 1, device=group.device)
     finally:
         writer.abandon()
         remove_bundle(prefix)

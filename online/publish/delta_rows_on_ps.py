@@ -1,0 +1,136 @@
+"""A delta's table rows written by the ps that hold them (`training.output_dir_shared`): no row crosses to the chief.
+
+A delta's key per field is one tensor, so its slices need the total of changed rows before any is written. Each
+part's changed rows are counted on its ps first (the counts per block that reading goes by: tables/changed_rows.py),
+which fixes every slice's place; then each ps reads its ranges a chunk at a time and saves them there, one chunk per
+ps at a time, all ps at once. A stamp only moves forward, so a range read after its count holds at least the rows
+counted; rows that changed in between are dropped down to the count, the newest stamps first: their stamps are at or
+after the delta's read step (or the delta's `from_step` at the least), so the next delta, which reads from this one's
+`from_step`, carries them. A drop that would lose an older stamp fails the delta (the next one covers its rows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+
+from online.publish import delta_format as names
+from tables.changed_rows import merged_ranges
+from tables.streaming.bundle import BundleWriter
+from tables.streaming.rows import chunk_rows, slice_spec
+
+
+class DeltaRace(RuntimeError):
+    """A range held other changed rows than it was counted with, beyond what the next delta carries."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Range:
+    """Rows [begin, end) of one part, `count` of them changed, written at `offset` of the table's `total`."""
+
+    table: object  # deltas._Table
+    part: int
+    begin: int
+    end: int
+    count: int
+    offset: int
+    total: int
+
+    @property
+    def device(self) -> str:
+        return self.table.devices[self.part]
+
+
+def write_tables(writer: BundleWriter, tables: list, rows_from: int, keep_from: int, chunk_bytes: int) -> dict:
+    """Each table's rows stamped at or after `rows_from`, written by its ps into `writer`'s bundle; a row dropped
+    for changing after its count must be stamped at or after `keep_from`. Returns the rows written per table."""
+    planned = {table.name: _planned(table, rows_from, chunk_bytes) for table in tables}
+    for round_ in _rounds([ranges for ranges in planned.values()]):
+        kept = [(range_, _exactly(range_, _read(range_, rows_from), keep_from)) for range_ in round_]
+        for range_, values in kept:
+            full = [range_.total]
+            for field, value in zip(range_.table.fields, values, strict=True):
+                writer.add(names.field_key(range_.table.name, field), value,
+                           slice_spec(full + list(value.shape[1:]), range_.offset, range_.offset + range_.count),
+                           device=range_.device)
+        for range_, values in kept:  # a value computed after the saves on each ps: back once they are written
+            with tf.device(range_.device):
+                tf.size(values[-1]).numpy()
+    for table in tables:
+        if not planned[table.name]:  # no changed row: an empty tensor of the right shape, from the chief
+            for field, value in zip(table.fields, table.readers[0].read(0, 0, rows_from), strict=True):
+                writer.add(names.field_key(table.name, field), value)
+    return {name: sum(range_.count for range_ in ranges) for name, ranges in planned.items()}
+
+
+def _planned(table, rows_from: int, chunk_bytes: int) -> list[_Range]:
+    """The table's ranges of changed rows, each with its count and place, from one count per part."""
+    if table.fields[-1] != names.CHANGED_AT:
+        raise ValueError(f"table {table.name}: a delta written on the ps needs each row's stamp as its last field")
+    limit, counted = chunk_rows(table.row_bytes, chunk_bytes), []
+    for part, reader in enumerate(table.readers):
+        blocks = reader.count(rows_from, limit)
+        for begin, end in merged_ranges(blocks, limit, reader.rows):
+            counted.append((part, begin, end, sum(blocks[begin // limit:(end + limit - 1) // limit])))
+    total, ranges, offset = sum(count for *_, count in counted), [], 0
+    for part, begin, end, count in counted:
+        ranges.append(_Range(table, part, begin, end, count, offset, total))
+        offset += count
+    return ranges
+
+
+def _rounds(tables: list[list[_Range]]) -> list[list[_Range]]:
+    """The ranges in rounds of at most one per ps: every ps writes at once and holds one chunk."""
+    by_device: dict[str, list[_Range]] = {}
+    for range_ in (range_ for ranges in tables for range_ in ranges):
+        by_device.setdefault(range_.device, []).append(range_)
+    queues, rounds = list(by_device.values()), []
+    while any(queues):
+        rounds.append([queue.pop(0) for queue in queues if queue])
+    return rounds
+
+
+def _read(range_: _Range, rows_from: int) -> list[tf.Tensor]:
+    return range_.table.readers[range_.part].read(range_.begin, range_.end, rows_from)
+
+
+def _exactly(range_: _Range, values: list[tf.Tensor], keep_from: int) -> list[tf.Tensor]:
+    """`values` cut to the range's count on its ps, keeping the oldest stamps (the last field)."""
+    found = int(values[-1].shape[0])
+    if found == range_.count:
+        return values
+    if found < range_.count:
+        raise DeltaRace(f"table {range_.table.name}: rows {range_.begin}-{range_.end} of part {range_.part} held "
+                        f"{found} changed rows after {range_.count} were counted (a stamp moved back)")
+    with tf.device(range_.device):
+        order = tf.argsort(values[-1], stable=True)
+        newest_dropped = tf.reduce_min(tf.gather(values[-1], order[range_.count:]))
+        if int(newest_dropped.numpy()) < keep_from:
+            raise DeltaRace(f"table {range_.table.name}: a row stamped {int(newest_dropped.numpy())} changed again "
+                            f"while the delta read it, before step {keep_from} that the next delta reads from")
+        kept = order[:range_.count]
+        return [tf.gather(value, kept) for value in values]
+
+
+def warm_up(tables: list, directory) -> None:
+    """Runs once, at set-up, every op a delta written on the ps runs (a cut included) on one row of each table's first
+    part, into a bundle that is then removed: an op first run mid-run waits for every task, a frozen worker too."""
+    writer = BundleWriter(str(directory / ".warm-up-delta"))
+    try:
+        for table in tables:
+            reader = table.readers[0]
+            if reader.rows < 2:
+                continue
+            range_ = _Range(table, 0, 0, 2, 1, 0, 1)
+            values = _exactly(range_, reader.read(0, 2, -(1 << 62)), -(1 << 62))
+            for field, value in zip(table.fields, values, strict=True):
+                writer.add(names.field_key(table.name, field), value, slice_spec([1, *value.shape[1:]], 0, 1),
+                           device=range_.device)
+            with tf.device(range_.device):
+                tf.size(values[-1]).numpy()
+        writer.finish()
+    finally:
+        writer.abandon()
+        for path in directory.glob(".warm-up-delta.*"):
+            path.unlink()
