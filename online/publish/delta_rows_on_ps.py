@@ -2,8 +2,8 @@
 
 A delta's key per field is one tensor, so its slices need the total of changed rows before any is written. Each
 part's changed rows are counted on its ps first (the counts per block that reading goes by: tables/changed_rows.py),
-which fixes every slice's place; then each ps reads its ranges a chunk at a time and saves them there, one chunk per
-ps at a time, all ps at once. A stamp only moves forward, so a range read after its count holds at least the rows
+which fixes every slice's place; then each ps reads its ranges a chunk at a time and saves them there, all ps at once
+(tables/streaming/per_ps.py). A stamp only moves forward, so a range read after its count holds at least the rows
 counted; rows that changed in between are dropped down to the count, the newest stamps first: their stamps are at or
 after the delta's read step (or the delta's `from_step` at the least), so the next delta, which reads from this one's
 `from_step`, carries them. A drop that would lose an older stamp fails the delta (the next one covers its rows).
@@ -18,7 +18,11 @@ import tensorflow as tf
 from online.publish import delta_format as names
 from tables.changed_rows import merged_ranges
 from tables.streaming.bundle import BundleWriter
+from tables.streaming.per_ps import on_each_ps
 from tables.streaming.rows import chunk_rows, slice_spec
+
+
+EVERY_STEP = -(1 << 62)  # a step every stamp is at or after
 
 
 class DeltaRace(RuntimeError):
@@ -46,22 +50,24 @@ def write_tables(writer: BundleWriter, tables: list, rows_from: int, keep_from: 
     """Each table's rows stamped at or after `rows_from`, written by its ps into `writer`'s bundle; a row dropped
     for changing after its count must be stamped at or after `keep_from`. Returns the rows written per table."""
     planned = {table.name: _planned(table, rows_from, chunk_bytes) for table in tables}
-    for round_ in _rounds([ranges for ranges in planned.values()]):
-        kept = [(range_, _exactly(range_, _read(range_, rows_from), keep_from)) for range_ in round_]
-        for range_, values in kept:
-            full = [range_.total]
-            for field, value in zip(range_.table.fields, values, strict=True):
-                writer.add(names.field_key(range_.table.name, field), value,
-                           slice_spec(full + list(value.shape[1:]), range_.offset, range_.offset + range_.count),
-                           device=range_.device)
-        for range_, values in kept:  # a value computed after the saves on each ps: back once they are written
-            with tf.device(range_.device):
-                tf.size(values[-1]).numpy()
+    on_each_ps([range_ for ranges in planned.values() for range_ in ranges], lambda range_: range_.device,
+               lambda range_: _write_range(writer, range_, rows_from, keep_from))
     for table in tables:
         if not planned[table.name]:  # no changed row: an empty tensor of the right shape, from the chief
             for field, value in zip(table.fields, table.readers[0].read(0, 0, rows_from), strict=True):
                 writer.add(names.field_key(table.name, field), value)
     return {name: sum(range_.count for range_ in ranges) for name, ranges in planned.items()}
+
+
+def _write_range(writer: BundleWriter, range_: _Range, rows_from: int, keep_from: int) -> None:
+    """The range's changed rows, read, cut to its count and saved on its ps; returns once they are written."""
+    values = _exactly(range_, _read(range_, rows_from), keep_from)
+    for field, value in zip(range_.table.fields, values, strict=True):
+        writer.add(names.field_key(range_.table.name, field), value,
+                   slice_spec([range_.total, *value.shape[1:]], range_.offset, range_.offset + range_.count),
+                   device=range_.device)
+    with tf.device(range_.device):  # a value computed after the saves on the ps: back once they are written
+        tf.size(values[-1]).numpy()
 
 
 def _planned(table, rows_from: int, chunk_bytes: int) -> list[_Range]:
@@ -78,17 +84,6 @@ def _planned(table, rows_from: int, chunk_bytes: int) -> list[_Range]:
         ranges.append(_Range(table, part, begin, end, count, offset, total))
         offset += count
     return ranges
-
-
-def _rounds(tables: list[list[_Range]]) -> list[list[_Range]]:
-    """The ranges in rounds of at most one per ps: every ps writes at once and holds one chunk."""
-    by_device: dict[str, list[_Range]] = {}
-    for range_ in (range_ for ranges in tables for range_ in ranges):
-        by_device.setdefault(range_.device, []).append(range_)
-    queues, rounds = list(by_device.values()), []
-    while any(queues):
-        rounds.append([queue.pop(0) for queue in queues if queue])
-    return rounds
 
 
 def _read(range_: _Range, rows_from: int) -> list[tf.Tensor]:
@@ -119,16 +114,9 @@ def warm_up(tables: list, directory) -> None:
     writer = BundleWriter(str(directory / ".warm-up-delta"))
     try:
         for table in tables:
-            reader = table.readers[0]
-            if reader.rows < 2:
+            if table.readers[0].rows < 2:
                 continue
-            range_ = _Range(table, 0, 0, 2, 1, 0, 1)
-            values = _exactly(range_, reader.read(0, 2, -(1 << 62)), -(1 << 62))
-            for field, value in zip(table.fields, values, strict=True):
-                writer.add(names.field_key(table.name, field), value, slice_spec([1, *value.shape[1:]], 0, 1),
-                           device=range_.device)
-            with tf.device(range_.device):
-                tf.size(values[-1]).numpy()
+            _write_range(writer, _Range(table, 0, 0, 2, 1, 0, 1), EVERY_STEP, EVERY_STEP)  # two rows, one cut
         writer.finish()
     finally:
         writer.abandon()

@@ -12,6 +12,7 @@ loaders, or by row ranges with `BundleReader.rows`, which reads across the slice
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
 import tensorflow as tf
@@ -32,14 +33,16 @@ class BundleWriter:
         shutil.rmtree(self.temp, ignore_errors=True)
         self.temp.mkdir(parents=True)
         self.parts: list[str] = []
+        self._naming = threading.Lock()  # each ps's thread adds its own parts (per_ps.py)
 
     def add(self, key: str, tensor: tf.Tensor, spec: str = "", *, device: str | None = None) -> None:
         """Saves `tensor` as `key` (or as the slice `spec` of it); with `device` (a ps holding it, which reaches the
         same folder at the same path) that task writes the part, and the bytes never leave it."""
-        part = str(self.temp / f"part-{len(self.parts):06d}")
+        with self._naming:
+            part = str(self.temp / f"part-{len(self.parts):06d}")
+            self.parts.append(part)
         with tf.device(device or self.device):
             io_ops.save_v2(part, [key], [spec], [tensor])
-        self.parts.append(part)
 
     def finish(self) -> str:
         """Merges the parts into the bundle at `prefix` and returns it (a part another task writes must be written

@@ -2,7 +2,7 @@
 
 `save` writes the small values whole and each table a chunk of rows at a time, read on its own ps by row (a gather: a
 ps never copies its shard whole, as TensorFlow does with a shard read whole once sparse updates touched it), and
-written by the chief, or with `rows_on_ps` by the ps holding it (a round of one chunk per ps at a time); `restore`
+written by the chief, or with `rows_on_ps` by the ps holding it (every ps at once, a chunk at a time each); `restore`
 reads each table a chunk at a time and scatters it into the variables on their ps, whatever shards they are split into
 now. The bundle is an ordinary TensorFlow checkpoint (the same keys as `tf.train.Checkpoint.write`), and any such
 checkpoint restores through here. The process running them holds at most a chunk of any table (a table's rows and its
@@ -11,7 +11,6 @@ slots, read together), or one small value (under a quarter of a chunk).
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Callable
 
@@ -20,6 +19,7 @@ from tensorflow.python.eager import context
 
 from tables.streaming.bundle import BundleReader, BundleWriter, remove_bundle
 from tables.streaming.entries import GRAPH_KEY, saved
+from tables.streaming.per_ps import on_each_ps
 from tables.streaming.rows import CHUNK_BYTES, RowGroup
 
 
@@ -42,25 +42,27 @@ def save(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHU
             if value is not None:  # an uninitialised variable saves nothing, as TensorFlow's own save
                 writer.add(entry.key, value, entry.spec)
         groups = entries.groups + [group for streamed in entries.streamed for group in streamed.groups]
-        for chunks in _rounds(groups, chunk_bytes) if rows_on_ps else [[c] for c in _chunks(groups, chunk_bytes)]:
-            for group, begin, end in chunks:
-                for piece, values in zip(group.slices, group.read(begin, end), strict=True):
-                    writer.add(piece.key, values, piece.spec(begin, end), device=_writer_of(group, rows_on_ps))
-            if rows_on_ps:
-                _written(chunks)
+        chunks = _chunks(groups, chunk_bytes)
+        for chunk in chunks if not rows_on_ps else [chunk for chunk in chunks if not chunk[0].device]:
+            _write_chunk(writer, chunk, None)
+        if rows_on_ps:  # every ps at once, a chunk at a time each
+            on_each_ps([chunk for chunk in chunks if chunk[0].device], lambda chunk: chunk[0].device,
+                       lambda chunk: _write_chunk(writer, chunk, chunk[0].device))
         return writer.finish()
     except BaseException:
         writer.abandon()
         raise
 
 
-def _written(chunks: list[tuple[RowGroup, int, int]]) -> None:
-    """Returns once each ps of a round has written its parts (they write at once, a chunk each): a row read there
-    after them comes back only then, as a task runs what the chief sends it in order, and a part that failed fails
-    it. Not context.async_wait, which syncs every task of the cluster, the workers too."""
-    for group, _, _ in chunks:
-        if group.device:  # None: the chief wrote it (a dynamic table's rows)
-            group.read(0, 1)[0].numpy()
+def _write_chunk(writer: BundleWriter, chunk: tuple[RowGroup, int, int], device: str | None) -> None:
+    """Rows [begin, end) of the group, written by `device` (its ps; None: the writer's own device). A ps's part is
+    waited for: a row read there after it comes back only once it is written, as a task runs what the chief sends
+    it in order, and a part that failed fails it (not context.async_wait, which syncs every task, workers too)."""
+    group, begin, end = chunk
+    for piece, values in zip(group.slices, group.read(begin, end), strict=True):
+        writer.add(piece.key, values, piece.spec(begin, end), device=device)
+    if device:
+        group.read(0, 1)[0].numpy()
 
 
 def _writer_of(group: RowGroup, rows_on_ps: bool) -> str | None:
@@ -71,14 +73,6 @@ def _writer_of(group: RowGroup, rows_on_ps: bool) -> str | None:
 
 def _chunks(groups: list[RowGroup], chunk_bytes: int) -> list[tuple[RowGroup, int, int]]:
     return [(group, begin, end) for group in groups for begin, end in group.ranges(chunk_bytes)]
-
-
-def _rounds(groups: list[RowGroup], chunk_bytes: int) -> list[list[tuple[RowGroup, int, int]]]:
-    """The chunks of `groups` in rounds of at most one per device: every ps writes at once, and holds one chunk."""
-    by_device: dict[str | None, list] = {}
-    for chunk in _chunks(groups, chunk_bytes):
-        by_device.setdefault(chunk[0].device, []).append(chunk)
-    return [[chunk for chunk in round_ if chunk] for round_ in itertools.zip_longest(*by_device.values())]
 
 
 def restore(root, prefix: str, *, device: str | None = None, chunk_bytes: int = CHUNK_BYTES,
@@ -92,14 +86,25 @@ def restore(root, prefix: str, *, device: str | None = None, chunk_bytes: int = 
     for entry in entries.small:
         entry.restore(reader.whole(entry.key) if entry.rows is None
                       else reader.rows(entry.key, entry.rows[0], sum(entry.rows)))
-    for group in entries.groups:
-        on = _writer_of(group, rows_on_ps)
-        for begin, end in group.ranges(chunk_bytes):
-            group.write(begin, end, [reader.rows(piece.key, piece.offset + begin, piece.offset + end, device=on)
-                                     for piece in group.slices])
-            context.async_wait()  # remote writes are queued: without a wait, many chunks wait on the ps at once
+    chunks = _chunks(entries.groups, chunk_bytes)
+    for chunk in chunks if not rows_on_ps else [chunk for chunk in chunks if not chunk[0].device]:
+        _restore_chunk(reader, chunk, None)
+    if rows_on_ps:  # every ps at once, a chunk at a time each
+        on_each_ps([chunk for chunk in chunks if chunk[0].device], lambda chunk: chunk[0].device,
+                   lambda chunk: _restore_chunk(reader, chunk, chunk[0].device))
     for streamed in entries.streamed:
         streamed.owner.restore_streamed(reader, streamed.prefix, chunk_bytes)
+
+
+def _restore_chunk(reader: BundleReader, chunk: tuple[RowGroup, int, int], device: str | None) -> None:
+    """Rows [begin, end) of the group from `reader`, read by `device` (its ps; None: the reader's own device)."""
+    group, begin, end = chunk
+    group.write(begin, end, [reader.rows(piece.key, piece.offset + begin, piece.offset + end, device=device)
+                             for piece in group.slices])
+    if device:  # waited on its ps alone, as a save's part
+        group.read(0, 1)[0].numpy()
+    else:
+        context.async_wait()  # remote writes are queued: without a wait, many chunks wait on the ps at once
 
 
 def _check_keys(reader: BundleReader, entries) -> None:
@@ -131,10 +136,7 @@ def warm_up(root, directory: Path, *, device: str | None = None, chunk_bytes: in
         groups = entries.groups + [group for streamed in entries.streamed for group in streamed.groups]
         for group in groups:
             if group.rows:
-                for piece, values in zip(group.slices, group.read(0, 1), strict=True):
-                    writer.add(piece.key, values, piece.spec(0, 1), device=_writer_of(group, rows_on_ps))
-                if rows_on_ps:
-                    _written([(group, 0, 1)])
+                _write_chunk(writer, (group, 0, 1), _writer_of(group, rows_on_ps))
         writer.finish()
         reader = BundleReader(prefix, device=device)
         for key, shape in reader.shapes.items():
