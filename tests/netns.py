@@ -244,7 +244,7 @@ def _start_sshd(claims: Claims, index: int, address: str, host_key: Path, author
     options = {"ListenAddress": address, "HostKey": host_key, "AuthorizedKeysFile": authorized_keys,
                "PermitRootLogin": "prohibit-password", "PasswordAuthentication": "no",
                "KbdInteractiveAuthentication": "no", "StrictModes": "no", "UsePAM": "no",
-               "PidFile": claims.state_dir / f"sshd{index}.pid"}
+               "PidFile": claims.state_dir / f"sshd{index}.pid", "Subsystem": "sftp internal-sftp"}
     if session_env:
         options["SetEnv"] = " ".join(f"{name}={value}" for name, value in session_env.items())
     sshd = [SSHD, "-D", "-e", "-f", "/dev/null", *(f"-o{key}={value}" for key, value in options.items())]

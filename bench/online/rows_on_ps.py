@@ -40,8 +40,9 @@ def written(pid: int | str) -> int:
     return int(re.search(r"^wchar: (\d+)$", Path(f"/proc/{pid}/io").read_text(), re.M).group(1))
 
 
-def chief(cluster: str, output: str, rows: str, repeats: str, chunk_mb: str, ps_pids: str) -> None:
-    """The chief's side (run as its own process): builds the model, trains a step, times the saves."""
+def chief(cluster: str, output: str, rows: str, repeats: str, chunk_mb: str, ps_pids: str, results: str = "") -> None:
+    """The chief's side (run as its own process): builds the model, trains a step, times the saves (the ps' bytes
+    when `ps_pids` names them); into `results` (default `output`/saves.json), each save's files removed after it."""
     rows, repeats = int(rows), int(repeats)
     from cluster import config as cluster_config
     from cluster import taskspec
@@ -55,7 +56,7 @@ def chief(cluster: str, output: str, rows: str, repeats: str, chunk_mb: str, ps_
     from models.checkpoints import Position
 
     log = logging.getLogger("bench")
-    pids = [int(p) for p in str(ps_pids).split(",")]
+    pids = [int(p) for p in str(ps_pids).split(",") if p]
     runs = {}
     for way, shared in (("through_chief", False), ("rows_on_ps", True)):
         options = parse_training_options({**TRAINING, "table_rows": rows // 26, "output_dir": f"{output}/{way}",
@@ -70,14 +71,20 @@ def chief(cluster: str, output: str, rows: str, repeats: str, chunk_mb: str, ps_
     for repeat in range(repeats):
         for way, checkpoints in series.items():
             before, sent, started = [written(p) for p in ["self", *pids]], loopback_bytes(), time.monotonic()
-            checkpoints.save(Position(repeat + 1))
+            prefix = checkpoints.save(Position(repeat + 1))
             seconds = time.monotonic() - started
+            files = tf.io.gfile.glob(prefix + ".*")
+            checkpoint_mb = sum(tf.io.gfile.stat(path).length for path in files) / MB
             growth = [b - a for a, b in zip(before, [written(p) for p in ["self", *pids]], strict=True)]
             saves.append({"way": way, "seconds": round(seconds, 2), "chief_mb": round(growth[0] / MB, 1),
                           "ps_mb": [round(g / MB, 1) for g in growth[1:]],
-                          "loopback_mb": round((loopback_bytes() - sent) / MB, 1)})
+                          "loopback_mb": round((loopback_bytes() - sent) / MB, 1),
+                          "checkpoint_mb": round(checkpoint_mb, 1)})
             print(f"[bench] {way}: {saves[-1]}", flush=True)
-    Path(output, "saves.json").write_text(json.dumps(saves))
+            if results:
+                for path in files:
+                    tf.io.gfile.remove(path)
+    Path(results or Path(output, "saves.json")).write_text(json.dumps(saves))
     os._exit(0)
 
 
