@@ -530,3 +530,16 @@ def test_rows_that_changed_after_their_count_are_cut_newest_first_and_never_belo
         _exactly(_Range(table, 0, 0, 4, 2, 0, 2), values, keep_from=6)
     with pytest.raises(DeltaRace, match="held 4 changed rows after 5 were counted"):
         _exactly(_Range(table, 0, 0, 4, 5, 0, 5), values, keep_from=0)
+
+
+def test_a_checkpoint_written_on_the_ps_holds_what_one_written_here_does(run, tmp_path):
+    """training.output_dir_shared's way (each table shard's rows saved where they live, every ps at once: in one
+    process every shard is here) gives the same checkpoint, key by key, for every kind's tables."""
+    root = tf.train.Checkpoint(model=run.model, optimizer=run.model.optimizer)
+    written = [checkpoint_io.save(root, str(tmp_path / name), chunk_bytes=CHUNK, rows_on_ps=on_ps)
+               for name, on_ps in (("here", False), ("on_ps", True))]
+    here, on_ps = (tf.train.load_checkpoint(prefix) for prefix in written)
+    keys = here.get_variable_to_shape_map()
+    assert keys == on_ps.get_variable_to_shape_map()
+    for key in keys:
+        np.testing.assert_array_equal(here.get_tensor(key), on_ps.get_tensor(key), err_msg=key)

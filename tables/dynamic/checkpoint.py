@@ -68,7 +68,7 @@ class TableState(tf.__internal__.tracking.Trackable):
             names = [*ROWS, *(f"row_slot-{name}" for name in partition.slots)]
             slices = [RowSlice(keys[n], shape, offset, dtype)
                       for n, shape, dtype in zip(names, shapes, dtypes, strict=True)]
-            groups.append(RowGroup(slices, partition.rows, row_reader(partition), _no_write))
+            groups.append(RowGroup(slices, partition.rows, row_reader(partition), _no_write, partition.device))
             offset += partition.rows
         sketch_small, sketch_groups = _sketch_parts(partitions, keys)
         return small + sketch_small, groups + sketch_groups
@@ -158,7 +158,7 @@ def _sketch_parts(partitions, keys) -> tuple[list[SmallEntry], list[RowGroup]]:
         total, offset = sum(int(v.shape[0]) for v in mine), 0
         for variable in mine:
             groups.append(RowGroup([RowSlice(key, (total,), offset, variable.dtype)], int(variable.shape[0]),
-                                   _cells_reader(variable), _no_write))
+                                   _cells_reader(variable), _no_write, variable.device))
             offset += int(variable.shape[0])
     return small, groups
 
