@@ -41,9 +41,9 @@ def written(pid: int | str) -> int:
 
 
 def chief(cluster: str, output: str, rows: str, repeats: str, chunk_mb: str, ps_pids: str, results: str = "") -> None:
-    """The chief's side (run as its own process): builds the model, trains a step, times the saves (the ps' bytes
-    when `ps_pids` names them); into `results` (default `output`/saves.json), each save's files removed after it."""
-    rows, repeats = int(rows), int(repeats)
+    """The chief's side (run as its own process): builds the model, trains a step, times the saves and deltas of
+    every row (the ps' bytes when `ps_pids` names them); into `results` (default `output`/saves.json), each one's
+    files removed after it."""
     from cluster import config as cluster_config
     from cluster import taskspec
     from cluster.training_parse import parse_training_options
@@ -54,38 +54,59 @@ def chief(cluster: str, output: str, rows: str, repeats: str, chunk_mb: str, ps_
 
     from coordinator import setup, strategy
     from models.checkpoints import Position
+    from online.publish.deltas import DeltaFiles, DeltaSource
+    from tables.kinds import track_changes
 
-    log = logging.getLogger("bench")
-    pids = [int(p) for p in str(ps_pids).split(",") if p]
-    runs = {}
+    pids, runs = [int(p) for p in str(ps_pids).split(",") if p], {}
     for way, shared in (("through_chief", False), ("rows_on_ps", True)):
-        options = parse_training_options({**TRAINING, "table_rows": rows // 26, "output_dir": f"{output}/{way}",
+        options = parse_training_options({**TRAINING, "table_rows": int(rows) // 26, "output_dir": f"{output}/{way}",
                                           "output_dir_shared": shared, "stream_chunk_mb": float(chunk_mb)})
-        runs[way] = setup.plan(dataclasses.replace(config, training=options), options, log, workers=1, batch_note="")
+        runs[way] = setup.plan(dataclasses.replace(config, training=options), options, logging.getLogger("bench"),
+                               workers=1, batch_note="")
     distribution = strategy.build(config, runs["through_chief"].options)
     model = setup.build_model(runs["through_chief"], distribution)
+    tracked = track_changes(model, distribution)  # before the step is traced
     batch = next(iter(runs["through_chief"].source.split("train").batch(256)))
     tf.function(lambda b: distribution.run(model.train_step, args=(b,)))(batch)  # the slots exist from here
     series = {way: setup.epoch_checkpoints(run, model, io_device=strategy.CHIEF_CPU) for way, run in runs.items()}
+    sources = {way: DeltaSource(model, tracked, rows_on_ps=way == "rows_on_ps") for way in runs}
+    deltas = {way: DeltaFiles(run.files.serving) for way, run in runs.items()}
+    for way in runs:
+        sources[way].warm_up(deltas[way].directory)
     saves = []
-    for repeat in range(repeats):
+    for repeat in range(int(repeats)):
         for way, checkpoints in series.items():
-            before, sent, started = [written(p) for p in ["self", *pids]], loopback_bytes(), time.monotonic()
-            prefix = checkpoints.save(Position(repeat + 1))
-            seconds = time.monotonic() - started
-            files = tf.io.gfile.glob(prefix + ".*")
-            checkpoint_mb = sum(tf.io.gfile.stat(path).length for path in files) / MB
-            growth = [b - a for a, b in zip(before, [written(p) for p in ["self", *pids]], strict=True)]
-            saves.append({"way": way, "seconds": round(seconds, 2), "chief_mb": round(growth[0] / MB, 1),
-                          "ps_mb": [round(g / MB, 1) for g in growth[1:]],
-                          "loopback_mb": round((loopback_bytes() - sent) / MB, 1),
-                          "checkpoint_mb": round(checkpoint_mb, 1)})
-            print(f"[bench] {way}: {saves[-1]}", flush=True)
-            if results:
-                for path in files:
-                    tf.io.gfile.remove(path)
+            saves.append(_timed(way, "checkpoint", lambda c=checkpoints, r=repeat: c.save(Position(r + 1)) + ".*",
+                                pids, remove=bool(results)))
+            saves.append(_timed(way, "delta", lambda w=way, r=repeat: f"{_every_row(sources[w], deltas[w], r)}/*",
+                                pids, remove=bool(results)))
     Path(results or Path(output, "saves.json")).write_text(json.dumps(saves))
     os._exit(0)
+
+
+def _every_row(source, files, repeat: int):
+    """A serving delta of every row (from step -1: before any stamp); its folder."""
+    from online.publish.deltas import write_delta
+
+    return write_delta(source, files, version=1, sequence=repeat + 1, from_step=-1, settle_s=0).path
+
+
+def _timed(way: str, what: str, write, pids: list[int], *, remove: bool) -> dict:
+    """Times `write()` (it returns the glob of the files it wrote), with the bytes each process wrote meanwhile."""
+    import tensorflow as tf
+
+    before, sent, started = [written(p) for p in ["self", *pids]], loopback_bytes(), time.monotonic()
+    files = tf.io.gfile.glob(write())
+    seconds = time.monotonic() - started
+    growth = [b - a for a, b in zip(before, [written(p) for p in ["self", *pids]], strict=True)]
+    record = {"way": way, "what": what, "seconds": round(seconds, 2), "chief_mb": round(growth[0] / MB, 1),
+              "ps_mb": [round(g / MB, 1) for g in growth[1:]],
+              "loopback_mb": round((loopback_bytes() - sent) / MB, 1),
+              "written_mb": round(sum(tf.io.gfile.stat(path).length for path in files) / MB, 1)}
+    print(f"[bench] {record}", flush=True)
+    for path in files if remove else []:
+        tf.io.gfile.remove(path)
+    return record
 
 
 def measure(ps: int, size: dict, directory: Path) -> list[dict]:
@@ -112,7 +133,7 @@ def report(results: dict) -> str:
              "| ---: | --- | ---: | ---: | ---: | --- | ---: |"]
     for ps, saves in results["by_ps"].items():
         for way in ("through_chief", "rows_on_ps"):
-            mine = [s for s in saves if s["way"] == way]
+            mine = [s for s in saves if s["way"] == way and s.get("what", "checkpoint") == "checkpoint"]
             seconds = statistics.median(s["seconds"] for s in mine)
             total = mine[-1]["chief_mb"] + sum(mine[-1]["ps_mb"])
             lines.append(f"| {ps} | {way} | {seconds:.2f} ({', '.join(str(s['seconds']) for s in mine)}) | "

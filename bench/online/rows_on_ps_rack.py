@@ -7,7 +7,7 @@ buckets, tests/shaping.py); the shared folder is served from a namespace of its 
 each way, by its sshd's SFTP, and mounted with sshfs at the same path on every task host (where NFS is not in the
 kernel, FUSE is). The chief and its one worker share a host; each ps has its own. For each ps count the chief
 (bench/online/rows_on_ps.py's) trains a step of a dlrm of 26 hashed tables of dimension 16 with Adagrad slots and
-saves it the two ways, alternating, `repeats` times each.
+saves it and writes a serving delta of every row, the two ways, alternating, `repeats` times each.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import fire
@@ -119,30 +118,33 @@ def _start(hosts, index: int, args: list[str], log: Path, quiet: bool = True) ->
     with open(log, "wb") as out:
         started = subprocess.Popen([*enter, PYTHON, *args], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=subprocess.STDOUT if quiet else out)
-    time.sleep(0.1)
     return started
 
 
 def report(results: dict) -> str:
-    lines = [f"# A checkpoint written through the chief or by each ps, rack-like ({results['machine']['date']})", "",
+    lines = [f"# A checkpoint and a delta written through the chief or by each ps, rack-like "
+             f"({results['machine']['date']})", "",
              f"Machine: {results['machine']}.", "",
              f"{results['rows']:,} rows in 26 tables of dimension 16 with Adagrad slots; 1 worker on the chief's "
              f"host; every task host's link {results['task_mbit']:g} Mbit/s each way, the shared folder's "
-             f"{results['storage_mbit']:g} Mbit/s (sshfs over its own link); each save timed alone, the two ways "
-             f"alternating, {results['repeats']} times each (`python -m bench.online.rows_on_ps_rack`).", "",
-             "| ps | way | seconds (median) | MB/s | of the limit | chief wrote MB |",
-             "| ---: | --- | ---: | ---: | ---: | ---: |"]
+             f"{results['storage_mbit']:g} Mbit/s (sshfs over its own link); each save and delta (of every row) "
+             f"timed alone, the two ways alternating, {results['repeats']} times each (`python -m "
+             "bench.online.rows_on_ps_rack`).", "",
+             "| ps | what | way | seconds (median) | MB/s | of the limit | chief wrote MB |",
+             "| ---: | --- | --- | ---: | ---: | ---: | ---: |"]
     for ps, saves in results["by_ps"].items():
-        for way in ("through_chief", "rows_on_ps"):
-            mine = [s for s in saves if s["way"] == way]
-            seconds = statistics.median(s["seconds"] for s in mine)
-            total = mine[-1]["checkpoint_mb"]
-            limit = (results["task_mbit"] if way == "through_chief" else  # the chief's link, or the ps' and folder's
-                     min(results["storage_mbit"], results["task_mbit"] * int(ps))) / 8 * 1e6 / (1 << 20)
-            lines.append(f"| {ps} | {way} | {seconds:.2f} ({', '.join(str(s['seconds']) for s in mine)}) | "
-                         f"{total / seconds:.1f} | {total / seconds / limit:.0%} of {limit:.0f} | "
-                         f"{mine[-1]['chief_mb']} |")
+        for what in ("checkpoint", "delta"):
+            for way in ("through_chief", "rows_on_ps"):
+                lines.append(_row(results, ps, what, way, [s for s in saves if (s["way"], s["what"]) == (way, what)]))
     return "\n".join(lines) + "\n"
+
+
+def _row(results: dict, ps, what: str, way: str, mine: list[dict]) -> str:
+    seconds, total = statistics.median(s["seconds"] for s in mine), mine[-1]["written_mb"]
+    limit = (results["task_mbit"] if way == "through_chief" else  # the chief's link, or the ps' and the folder's
+             min(results["storage_mbit"], results["task_mbit"] * int(ps))) / 8 * 1e6 / (1 << 20)
+    return (f"| {ps} | {what} | {way} | {seconds:.2f} ({', '.join(str(s['seconds']) for s in mine)}) | "
+            f"{total / seconds:.1f} | {total / seconds / limit:.0%} of {limit:.0f} | {mine[-1]['chief_mb']} |")
 
 
 if __name__ == "__main__":
