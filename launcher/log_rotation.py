@@ -4,8 +4,9 @@ empty again.
 
 The task writes its log through a file descriptor the launcher opened in append mode and never reopens it, so a
 rename would leave it writing to the old file: the log is copied, then cut to nothing in place (the next append
-lands at its new end). What the task writes between the last copy and the cut, a moment, is lost; so is the
-older text when the disk has no room for its copy.
+lands at its new end). What the task writes between the last copy and the cut, a moment, is lost, a line the copy
+saw only in part (the task was writing it) with it, so every file holds whole lines; so is the older text when the
+disk has no room for its copy.
 """
 
 from __future__ import annotations
@@ -49,13 +50,17 @@ def rotate_if_large(path: Path, *, max_mb: float, files_kept: int) -> bool:
 
 
 def _copy_then_cut(path: Path, target: Path | None) -> None:
-    """Copies `path` to `target` (up to what was written while copying), then empties `path` in place."""
+    """Copies `path` to `target` (up to what was written while copying, whole lines), then empties `path` in place."""
     with open(path, "rb") as source:
         if target is not None:
             try:
                 with open(target, "wb") as copy:
+                    whole = 0  # bytes up to the last line end copied
                     while block := source.read(COPY_BLOCK):  # reads on to the end as the task appends
                         copy.write(block)
+                        end = block.rfind(b"\n")
+                        whole = copy.tell() - len(block) + end + 1 if end >= 0 else whole
+                    copy.truncate(whole)  # a line the task was still writing (seen in part): lost whole
             except OSError:
                 target.unlink(missing_ok=True)
         os.truncate(path, 0)

@@ -61,6 +61,15 @@ def test_a_log_rotates_under_a_task_that_keeps_writing_and_the_current_file_keep
     assert sorted(p.name for p in (tmp_path / "logs" / "previous").iterdir()) == sorted(moved)
 
 
+def test_a_line_the_copy_saw_only_in_part_is_dropped_whole(tmp_path):
+    """The copy may read a line while the task is still writing it (a line across a page is appended a page at a
+    time); the cut then takes the rest: the older file keeps whole lines only."""
+    log = tmp_path / "chief-0.log"
+    log.write_bytes(b"[chief:0] one\n" * 2000 + b"[chief:0] half of a li")
+    assert rotate_if_large(log, max_mb=0.01, files_kept=2)
+    assert log.read_bytes() == b"" and (tmp_path / "chief-0.log.1").read_bytes() == b"[chief:0] one\n" * 2000
+
+
 def test_the_console_shows_every_line_across_a_rotation(tmp_path, capsys):
     logs = tmp_path / "logs"
     logs.mkdir()
