@@ -9,13 +9,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import deltakit
+from rest_standin import RestStandIn
 from cluster import dynamic_table_options
 from cluster.config import PROJECT_ROOT
 from cluster.training_parse import parse_training_options
@@ -278,66 +281,20 @@ def test_delta_names_are_short_structural_and_refuse_a_clash():
         names.unique_names(["model/a-b/.ATTRIBUTES/VARIABLE_VALUE", "model/a_b/.ATTRIBUTES/VARIABLE_VALUE"])
 
 
-class FakeServing:
-    """TensorFlow Serving's REST Predict API for one model, on loopback: `GET /v1/models/m` (the versions loaded)
-    and `POST /v1/models/m/versions/<v>:predict` with columnar `inputs`, run by the loaded SavedModel's signature."""
-
-    def __init__(self, serving, version: int):
-        import http.server
-        import json
-        import threading
-
-        model = tf.saved_model.load(str(serving / str(version)))
-        self.model = model
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _answer(self, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):  # noqa: N802 - the handler's name
-                self._answer({"model_version_status": [{"version": str(version), "state": "AVAILABLE"}]})
-
-            def do_POST(self):  # noqa: N802
-                request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                signature = model.signatures[request["signature_name"]]
-                specs = signature.structured_input_signature[1]
-                inputs = {name: tf.constant(np.array(value, specs[name].dtype.as_numpy_dtype))
-                          for name, value in request["inputs"].items()}
-                self._answer({"outputs": {name: value.numpy().decode() if value.dtype == tf.string else
-                                          value.numpy().tolist() for name, value in signature(**inputs).items()}})
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.base = f"http://127.0.0.1:{self.server.server_port}/v1/models/m"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_a_tensorflow_serving_replica_is_fed_the_same_deltas_through_its_predict_api(run, tmp_path):
-    from online.publish.follower import Replica
+    from online.publish.follower import replicas
 
     if not (run.serving / "1").exists():
         _version(run, run.base, run.serving, 1, run.from_step, run.base_predictions)
-    replica = FakeServing(run.serving, 1)
+    replica = RestStandIn(run.serving, 1)
     try:
-        Replica(replica.base, run.serving, log=LOG.info).catch_up()
-        Replica(replica.base, run.serving, log=LOG.info).catch_up()  # again: nothing more to send
+        replicas([replica.base], run.serving, log=LOG.info)[0].catch_up()
+        replicas([replica.base], run.serving, log=LOG.info)[0].catch_up()  # again: nothing more to send
         through = replica.model.signatures["applied_through"]()
         assert (int(through["version"]), int(through["sequence"])) == (1, 3)
         served, step, said = _laid_out(run, tmp_path / "serving", deltas=3), int(through["read_step"]), []
         _relabeled(served, 3, 1, 4, step + 1, step + 9)  # a delta of another chain
-        feeding = Replica(replica.base, served, log=said.append)
+        (feeding,) = replicas([replica.base], served, log=said.append)
         feeding.catch_up()
         feeding.catch_up()  # said once
         assert said == [f"[follower] {replica.base}: version 1: delta 1.4 starts at step {step + 1} but the model "
@@ -352,6 +309,52 @@ def test_a_tensorflow_serving_replica_is_fed_the_same_deltas_through_its_predict
         np.testing.assert_array_equal(fed, next(iter(follower.predict(**inputs).values())).numpy())
     finally:
         replica.close()
+
+
+@pytest.mark.parametrize("run", ["hashed"], indirect=True)
+def test_a_copied_follower_feeds_a_replica_with_replica_py_beside_it_and_says_so_without(run, tmp_path):
+    """follower.py copied alone refuses `--rest` in one line; with replica.py beside it, the replica gets every
+    delta (the first three went through this process's Replica above or not: this one starts on a fresh copy)."""
+    from clusterkit import PYTHON, ROOT
+
+    served, alone = _laid_out(run, tmp_path / "serving", deltas=3), tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(ROOT / "online" / "publish" / "follower.py", alone / "follower.py")
+    replica = RestStandIn(served, 1)
+    try:
+        def feed():
+            return subprocess.run([PYTHON, "follower.py", "--serving", str(served), "--rest", replica.base, "--once"],
+                                  cwd=alone, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                                  env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+
+        refused = feed()
+        assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1] == (
+            "[follower] --rest needs replica.py beside this file: copy online/publish/replica.py too"), refused.stderr
+        assert int(replica.model.signatures["applied_through"]()["sequence"]) == 0
+        shutil.copy(ROOT / "online" / "publish" / "replica.py", alone / "replica.py")
+        fed = feed()
+        assert fed.returncode == 0, fed.stderr
+        assert int(replica.model.signatures["applied_through"]()["sequence"]) == 3, fed.stdout
+    finally:
+        replica.close()
+
+
+def test_apply_delta_requests_read_back_every_value_exactly():
+    """Floats are written with fewer digits than json.dumps writes, yet read back bit for bit, in any shape."""
+    from online.publish.replica import JSON_BLOCK_ROWS, apply_request
+
+    random = np.random.default_rng(0)
+    inputs = {"v32": (random.standard_normal((JSON_BLOCK_ROWS + 3, 5)) * 10.0 ** random.integers(-9, 9, (1, 5)))
+              .astype(np.float32), "v64": random.standard_normal(7), "rows": random.integers(0, 1 << 40, 9),
+              "none": np.zeros((0, 4), np.float32), "scalar": np.array(7, np.int64),
+              "cube": np.ones((2, 2, 2), np.float32), "edges": np.array([0.0, -0.0, 1e-45, 3.4028235e38], np.float32)}
+    request = apply_request(inputs)
+    parsed = json.loads(request)
+    assert parsed["signature_name"] == "apply_delta"
+    for name, values in inputs.items():
+        got = np.array(parsed["inputs"][name], values.dtype)
+        assert got.tobytes() == values.tobytes() and got.size == values.size, name
+    assert len(request) < 0.7 * len(json.dumps({k: v.tolist() for k, v in inputs.items()}))
 
 
 def test_a_version_written_without_deltas_is_served_as_it_is(run, tmp_path):

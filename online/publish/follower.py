@@ -1,6 +1,6 @@
 """Keeps a served model fresh from a run's serving folder: the newest full version, then each delta of it as it lands,
 in order; the next full version once it loads and serves no earlier step. Needs TensorFlow and numpy only: copy
-this file anywhere.
+this file anywhere (and replica.py beside it for `--rest`).
 
 `python -m online.publish.follower --serving output/serving` keeps a model fresh in this process (in Python:
 `Follower("output/serving")`, `catch_up()`, `predict(**features)`); with `--rest http://replica-1:8501/v1/models/m`
@@ -18,7 +18,6 @@ import os
 import re
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -223,53 +222,24 @@ class Follower:
         return self.served.model.signatures["serving_default"](**features)
 
 
-class Replica:
-    """A TensorFlow Serving replica's model (its REST `base`: http://host:8501/v1/models/NAME), fed through Predict:
-    each loaded version gets the deltas that follow what it holds (checked here too: a version written before 0.6
-    does not check it itself); a refused one is said once. The replica loads and serves versions as its policy
-    says, so this cannot hold a newer version back until its deltas are sent: the chief never publishes a version
-    older than what the deltas of the one before it served."""
-
-    def __init__(self, base: str, serving: Path, *, log=print):
-        self.base, self.serving, self.log, self._said = base.rstrip("/"), serving, log, set()  # refusals said
-
-    def _post(self, version: int, body: dict) -> dict:
-        request = urllib.request.Request(f"{self.base}/versions/{version}:predict", json.dumps(body).encode(),
-                                         {"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as answer:
-            return json.loads(answer.read())["outputs"]
-
-    def loaded(self) -> list[int]:
-        with urllib.request.urlopen(self.base, timeout=10) as answer:
-            states = json.loads(answer.read())["model_version_status"]
-        return sorted(int(s["version"]) for s in states if s["state"] == "AVAILABLE")
-
-    def catch_up(self) -> None:
-        """Sends each loaded version the deltas it lacks, in order."""
-        for version in self.loaded():
-            held = self._post(version, {"signature_name": "applied_through", "inputs": {}})
-            for manifest, why in following(self.serving, version, held, lambda manifest, v=version: self._post(v, {
-                    "signature_name": "apply_delta", "inputs": {k: a.tolist() for k, a in delta_inputs(
-                        self.serving, manifest, _specs_of(self.serving / str(v))).items()}})):
-                if not why:
-                    self.log(f"[follower] {self.base}: version {version} through delta {manifest['sequence']}")
-                elif (version, why) not in self._said:
-                    self._said.add((version, why))
-                    self.log(f"[follower] {self.base}: version {version}: {why}; not sent")
-
-
-def _specs_of(path: Path) -> dict:
-    """`apply_delta`'s inputs of the SavedModel at `path`, read from its signature (no model is loaded)."""
-    from tensorflow.core.protobuf import saved_model_pb2
-    proto = saved_model_pb2.SavedModel.FromString((path / "saved_model.pb").read_bytes())
-    inputs = proto.meta_graphs[0].signature_def["apply_delta"].inputs
-    return {name: tf.TensorSpec(None, tf.as_dtype(info.dtype)) for name, info in inputs.items()}
+def replicas(rest: list[str], serving: Path, *, log=print) -> list:
+    """A Replica (replica.py, imported only here) for each TensorFlow Serving REST address of `rest`."""
+    if not rest:
+        return []
+    try:
+        from online.publish.replica import Replica
+    except ImportError:  # this file copied: replica.py beside it
+        try:
+            from replica import Replica
+        except ImportError:
+            sys.exit("[follower] --rest needs replica.py beside this file: copy online/publish/replica.py too")
+    return [Replica(base, serving, following, delta_inputs, log=log) for base in rest]
 
 
 def follow(serving, *, every_s: float = 1.0, rest: list[str] = (), until=None, events=None) -> Follower | None:
     """Catches up every `every_s` until `until()` is true (forever when None): a model in this process, or each
     TensorFlow Serving replica of `rest`."""
-    targets = [Replica(base, Path(serving)) for base in rest] or [Follower(serving, events=events)]
+    targets = replicas(rest, Path(serving)) or [Follower(serving, events=events)]
     while True:
         for target in targets:
             try:
