@@ -100,9 +100,9 @@ def _exactly(range_: _Range, values: list[tf.Tensor], keep_from: int) -> list[tf
                         f"{found} changed rows after {range_.count} were counted (a stamp moved back)")
     with tf.device(range_.device):
         order = tf.argsort(values[-1], stable=True)
-        newest_dropped = tf.reduce_min(tf.gather(values[-1], order[range_.count:]))
-        if int(newest_dropped.numpy()) < keep_from:
-            raise DeltaRace(f"table {range_.table.name}: a row stamped {int(newest_dropped.numpy())} changed again "
+        oldest_dropped = int(tf.reduce_min(tf.gather(values[-1], order[range_.count:])).numpy())
+        if oldest_dropped < keep_from:
+            raise DeltaRace(f"table {range_.table.name}: a row stamped {oldest_dropped} changed again "
                             f"while the delta read it, before step {keep_from} that the next delta reads from")
         kept = order[:range_.count]
         return [tf.gather(value, kept) for value in values]

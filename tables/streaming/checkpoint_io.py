@@ -66,8 +66,7 @@ def _write_chunk(writer: BundleWriter, chunk: tuple[RowGroup, int, int], device:
 
 
 def _writer_of(group: RowGroup, rows_on_ps: bool) -> str | None:
-    """The ps that writes and reads `group`'s rows itself, or None: the chief's device does (a dynamic table's rows
-    always: their group names no device)."""
+    """The ps that writes and reads `group`'s rows itself (training.output_dir_shared), or None: the chief does."""
     return group.device if rows_on_ps else None
 
 
