@@ -189,11 +189,13 @@ def test_a_follower_on_the_base_version_and_its_deltas_predicts_as_a_version_wri
 
 
 @pytest.mark.parametrize("run", ["hashed"], indirect=True)
-def test_rows_kept_in_memory_or_spilled_to_scratch_make_the_same_delta(run, tmp_path, monkeypatch):
-    from online.publish import delta_bundle
+def test_rows_kept_whole_or_written_a_range_at_a_time_make_the_same_delta(run, tmp_path, monkeypatch):
+    """A table whose changed rows outgrow a chunk is written in slices, a counted range at a time, each row once (no
+    scratch bundle): the same delta, key by key, as when they fit a chunk and are written whole."""
+    from online.publish import delta_bundle, delta_ranges
 
-    spilled, kept = [], []
-    monkeypatch.setattr(delta_bundle, "_write_spilled", spy(delta_bundle._write_spilled, spilled))
+    ranged, kept = [], []
+    monkeypatch.setattr(delta_ranges, "write_range_here", spy(delta_ranges.write_range_here, ranged))
     monkeypatch.setattr(delta_bundle, "_write_kept", spy(delta_bundle._write_kept, kept))
     source, bundles = DeltaSource(run.model, run.tracked), []
     for chunk_bytes in (CHUNK, 64 << 20):  # its rows outgrow 4 KiB (85 rows), not 64 MiB
@@ -201,9 +203,11 @@ def test_rows_kept_in_memory_or_spilled_to_scratch_make_the_same_delta(run, tmp_
                               from_step=run.from_step, chunk_bytes=chunk_bytes, settle_s=0)
         reader = tf.train.load_checkpoint(str(written.path / names.BUNDLE))
         bundles.append({key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()})
-        assert not list(written.path.glob("scratch*"))
+        assert {path.name.partition(".")[0] for path in written.path.iterdir()} == {names.BUNDLE, "manifest"}
     tables = len(source.tables)
-    assert len(spilled) == 1 and len(kept) == 2 * tables - len(spilled[0][2])  # only the first write spilled
+    ranged_tables = {args[1].table.name for args in ranged}
+    assert len(ranged) > len(ranged_tables) >= 1  # the first write: several ranges of a table, written as slices
+    assert len(kept) == 2 * tables - len(ranged_tables)
     assert bundles[0].keys() == bundles[1].keys()
     for key, value in bundles[0].items():
         np.testing.assert_array_equal(value, bundles[1][key], err_msg=key)
@@ -520,19 +524,22 @@ def test_a_delta_written_on_the_ps_holds_what_one_written_here_does(run, tmp_pat
         np.testing.assert_array_equal(here.get_tensor(key), on_ps.get_tensor(key), err_msg=key)
 
 
-def test_rows_that_changed_after_their_count_are_cut_newest_first_and_never_below_the_next_deltas_start():
-    from online.publish.delta_rows_on_ps import DeltaRace, _exactly, _Range
+@pytest.mark.parametrize("where", ["on the ps", "here"])
+def test_rows_that_changed_after_their_count_are_cut_newest_first_and_never_below_the_next_deltas_start(where):
+    from online.publish.delta_ranges import DeltaRace, _exactly, _exactly_here, _Range
 
     table = dataclasses.make_dataclass("Table", ["name", "devices"])("t", ["/device:CPU:0"])
-    stamps = tf.constant([5, 3, 9, 3], tf.int64)
-    values = [tf.constant([10, 11, 12, 13], tf.int64), tf.constant([[1.0], [2.0], [3.0], [4.0]]), stamps]
-    kept = _exactly(_Range(table, 0, 0, 4, 3, 0, 3), values, keep_from=4)
-    assert [value.numpy().tolist() for value in kept] == [[11, 13, 10], [[2.0], [4.0], [1.0]], [3, 3, 5]]
-    assert _exactly(_Range(table, 0, 0, 4, 4, 0, 4), values, keep_from=100) is values
+    cut, values = (_exactly, [tf.constant([10, 11, 12, 13], tf.int64), tf.constant([[1.0], [2.0], [3.0], [4.0]]),
+                              tf.constant([5, 3, 9, 3], tf.int64)])
+    if where == "here":
+        cut, values = _exactly_here, [value.numpy() for value in values]
+    kept = cut(_Range(table, 0, 0, 4, 3, 0, 3), values, keep_from=4)
+    assert [np.asarray(value).tolist() for value in kept] == [[11, 13, 10], [[2.0], [4.0], [1.0]], [3, 3, 5]]
+    assert cut(_Range(table, 0, 0, 4, 4, 0, 4), values, keep_from=100) is values
     with pytest.raises(DeltaRace, match="stamped 5 changed again"):
-        _exactly(_Range(table, 0, 0, 4, 2, 0, 2), values, keep_from=6)
+        cut(_Range(table, 0, 0, 4, 2, 0, 2), values, keep_from=6)
     with pytest.raises(DeltaRace, match="held 4 changed rows after 5 were counted"):
-        _exactly(_Range(table, 0, 0, 4, 5, 0, 5), values, keep_from=0)
+        cut(_Range(table, 0, 0, 4, 5, 0, 5), values, keep_from=0)
 
 
 def test_a_checkpoint_written_on_the_ps_holds_what_one_written_here_does(run, tmp_path):

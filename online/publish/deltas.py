@@ -28,7 +28,7 @@ import tensorflow as tf
 from common import durable
 from tables.changed_rows import TrackedTable, step_clock
 from online.publish import delta_format as names
-from online.publish import delta_rows_on_ps
+from online.publish import delta_ranges
 from online.publish.delta_bundle import write_bundle
 from tables.row_stamps import advance
 from tables.streaming.entries import variable_keys
@@ -80,9 +80,9 @@ class DeltaSource:
         return int(self.clock.numpy())
 
     def warm_up(self, directory: Path) -> None:
-        """With `rows_on_ps`, runs once every op the ps run to write a delta (at set-up: see delta_rows_on_ps)."""
+        """With `rows_on_ps`, runs once every op the ps run to write a delta (at set-up: see delta_ranges)."""
         if self.rows_on_ps:
-            delta_rows_on_ps.warm_up(self.tables, directory)
+            delta_ranges.warm_up(self.tables, directory)
 
     def changed_bytes(self, since: int, chunk_bytes: int = CHUNK_BYTES) -> int:
         """Bytes a delta of the rows stamped at or after `since` would carry: those rows, counted on their ps (no row
