@@ -1,6 +1,7 @@
 """`python -m bench.online.click_freshness [--quick] [--before 46dcce1]`: issue 62's click days, freshness under
 churn at two table sizes, the code before issue 62 against this one (through the chief and written by the ps), into
-bench/RESULTS-click-freshness.md (machine and date; not with --quick, which only proves the bench runs).
+bench/RESULTS-click-freshness.md (machine and date; not with --quick, which only proves the bench runs; nor with
+`--ways` naming some of the three or `--rows` one size, which print their rows only).
 
 Data: bench.tables.click_days's days (six features carry the clicks, twenty are ids from 10 M values), `days` files
 of `lines` lines, one renamed into an empty folder every `drop_every_s` by a helper that notes each landing's time.
@@ -167,9 +168,12 @@ def report(record: dict, size: dict, about: dict, before: str) -> str:
     return "\n".join(lines + [""])
 
 
-def main(quick: bool = False, before: str = BEFORE, ways: str = ",".join(WAYS)) -> None:
-    """Every way at both sizes, one run each, alone; prints the table and, without --quick, writes the results."""
+def main(quick: bool = False, before: str = BEFORE, ways: str = ",".join(WAYS), rows: int = 0) -> None:
+    """Every way (or those named, comma-separated) at both sizes (or `rows` a table), one run each, alone; prints
+    the table and, for a whole run without --quick, writes the results."""
     size = SIZES["quick" if quick else "full"]
+    whole = not quick and not rows and ways == ",".join(WAYS)
+    size = {**size, "table_rows": [rows] if rows else size["table_rows"]}
     if not quick:
         require_quiet()
     about = machine()
@@ -179,17 +183,17 @@ def main(quick: bool = False, before: str = BEFORE, ways: str = ",".join(WAYS)) 
             scratch = Path(temporary)
             days = write_days(scratch / "days", size, 0.0)
             trees = {way: worktree(before, scratch) if way == "before" else ROOT for way in ways.split(",")}
-            for rows in size["table_rows"]:
+            for table_rows in size["table_rows"]:
                 for way, tree in trees.items():
-                    found = one_run(tree, scratch / f"run-{rows}-{way.replace(' ', '-')}", days, size, rows,
-                                    WAYS[way])
-                    _log(f"{26 * rows:,} rows, {way}: {row(rows, way, found)}")
-                    record.setdefault(str(rows), {})[way] = found
+                    found = one_run(tree, scratch / f"run-{table_rows}-{way.replace(' ', '-')}", days, size,
+                                    table_rows, WAYS[way])
+                    _log(f"{26 * table_rows:,} rows, {way}: {row(table_rows, way, found)}")
+                    record.setdefault(str(table_rows), {})[way] = found
     finally:
         subprocess.run(["git", "worktree", "prune"], cwd=ROOT, capture_output=True)
     text = report(record, size, about, before)
     print(text)
-    if not quick:
+    if whole:
         write_results(HERE / "results-click-freshness.json", {"machine": about, "size": size, "runs": record},
                       text)
 

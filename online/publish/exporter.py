@@ -1,5 +1,5 @@
 """`python -m online.publish.exporter REQUEST.json`: writes a checkpoint as a serving version, output/model or
-output/best_model, holding no more of a table than a chunk, and checks what it wrote against the trained model.
+output/best_model, holding no more of a table than three chunks, and checks what it wrote against the trained model.
 
 The model is built once as a template (tables as one-row placeholders, template.py), takes the checkpoint's small
 weights, and is written in each format with its tables streamed from the checkpoint (saved_model.py,

@@ -5,13 +5,15 @@ placeholder: which checkpoint key fills which weight is found through the templa
 training built it (its keys in a tf.train.Checkpoint are the training checkpoint's). `write` saves the template
 as Keras saves any model (graph, signatures, Keras metadata, a tiny variables bundle), then replaces its bundle
 by one written key by key: each placeholder from its Filling, in slices of a chunk (which both TensorFlow
-loaders read back whole into the `[None, d]` variable), everything else as the template saved it. A bundle
+loaders read back whole into the `[None, d]` variable; two saved at once while the next is read, at most three
+chunks held), everything else as the template saved it. A bundle
 records each variable's name, which is how a placeholder's key is found in it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -23,6 +25,7 @@ from tables.streaming.entries import GRAPH_KEY, full_names, variable_keys
 from tables.streaming.rows import CHUNK_BYTES, chunk_rows, is_table, nbytes, row_ranges, slice_spec
 
 VARIABLES = "variables"
+SAVES_AT_ONCE = 2
 
 
 @dataclasses.dataclass
@@ -87,6 +90,31 @@ def load_weights(model, placed: list, reader: BundleReader) -> dict[str, Filling
     return fillings
 
 
+def _write_filling(writer: BundleWriter, key: str, filling: Filling, chunk_bytes: int) -> None:
+    """Saves `filling` as `key`, a chunk a part: two parts saved at once while the next chunk is read (a save waits
+    on the disk as much as on the CPU), so at most three chunks are held."""
+    with ThreadPoolExecutor(SAVES_AT_ONCE, thread_name_prefix="save") as saving:
+        saves = []
+        for begin, end, rows in read_ahead(filling.chunks(chunk_bytes)):
+            spec = "" if begin is None else slice_spec(filling.shape, begin, end)
+            saves.append(saving.submit(writer.add, key, rows, spec))
+            del rows
+            if len(saves) == SAVES_AT_ONCE:
+                saves.pop(0).result()
+        for save in saves:
+            save.result()
+
+
+def read_ahead(chunks: Iterator) -> Iterator:
+    """`chunks` with the next one read in a thread of its own while the caller uses this one (TensorFlow's reads
+    and writes leave the GIL)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="read-ahead") as reading:
+        pending = reading.submit(next, chunks, None)
+        while (chunk := pending.result()) is not None:
+            pending = reading.submit(next, chunks, None)
+            yield chunk
+
+
 def weight_name(variable) -> str:
     """A variable's name as bundles record it (`embeddings/table`)."""
     return variable.name.removesuffix(":0")
@@ -110,8 +138,7 @@ def write(directory: Path, serve, fillings: dict[str, Filling], *, signatures=No
             writer.add(key, template.whole(key))
             continue
         filled.add(names[key])
-        for begin, end, rows in filling.chunks(chunk_bytes):
-            writer.add(key, rows, "" if begin is None else slice_spec(filling.shape, begin, end))
+        _write_filling(writer, key, filling, chunk_bytes)
     missing = sorted(set(fillings) - filled)
     if missing:
         writer.abandon()
