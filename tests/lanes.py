@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -82,6 +83,28 @@ def start_lane(lane: str, command: list[str], output=None) -> subprocess.Popen:
                             start_new_session=True)
 
 
+class LaneClock:
+    """Each lane's own time, from `started` to the moment it ends, noted by a thread per lane (a lane that ends
+    while the other is still followed is not charged the other's time)."""
+
+    def __init__(self, lanes: dict[str, subprocess.Popen], started: float):
+        self.started, self.ended = started, {}
+        self.threads = [threading.Thread(target=self._note, args=(lane, process), daemon=True)
+                        for lane, process in lanes.items()]
+        for thread in self.threads:
+            thread.start()
+
+    def _note(self, lane: str, process: subprocess.Popen) -> None:
+        process.wait()
+        self.ended[lane] = time.monotonic() - self.started
+
+    def seconds(self) -> dict[str, float]:
+        """Each lane's seconds, once every lane has ended."""
+        for thread in self.threads:
+            thread.join()
+        return dict(self.ended)
+
+
 def follow(path: Path, process: subprocess.Popen, poll_s: float = 1.0) -> None:
     """Copies the file to stdout as it grows, until `process` has ended and all it wrote is out."""
     with open(path, "rb") as source:
@@ -110,12 +133,12 @@ def run_lanes(arguments: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    clock = LaneClock(lanes, started)
     lanes["main"].wait()
-    seconds = {"main": time.monotonic() - started}
-    print(f"[lanes] main lane done in {seconds['main']:.0f} s (exit {lanes['main'].returncode}); the multihost "
-          "lane's output:", flush=True)
+    print(f"[lanes] main lane done in {time.monotonic() - started:.0f} s (exit {lanes['main'].returncode}); the "
+          "multihost lane's output:", flush=True)
     follow(side_log, lanes["multihost"])
-    seconds["multihost"] = time.monotonic() - started  # within a poll of its end
+    seconds = clock.seconds()
     side_log.unlink()
     codes = [lanes[lane].returncode for lane in LANES]
     print(f"[lanes] total {time.monotonic() - started:.0f} s: main lane {seconds['main']:.0f} s (exit {codes[0]}), "

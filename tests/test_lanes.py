@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 
 import lanes
 from clusterkit import PYTHON, ROOT
@@ -25,6 +26,17 @@ def test_a_lane_over_its_budget_is_named_and_one_within_it_is_not():
     late = lanes.over_budget({"main": lanes.LANE_BUDGET_S + 1, "multihost": lanes.LANE_BUDGET_S - 1})
     assert len(late) == 1 and "the main lane took" in late[0] and "LANE_BUDGET_S" in late[0]
     assert lanes.over_budget({"main": 10.0, "multihost": 20.0}) == []
+
+
+def test_each_lane_is_timed_to_its_own_end():
+    """A lane that ends first is charged its own seconds, not those of the lane still running (CI printed the
+    main lane's time for both)."""
+    started = time.monotonic()
+    short, long = (subprocess.Popen([PYTHON, "-c", f"import time; time.sleep({s})"]) for s in (0.2, 2.0))
+    clock = lanes.LaneClock({"multihost": short, "main": long}, started)
+    long.wait()
+    seconds = clock.seconds()
+    assert seconds["multihost"] < 1.5 <= seconds["main"], seconds
 
 
 def test_a_path_runs_one_plain_pytest_and_options_alone_run_the_lanes():
