@@ -35,8 +35,17 @@ def trained(training: dict, steps: int = 20):
 def exported_and_loaded(options, source, model, tmp_path, *, chunk_bytes: int) -> tuple[np.ndarray, dict]:
     """The model's predictions on 64 raw test inputs, and each exported format's (h5, saved_model, keras) after a
     checkpoint streamed in chunks of `chunk_bytes` was written to tmp_path/model by the exporter."""
+    raw, expected, result = exported(options, source, model, tmp_path, chunk_bytes=chunk_bytes)
+    loaded = {name: tf_keras.models.load_model(path, custom_objects=CUSTOM_OBJECTS, compile=False)
+              for name, path in result.paths.items()}
+    return expected, {name: model(raw).numpy() for name, model in loaded.items()}
+
+
+def exported(options, source, model, tmp_path, *, chunk_bytes: int, checkpoints=None):
+    """64 raw test inputs, the model's predictions on them and the exporter's result, after a checkpoint streamed in
+    chunks of `chunk_bytes` (into the folder `checkpoints`, tmp_path by default) was written to tmp_path/model."""
     prefix = checkpoint_io.save(tf.train.Checkpoint(model=model, optimizer=model.optimizer),
-                                str(tmp_path / "ckpt-1"), chunk_bytes=chunk_bytes)
+                                str((checkpoints or tmp_path) / "ckpt-1"), chunk_bytes=chunk_bytes)
     raw = export.reference_inputs(source.split("test", raw=True), count=64)
     expected = model(export.model_inputs(source, raw), training=False).numpy()
     np.savez(tmp_path / "reference.npz", predictions=expected, **export.saved_inputs(raw))
@@ -44,9 +53,7 @@ def exported_and_loaded(options, source, model, tmp_path, *, chunk_bytes: int) -
                                              options={**_as_dict(options), "stream_chunk_mb": chunk_bytes / (1 << 20)},
                                              reference=str(tmp_path / "reference.npz")), LOG)
     assert not result.error and result.largest <= export.TOLERANCE, result
-    loaded = {name: tf_keras.models.load_model(path, custom_objects=CUSTOM_OBJECTS, compile=False)
-              for name, path in result.paths.items()}
-    return expected, {name: model(raw).numpy() for name, model in loaded.items()}
+    return raw, expected, result
 
 
 def _as_dict(options) -> dict:

@@ -251,9 +251,10 @@ class Publishing:
         self.served_a_file = self.served_a_file or bool(served)
         freshness = duration(served[-1].freshness_s) if served else "-"
         self.run.log.info("serving | version %d | %s | %d file%s newly served | freshness %s | export check %.1e | "
-                          "%.1f MB in %.1f s, %d pieces trained meanwhile, exporter peak %.0f MB | %s", result.version,
-                          name, len(served), "s" * (len(served) != 1), freshness, result.largest, result.bytes / 1e6,
-                          result.seconds, self.pieces_done() - exporting.pieces_before, result.peak_rss_mb,
+                          "%.1f MB in %.1f s, %d pieces trained meanwhile, exporter peak %.0f MB, rows linked %.1f MB "
+                          "| %s", result.version, name, len(served), "s" * (len(served) != 1), freshness,
+                          result.largest, result.bytes / 1e6, result.seconds,
+                          self.pieces_done() - exporting.pieces_before, result.peak_rss_mb, result.linked_bytes / 1e6,
                           result.path)
         summary = read_summary(self.run.files)
         if summary is not None:

@@ -101,8 +101,9 @@ def _reference(reference) -> tuple:
 
 
 def _write_saved_model(directory: Path, request, options, source, serve, inner, placed, fillings, reference,
-                       log) -> float:
-    """The SavedModel at `directory`, then its check: the largest difference from the trained predictions."""
+                       log) -> tuple[float, int]:
+    """The SavedModel at `directory`, then its check: the largest difference from the trained predictions, and the
+    bytes of rows linked from the checkpoint rather than copied."""
     from models.export import check_export
     from online.publish import saved_model
     from online.publish.partial import PartialModel
@@ -114,13 +115,13 @@ def _write_saved_model(directory: Path, request, options, source, serve, inner, 
     if request.kind == VERSION and request.delta_from_step is not None:  # a version that takes deltas in place
         from online.publish.delta_signatures import version_signatures
         served = version_signatures(serve, inner, served, version=request.version, from_step=request.delta_from_step)
-    saved_model.write(directory, serve, fillings, signatures=served, chunk_bytes=chunk,
-                      compiled=request.kind != VERSION)  # a version is for serving; model/ evaluates as loaded
+    linked = saved_model.write(directory, serve, fillings, signatures=served, chunk_bytes=chunk, log=log,
+                               compiled=request.kind != VERSION)  # a version is for serving; model/ evaluates
     written = BundleReader(str(directory / saved_model.VARIABLES / saved_model.VARIABLES))
     inputs, trained = reference
     check = PartialModel(serve, inner, written, saved_model.bundle_keys(inner, written), placed, log=log,
                          chunk_bytes=chunk)
-    return check_export(trained, check(inputs, raw=True))
+    return check_export(trained, check(inputs, raw=True)), linked
 
 
 def _write_version(request, options, source, serve, inner, placed, fillings, reference, log) -> dict:
@@ -132,8 +133,8 @@ def _write_version(request, options, source, serve, inner, placed, fillings, ref
     writing = versions.writing(request.version)
     shutil.rmtree(writing, ignore_errors=True)
     try:
-        largest = _write_saved_model(writing, request, options, source, serve, inner, placed, fillings, reference,
-                                     log)
+        largest, linked = _write_saved_model(writing, request, options, source, serve, inner, placed, fillings,
+                                             reference, log)
         extra = writing / EXTRA
         extra.mkdir(exist_ok=True)
         written = time.time()
@@ -145,7 +146,8 @@ def _write_version(request, options, source, serve, inner, placed, fillings, ref
     except BaseException:
         shutil.rmtree(writing, ignore_errors=True)
         raise
-    return {"path": str(final), "largest": largest, "bytes": size, "version": request.version, "written": written}
+    return {"path": str(final), "largest": largest, "bytes": size, "linked_bytes": linked, "version": request.version,
+            "written": written}
 
 
 def _write_model(request, options, source, serve, inner, placed, fillings, reference, log) -> dict:
@@ -159,8 +161,8 @@ def _write_model(request, options, source, serve, inner, placed, fillings, refer
     try:  # the Keras files first: the check may build a dynamic table's index in the template, which they would save
         keras_files.write_h5(writing / H5_NAME, serve, fillings, chunk_bytes=_chunk(options))
         keras_files.write_keras(writing / KERAS_NAME, serve, fillings, chunk_bytes=_chunk(options))
-        largest = _write_saved_model(writing / SAVED_MODEL_NAME, request, options, source, serve, inner, placed,
-                                     fillings, reference, log)
+        largest, linked = _write_saved_model(writing / SAVED_MODEL_NAME, request, options, source, serve, inner,
+                                             placed, fillings, reference, log)
         if request.kind == MODEL:
             shutil.copyfile(request.reference, writing / REFERENCE)
         size = _bytes(writing)
@@ -170,7 +172,7 @@ def _write_model(request, options, source, serve, inner, placed, fillings, refer
         raise
     paths = {name: str(destination / file) for name, file in
              (("h5", H5_NAME), ("saved_model", SAVED_MODEL_NAME), ("keras", KERAS_NAME))}
-    return {"path": str(destination), "paths": paths, "largest": largest, "bytes": size}
+    return {"path": str(destination), "paths": paths, "largest": largest, "bytes": size, "linked_bytes": linked}
 
 
 def _side_paths(destination: Path) -> tuple[Path, Path]:

@@ -41,7 +41,8 @@ class ExportRequest:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ExportResult:
     """What was written: its `path` (and each format's, `paths`), the export check's `largest` difference, the
-    seconds and bytes it took and the exporter's peak resident memory; or `error`, one line saying what went
+    seconds and bytes it took (`linked_bytes` of them the checkpoint's own files, linked) and the exporter's peak
+    resident memory; or `error`, one line saying what went
     wrong, `fatal` when trying again cannot help (the export check failed, the checkpoint lacks the model)."""
 
     path: str = ""
@@ -49,6 +50,7 @@ class ExportResult:
     largest: float = 0.0
     seconds: float = 0.0
     bytes: int = 0
+    linked_bytes: int = 0
     version: int | None = None
     written: float = 0.0
     peak_rss_mb: float = 0.0

@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 
 import tensorflow as tf
 
+from online.publish.linked_rows import LinkedRows
 from tables.kinds import served_tables
 from tables.streaming.bundle import BundleReader, BundleWriter, remove_bundle
 from tables.streaming.entries import GRAPH_KEY, full_names, variable_keys
@@ -35,6 +36,7 @@ class Filling:
 
     shape: list[int]
     chunks: Callable[[int], Iterator[tuple[int | None, int | None, tf.Tensor]]]
+    source: tuple[str, str] | None = None  # (checkpoint prefix, key) when its values are one checkpoint key's
 
 
 def from_checkpoint(reader: BundleReader, key: str) -> Filling:
@@ -48,7 +50,7 @@ def from_checkpoint(reader: BundleReader, key: str) -> Filling:
         for begin, end in row_ranges(shape[0], chunk_rows(nbytes(shape[1:], reader.dtypes[key]), chunk_bytes)):
             yield begin, end, reader.rows(key, begin, end)
 
-    return Filling(shape, chunks)
+    return Filling(shape, chunks, (reader.prefix, key))
 
 
 def training_keys(model) -> dict:
@@ -121,14 +123,17 @@ def weight_name(variable) -> str:
 
 
 def write(directory: Path, serve, fillings: dict[str, Filling], *, signatures=None, chunk_bytes: int = CHUNK_BYTES,
-          compiled: bool = True) -> None:
+          compiled: bool = True, log=None) -> int:
     """Saves the template `serve` into `directory` as a SavedModel (with its loss and metrics, when `compiled`, so
     Keras loads it ready to evaluate), then replaces its variables bundle by one whose variables named in
-    `fillings` hold what those give (the rest as the template holds them)."""
+    `fillings` hold what those give (the rest as the template holds them); a filling that is a checkpoint key's
+    whole value is linked from the checkpoint's data files where it can be (linked_rows.py), else copied. Returns
+    the bytes linked."""
     serve.save(str(directory), save_format="tf", include_optimizer=compiled, signatures=signatures)
     saved = str(directory / VARIABLES / VARIABLES)
     template = BundleReader(saved)
     names = full_names(template.whole(GRAPH_KEY).numpy())
+    linked = _link(directory / VARIABLES, names, fillings, log)
     streamed = str(directory / VARIABLES / "streamed")
     writer = BundleWriter(streamed)
     filled = set()
@@ -138,12 +143,31 @@ def write(directory: Path, serve, fillings: dict[str, Filling], *, signatures=No
             writer.add(key, template.whole(key))
             continue
         filled.add(names[key])
-        _write_filling(writer, key, filling, chunk_bytes)
+        if key not in linked.linked:
+            _write_filling(writer, key, filling, chunk_bytes)
     missing = sorted(set(fillings) - filled)
     if missing:
         writer.abandon()
+        linked.abandon()
         raise KeyError(f"the SavedModel of {directory.name} does not save the weight {missing[0]}")
     writer.finish()
+    linked.merge_into(streamed)
     remove_bundle(saved)
     for path in (directory / VARIABLES).glob("streamed.*"):
         path.rename(path.with_name(path.name.replace("streamed.", f"{VARIABLES}.", 1)))
+    return linked.bytes
+
+
+def _link(folder: Path, names: dict, fillings: dict[str, Filling], log) -> LinkedRows:
+    """The tables whose rows are one checkpoint's key, linked into `folder` (none when they come from several
+    checkpoints, or a link cannot be made: said once in `log`)."""
+    sources = {key: fillings[name].source for key, name in names.items()
+               if name in fillings and fillings[name].source is not None}
+    checkpoints = {checkpoint for checkpoint, _ in sources.values()}
+    if len(checkpoints) != 1:
+        return LinkedRows("", {}, folder)
+    linked = LinkedRows(checkpoints.pop(), {key: source for key, (_, source) in sources.items()}, folder)
+    why = linked.link()
+    if why is not None and log is not None:
+        log.warning("the tables' rows are copied into the version, not linked: %s", why)
+    return linked

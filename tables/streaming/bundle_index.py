@@ -1,0 +1,155 @@
+"""A checkpoint bundle's index (`prefix.index`, TensorFlow's sorted table of one BundleEntryProto per key) read and
+written in Python, so a bundle can be made of another's data files without reading them (publish/linked_rows.py).
+
+The table format is TensorFlow's (tsl/lib/io: blocks of prefix-compressed entries with restart points, each block
+followed by its type byte and masked CRC-32C, then the metaindex and index blocks and a 48-byte footer). A written
+index has one data block whose every entry is a restart point; TensorFlow's own readers read it (tested), and its
+checksums are TensorFlow's.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+from tensorflow.core.protobuf import tensor_bundle_pb2
+
+MAGIC = 0xDB4775248B80FB57
+FOOTER_BYTES = 48
+HEADER_KEY = b""
+_CRC_TABLE = []
+for _byte in range(256):
+    _crc = _byte
+    for _ in range(8):
+        _crc = (_crc >> 1) ^ 0x82F63B78 if _crc & 1 else _crc >> 1
+    _CRC_TABLE.append(_crc)
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli) of `data`, as TensorFlow's tables check blocks with."""
+    crc = 0xFFFFFFFF
+    table = _CRC_TABLE
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked(crc: int) -> int:
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+class BundleIndex:
+    """The header and the entries, by key, of one bundle's index."""
+
+    def __init__(self, header, entries: dict):
+        self.header, self.entries = header, entries  # a BundleHeaderProto; BundleEntryProtos by key
+
+    @classmethod
+    def read(cls, prefix: str) -> BundleIndex:
+        data = Path(prefix + ".index").read_bytes()
+        header, entries = None, {}
+        for key, value in _table_entries(data):
+            if key == HEADER_KEY:
+                header = tensor_bundle_pb2.BundleHeaderProto.FromString(value)
+            else:
+                entries[key] = tensor_bundle_pb2.BundleEntryProto.FromString(value)
+        if header is None:
+            raise ValueError(f"{prefix}.index has no bundle header: not a TensorFlow checkpoint bundle")
+        return cls(header, entries)
+
+    def write(self, prefix: str) -> None:
+        """Writes `prefix.index` (flushed to disk) from the header and entries, keys in byte order."""
+        rows = [(HEADER_KEY, self.header.SerializeToString())]
+        rows += [(key, self.entries[key].SerializeToString()) for key in sorted(self.entries)]
+        path = Path(prefix + ".index")
+        with open(path, "wb") as file:
+            file.write(_table(rows))
+            file.flush()
+            os.fsync(file.fileno())
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _read_varint(data: bytes, at: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+def _block(rows: list[tuple[bytes, bytes]]) -> bytes:
+    """A block of `rows`, each a restart point (no key shares a prefix with the one before)."""
+    out, restarts = bytearray(), []
+    for key, value in rows:
+        restarts.append(len(out))
+        out += _varint(0) + _varint(len(key)) + _varint(len(value)) + key + value
+    restarts = restarts or [0]
+    out += b"".join(struct.pack("<I", at) for at in restarts) + struct.pack("<I", len(restarts))
+    return bytes(out)
+
+
+def _table(rows: list[tuple[bytes, bytes]]) -> bytes:
+    """A whole table file of `rows` (sorted by key): one data block, an empty metaindex, the index, the footer."""
+    out = bytearray()
+
+    def put(block: bytes) -> bytes:
+        handle = _varint(len(out)) + _varint(len(block))
+        trailer = b"\x00"  # no compression
+        out.extend(block + trailer + struct.pack("<I", masked(crc32c(block + trailer))))
+        return handle
+
+    data = put(_block(rows))
+    metaindex = put(_block([]))
+    index = put(_block([(rows[-1][0] + b"\x00", data)]))
+    footer = (metaindex + index).ljust(FOOTER_BYTES - 8, b"\x00") + struct.pack("<Q", MAGIC)
+    return bytes(out + footer)
+
+
+def _table_entries(data: bytes):
+    """The (key, value) rows of a table file's data blocks, in order."""
+    if len(data) < FOOTER_BYTES or struct.unpack("<Q", data[-8:])[0] != MAGIC:
+        raise ValueError("not a TensorFlow table: its footer has no table magic")
+    footer = data[-FOOTER_BYTES:]
+    _, at = _read_varint(footer, 0)
+    _, at = _read_varint(footer, at)
+    index_offset, at = _read_varint(footer, at)
+    index_size, _ = _read_varint(footer, at)
+    for _, handle in _block_rows(_block_at(data, index_offset, index_size)):
+        offset, at = _read_varint(handle, 0)
+        size, _ = _read_varint(handle, at)
+        yield from _block_rows(_block_at(data, offset, size))
+
+
+def _block_at(data: bytes, offset: int, size: int) -> bytes:
+    block, kind = data[offset:offset + size], data[offset + size]
+    if kind != 0:
+        raise ValueError(f"a table block compressed with kind {kind}: only uncompressed blocks are read here")
+    stored = struct.unpack("<I", data[offset + size + 1:offset + size + 5])[0]
+    if masked(crc32c(data[offset:offset + size + 1])) != stored:
+        raise ValueError("a table block's checksum does not match: the index is damaged")
+    return block
+
+
+def _block_rows(block: bytes):
+    restarts = struct.unpack("<I", block[-4:])[0]
+    end, at, key = len(block) - 4 - 4 * restarts, 0, b""
+    while at < end:
+        shared, at = _read_varint(block, at)
+        unshared, at = _read_varint(block, at)
+        size, at = _read_varint(block, at)
+        key = key[:shared] + block[at:at + unshared]
+        at += unshared
+        yield key, block[at:at + size]
+        at += size
