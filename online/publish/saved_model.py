@@ -1,14 +1,13 @@
-"""A SavedModel of a template (template.py) whose tables hold a checkpoint's rows, written a chunk at a time.
+"""A SavedModel of a template (template.py) whose tables hold a checkpoint's rows, linked or written a chunk at a time.
 
 `load_weights` gives the template's small weights the checkpoint's values and returns a Filling for each table
 placeholder: which checkpoint key fills which weight is found through the template model's own structure, as
 training built it (its keys in a tf.train.Checkpoint are the training checkpoint's). `write` saves the template
 as Keras saves any model (graph, signatures, Keras metadata, a tiny variables bundle), then replaces its bundle
-by one written key by key: each placeholder from its Filling, in slices of a chunk (which both TensorFlow
-loaders read back whole into the `[None, d]` variable; two saved at once while the next is read, at most three
-chunks held), everything else as the template saved it. A bundle
-records each variable's name, which is how a placeholder's key is found in it.
-"""
+by one written key by key: each placeholder's rows linked from the checkpoint's own data files where they can be
+(linked_rows.py), else from its Filling in slices of a chunk (which both TensorFlow loaders read back whole into
+the `[None, d]` variable; two saved at once while the next is read, at most three chunks held), everything else as
+the template saved it. A bundle records each variable's name, which is how a placeholder's key is found in it."""
 
 from __future__ import annotations
 
@@ -100,7 +99,6 @@ def _write_filling(writer: BundleWriter, key: str, filling: Filling, chunk_bytes
         for begin, end, rows in read_ahead(filling.chunks(chunk_bytes)):
             spec = "" if begin is None else slice_spec(filling.shape, begin, end)
             saves.append(saving.submit(writer.add, key, rows, spec))
-            del rows
             if len(saves) == SAVES_AT_ONCE:
                 saves.pop(0).result()
         for save in saves:
