@@ -11,13 +11,17 @@ from tables.streaming.rows import CHUNK_BYTES, chunk_rows, nbytes
 
 
 def read_rows(reader: BundleReader, key: str, rows: np.ndarray, chunk_bytes: int = CHUNK_BYTES) -> tf.Tensor:
-    """Rows `rows` (sorted, distinct) of `key`, read a window of at most a chunk of rows at a time (the first to the
-    last wanted row in it) and gathered from it. Not one read per run of rows: TensorFlow reads every stored slice
-    a requested slice touches whole, so 64 single rows of a 64 MB chunk cost 64 reads of it (0.90 s, against
-    0.015 s for the chunk once)."""
+    """Rows `rows` (sorted, distinct) of `key`: each row's own bytes where the bundle allows it
+    (BundleReader.gather), else a window of at most a chunk of rows at a time (the first to the last wanted row in
+    it) gathered from. Not one TensorFlow read per run of rows: TensorFlow reads every stored slice a requested
+    slice touches whole, so 64 single rows of a 64 MB chunk cost 64 reads of it (0.90 s, against 0.015 s for the
+    chunk once)."""
     shape, dtype = list(reader.shapes[key]), reader.dtypes[key]
     if not len(rows):
         return tf.zeros([0, *shape[1:]], dtype)
+    gathered = reader.gather(key, rows)
+    if gathered is not None:
+        return tf.constant(gathered)
     per_window = chunk_rows(nbytes(shape[1:], dtype), chunk_bytes)
     parts, start = [], 0
     while start < len(rows):

@@ -110,3 +110,25 @@ def test_rows_are_linked_under_the_new_key_only_from_files_that_hold_nothing_els
     np.testing.assert_array_equal(reader.whole("layer/embeddings").numpy(), table)
     np.testing.assert_array_equal(reader.rows("layer/embeddings", 5, 7).numpy(), table[5:7])
     np.testing.assert_array_equal(reader.whole("layer/bias").numpy(), [1.0, 2.0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int32], ids=["float32", "int64", "int32"])
+def test_rows_read_straight_from_the_data_files_are_the_rows_tensorflow_reads(tmp_path, dtype):
+    """BundleReader.gather against TensorFlow's reads: slices of every width of OrderedCode numbers (starts past
+    2**6, 2**13, 2**20), a whole tensor, the first and last rows; a string tensor is left to TensorFlow."""
+    total = 1_100_000
+    table = (np.arange(total * 3) % 1_000_003).astype(dtype).reshape(total, 3)
+    prefix = str(tmp_path / "bundle")
+    writer = BundleWriter(prefix)
+    for begin, end in [(0, 50), (50, 9000), (9000, 1_050_000), (1_050_000, total)]:
+        writer.add("table", tf.constant(table[begin:end]), f"{total} 3 {begin},{end - begin}:-")
+    writer.add("whole", tf.constant(table[:100]))
+    writer.add("names", tf.constant(["a", "b"]))
+    writer.finish()
+    reader = BundleReader(prefix)
+    rows = np.array([0, 49, 50, 51, 8999, 9000, 700_001, 1_049_999, 1_050_000, total - 1])
+    np.testing.assert_array_equal(reader.gather("table", rows), table[rows])
+    np.testing.assert_array_equal(reader.gather("whole", np.array([0, 7, 99])), table[[0, 7, 99]])
+    assert reader.gather("names", np.array([0])) is None
+    for row in rows:
+        np.testing.assert_array_equal(reader.rows("table", int(row), int(row) + 1).numpy()[0], table[row])

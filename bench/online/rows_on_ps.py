@@ -4,7 +4,8 @@ with --quick, which only proves the bench runs).
 
 For each ps count, one loopback cluster (1 worker) holds a dlrm of 26 hashed tables of dimension 16 with Adagrad
 slots (2.6 M rows in all: 333 MB a checkpoint); the chief trains one step, then saves alternately through the chief
-and by the ps, `repeats` times each, timing each save and counting the bytes the chief and each ps wrote
+and by the ps, `repeats` times each (with a serving version of each checkpoint, which the rack-like bench reports),
+timing each save and counting the bytes the chief and each ps wrote
 (/proc/<pid>/io) and the bytes sent over loopback. Loopback and one disk, not a rack: the links are not shaped.
 """
 
@@ -74,10 +75,16 @@ def chief(cluster: str, output: str, rows: str, repeats: str, chunk_mb: str, ps_
     for way in runs:
         sources[way].warm_up(deltas[way].directory)
     saves = []
+    reference = _reference(runs["through_chief"].source, Path(output))
     for repeat in range(int(repeats)):
         for way, checkpoints in series.items():
-            saves.append(_timed(way, "checkpoint", lambda c=checkpoints, r=repeat: c.save(Position(r + 1)) + ".*",
-                                pids, remove=bool(results)))
+            saved = _timed(way, "checkpoint", lambda c=checkpoints, r=repeat: c.save(Position(r + 1)) + ".*", pids,
+                           remove=False)
+            saves.append(saved)
+            prefix = f"{checkpoints.directory}/{Position(repeat + 1).name}"
+            saves.append(_version(way, saved, prefix, runs[way], reference, repeat + 1, pids))
+            for path in tf.io.gfile.glob(prefix + ".*") if results else []:
+                tf.io.gfile.remove(path)
             saves.append(_timed(way, "delta", lambda w=way, r=repeat: f"{_every_row(sources[w], deltas[w], r)}/*",
                                 pids, remove=bool(results)))
     Path(results or Path(output, "saves.json")).write_text(json.dumps(saves))
@@ -89,6 +96,43 @@ def _every_row(source, files, repeat: int):
     from online.publish.deltas import write_delta
 
     return write_delta(source, files, version=1, sequence=repeat + 1, from_step=-1, settle_s=0).path
+
+
+def _reference(source, output: Path) -> str:
+    """Raw inputs for the export check (predictions the checkpoint's own: `against_checkpoint`), as an .npz."""
+    import numpy as np
+
+    from models import export
+
+    raw = export.reference_inputs(source.split("test", raw=True), count=16)
+    path = output / "reference.npz"
+    np.savez(path, predictions=np.zeros([16, 1], np.float32), **export.saved_inputs(raw))
+    return str(path)
+
+
+def _version(way: str, saved: dict, checkpoint: str, run, reference: str, number: int, pids: list[int]) -> dict:
+    """A serving version of `checkpoint` written by the exporter (here in the chief's process, on its host, as the
+    follow loop's exporter runs), timed; the record's seconds are the checkpoint's and the export's together."""
+    from online.publish.exporter import export_checkpoint
+    from online.publish.request import VERSION, ExportRequest
+
+    answers = []
+
+    def write() -> str:
+        request = ExportRequest(kind=VERSION, checkpoint=checkpoint, destination=str(run.files.serving),
+                                options=dataclasses.asdict(run.options), reference=reference, version=number,
+                                trained_through={"optimizer_step": 1}, keep=1, against_checkpoint=True)
+        answers.append(export_checkpoint(request, logging.getLogger("exporter")))
+        if answers[-1].error:
+            raise RuntimeError(f"the version failed: {answers[-1].error}")
+        return f"{answers[-1].path}/variables/*"
+
+    record = _timed(way, "version", write, pids, remove=False)
+    record = {**record, "export_s": record["seconds"], "seconds": round(record["seconds"] + saved["seconds"], 2),
+              "linked_mb": round(answers[-1].linked_bytes / MB, 1)}
+    print(f"[bench] the version: {record['seconds']} s with its checkpoint, {record['linked_mb']} MB linked",
+          flush=True)
+    return record
 
 
 def _timed(way: str, what: str, write, pids: list[int], *, remove: bool) -> dict:

@@ -7,7 +7,8 @@ buckets, tests/shaping.py); the shared folder is served from a namespace of its 
 each way, by its sshd's SFTP, and mounted with sshfs at the same path on every task host (where NFS is not in the
 kernel, FUSE is). The chief and its one worker share a host; each ps has its own. For each ps count the chief
 (bench/online/rows_on_ps.py's) trains a step of a dlrm of 26 hashed tables of dimension 16 with Adagrad slots and
-saves it and writes a serving delta of every row, the two ways, alternating, `repeats` times each.
+saves it, has the exporter write a serving version of that checkpoint (its rows linked where the folder allows it),
+and writes a serving delta of every row, the two ways, alternating, `repeats` times each.
 """
 
 from __future__ import annotations
@@ -122,28 +123,33 @@ def _start(hosts, index: int, args: list[str], log: Path, quiet: bool = True) ->
 
 
 def report(results: dict) -> str:
-    lines = [f"# A checkpoint and a delta written through the chief or by each ps, rack-like "
+    lines = [f"# A checkpoint, a version and a delta written through the chief or by each ps, rack-like "
              f"({results['machine']['date']})", "",
              f"Machine: {results['machine']}.", "",
              f"{results['rows']:,} rows in 26 tables of dimension 16 with Adagrad slots; 1 worker on the chief's "
              f"host; every task host's link {results['task_mbit']:g} Mbit/s each way, the shared folder's "
-             f"{results['storage_mbit']:g} Mbit/s (sshfs over its own link); each save and delta (of every row) "
-             f"timed alone, the two ways alternating, {results['repeats']} times each (`python -m "
-             "bench.online.rows_on_ps_rack`).", "",
+             f"{results['storage_mbit']:g} Mbit/s (sshfs over its own link); each save, version (its checkpoint "
+             "and its export, on the chief's host) and delta (of every row) timed alone, the two ways alternating, "
+             f"{results['repeats']} times each (`python -m bench.online.rows_on_ps_rack`).", "",
              "| ps | what | way | seconds (median) | MB/s | of the limit | chief wrote MB |",
              "| ---: | --- | --- | ---: | ---: | ---: | ---: |"]
     for ps, saves in results["by_ps"].items():
-        for what in ("checkpoint", "delta"):
+        for what in ("checkpoint", "version", "delta"):
             for way in ("through_chief", "rows_on_ps"):
                 lines.append(_row(results, ps, what, way, [s for s in saves if (s["way"], s["what"]) == (way, what)]))
     return "\n".join(lines) + "\n"
 
 
 def _row(results: dict, ps, what: str, way: str, mine: list[dict]) -> str:
+    """A what (a version: its checkpoint and its export together) written one way with `ps` ps."""
+    if not mine:
+        return f"| {ps} | {what} | {way} | not measured | | | |"
     seconds, total = statistics.median(s["seconds"] for s in mine), mine[-1]["written_mb"]
     limit = (results["task_mbit"] if way == "through_chief" else  # the chief's link, or the ps' and the folder's
              min(results["storage_mbit"], results["task_mbit"] * int(ps))) / 8 * 1e6 / (1 << 20)
-    return (f"| {ps} | {what} | {way} | {seconds:.2f} ({', '.join(str(s['seconds']) for s in mine)}) | "
+    export = (f"; export {statistics.median(s['export_s'] for s in mine):.2f} s, {mine[-1]['linked_mb']} MB linked"
+              if what == "version" else "")
+    return (f"| {ps} | {what} | {way} | {seconds:.2f} ({', '.join(str(s['seconds']) for s in mine)}{export}) | "
             f"{total / seconds:.1f} | {total / seconds / limit:.0%} of {limit:.0f} | {mine[-1]['chief_mb']} |")
 
 

@@ -12,19 +12,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tables.streaming.bundle_index import BundleIndex
+from tables.streaming.bundle_index import BundleIndex, slice_prefix
 
 LINKED = "linked"
-ESCAPES = {0: b"\x00\xff", 255: b"\xff\x00"}
-
-
-def _escaped(name: bytes) -> bytes:
-    """A name as TensorFlow's OrderedCode writes a string inside a slice's key (bytes 0 and 255 escaped)."""
-    return b"".join(ESCAPES.get(byte, bytes([byte])) for byte in name)
-
-
-def _slice_prefix(name: bytes) -> bytes:
-    return b"\x00" + _escaped(name) + b"\x00\x01"
 
 
 class LinkedRows:
@@ -43,24 +33,9 @@ class LinkedRows:
         if not self.keys:
             return None
         index = BundleIndex.read(self.checkpoint)
-        owners = _owners(index)
-        shards: dict[int, int] = {}
+        owners, shards = _owners(index), {}
         for saved, key in sorted(self.keys.items()):
-            own = _entries_of(index, key.encode())
-            ids = {entry.shard_id for name, entry in own.items() if entry.size or not entry.slices}
-            if any(owners[shard] - {key.encode(), _slice_prefix(key.encode())} for shard in ids):
-                continue  # a data file shared with other keys: copied
-            for shard in sorted(ids):
-                shards.setdefault(shard, len(shards))
-            for name, entry in own.items():
-                renamed = _renamed(name, key.encode(), saved.encode())
-                copy = type(entry)()
-                copy.CopyFrom(entry)
-                if copy.size or not copy.slices:
-                    copy.shard_id = shards[entry.shard_id]
-                self.entries[renamed] = copy
-                self.bytes += entry.size
-            self.linked.add(saved)
+            self._take(saved, key.encode(), index, owners, shards)
         try:
             for shard, number in shards.items():
                 source = Path(f"{self.checkpoint}.data-{shard:05d}-of-{index.header.num_shards:05d}")
@@ -72,6 +47,24 @@ class LinkedRows:
             return f"no hard link from {Path(self.checkpoint).parent} to {self.folder}: {error.strerror}"
         return None
 
+    def _take(self, saved: str, key: bytes, index: BundleIndex, owners: dict, shards: dict[int, int]) -> None:
+        """Takes checkpoint key `key`'s entries as `saved`'s, numbering their data files in `shards`, unless a file
+        of theirs holds another tensor's bytes too."""
+        own = _entries_of(index, key)
+        ids = {entry.shard_id for entry in own.values() if _holds_bytes(entry)}
+        if any(owners[shard] - {key, slice_prefix(key)} for shard in ids):
+            return
+        for shard in sorted(ids):
+            shards.setdefault(shard, len(shards))
+        for name, entry in own.items():
+            copy = type(entry)()
+            copy.CopyFrom(entry)
+            if _holds_bytes(copy):
+                copy.shard_id = shards[entry.shard_id]
+            self.entries[_renamed(name, key, saved.encode())] = copy
+            self.bytes += entry.size
+        self.linked.add(saved)
+
     def abandon(self) -> None:
         for path in self.files:
             path.unlink(missing_ok=True)
@@ -80,6 +73,8 @@ class LinkedRows:
     def merge_into(self, prefix: str) -> None:
         """Makes the bundle at `prefix` (the small values, already written) hold the linked rows too: its data files
         are renumbered, the linked ones follow them, and its index, written last, names them all."""
+        if not self.entries:
+            return  # nothing linked: the bundle stays as TensorFlow wrote it
         index = BundleIndex.read(prefix)
         small = index.header.num_shards
         total = small + len(self.files)
@@ -88,7 +83,7 @@ class LinkedRows:
         for number, path in enumerate(self.files):
             os.rename(path, f"{prefix}.data-{small + number:05d}-of-{total:05d}")
         for name, entry in self.entries.items():
-            if entry.size or not entry.slices:
+            if _holds_bytes(entry):
                 entry.shard_id += small
             index.entries[name] = entry
         index.header.num_shards = total
@@ -100,9 +95,14 @@ def _owners(index: BundleIndex) -> dict[int, set[bytes]]:
     """The tensor names each data file holds bytes of."""
     owners: dict[int, set[bytes]] = {}
     for name, entry in index.entries.items():
-        if entry.size or not entry.slices:
+        if _holds_bytes(entry):
             owners.setdefault(entry.shard_id, set()).add(_tensor_of(name))
     return owners
+
+
+def _holds_bytes(entry) -> bool:
+    """Whether an entry's values are in a data file: a whole tensor's or a slice's (not a sliced tensor's list)."""
+    return bool(entry.size or not entry.slices)
 
 
 def _tensor_of(name: bytes) -> bytes:
@@ -111,9 +111,9 @@ def _tensor_of(name: bytes) -> bytes:
 
 
 def _entries_of(index: BundleIndex, key: bytes) -> dict:
-    prefix = _slice_prefix(key)
+    prefix = slice_prefix(key)
     return {name: entry for name, entry in index.entries.items() if name == key or name.startswith(prefix)}
 
 
 def _renamed(name: bytes, old: bytes, new: bytes) -> bytes:
-    return new if name == old else _slice_prefix(new) + name[len(_slice_prefix(old)):]
+    return new if name == old else slice_prefix(new) + name[len(slice_prefix(old)):]

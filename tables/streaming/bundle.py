@@ -11,13 +11,17 @@ loaders, or by row ranges with `BundleReader.rows`, which reads across the slice
 
 from __future__ import annotations
 
+import bisect
+import os
 import shutil
 import threading
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import gen_io_ops, io_ops
 
+from tables.streaming.bundle_index import BundleIndex, slice_prefix, slice_rows
 from tables.streaming.rows import slice_spec
 
 TEMP_SUFFIX = "_temp"
@@ -65,6 +69,7 @@ class BundleReader:
         reader = tf.train.load_checkpoint(prefix)
         self.shapes = reader.get_variable_to_shape_map()
         self.dtypes = reader.get_variable_to_dtype_map()
+        self._index = None  # its index as Python reads it (bundle_index.py), for `gather`
 
     def has(self, key: str) -> bool:
         return key in self.shapes
@@ -80,6 +85,54 @@ class BundleReader:
         """Rows [begin, end) of `key`, wherever its slices were cut; with `device` (a ps that reaches the same
         folder at the same path) that task reads them, and the bytes never leave it."""
         return self._read(key, slice_spec(self.shapes[key], begin, end), device)
+
+    def gather(self, key: str, rows: np.ndarray) -> np.ndarray | None:
+        """Rows `rows` of `key` read straight from the data files, a row's bytes each (where TensorFlow reads every
+        stored slice a wanted row is in whole: a chunk a row); None where the bundle does not allow it (a string
+        or big-endian tensor, slices cut across its rows), for `rows` to be read through TensorFlow instead."""
+        places = self._row_places(key)
+        if places is None:
+            return None
+        shape, dtype = list(self.shapes[key]), self.dtypes[key].as_numpy_dtype
+        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+        out = np.empty([len(rows), *shape[1:]], dtype)
+        flat = out.reshape(len(rows), -1).view(np.uint8).reshape(len(rows), row_bytes)
+        files = {}
+        try:
+            for at, row in enumerate(rows.tolist()):
+                begin, shard, offset = places[bisect.bisect_right(places, (row, float("inf"))) - 1]
+                if shard not in files:
+                    files[shard] = os.open(self._data_file(shard), os.O_RDONLY)
+                flat[at] = np.frombuffer(os.pread(files[shard], row_bytes, offset + (row - begin) * row_bytes),
+                                         np.uint8)
+        finally:
+            for descriptor in files.values():
+                os.close(descriptor)
+        return out
+
+    def _row_places(self, key: str) -> list[tuple[int, int, int]] | None:
+        """(first row, data file, offset) of each stored piece of `key`, by first row; None when unreadable so."""
+        if self._index is None:
+            self._index = BundleIndex.read(self.prefix)
+        index = self._index
+        dtype = self.dtypes[key]
+        if (index.header.endianness != 0 or dtype == tf.string or not dtype.is_numpy_compatible
+                or not self.shapes[key] or key.encode() not in index.entries):
+            return None
+        entry = index.entries[key.encode()]
+        if not entry.slices:
+            return [(0, entry.shard_id, entry.offset)]
+        places = []
+        for name, piece in index.entries.items():
+            if name.startswith(slice_prefix(key.encode())):
+                extent = slice_rows(name)
+                if extent is None:
+                    return None
+                places.append((extent[0], piece.shard_id, piece.offset))
+        return sorted(places)
+
+    def _data_file(self, shard: int) -> str:
+        return f"{self.prefix}.data-{shard:05d}-of-{self._index.header.num_shards:05d}"
 
     def _read(self, key: str, spec: str, device: str | None = None) -> tf.Tensor:
         with tf.device(device or self.device):

@@ -18,6 +18,7 @@ from tensorflow.core.protobuf import tensor_bundle_pb2
 MAGIC = 0xDB4775248B80FB57
 FOOTER_BYTES = 48
 HEADER_KEY = b""
+ESCAPES = {0: b"\x00\xff", 255: b"\xff\x00"}  # how OrderedCode writes bytes 0 and 255 inside a string
 _CRC_TABLE = []
 for _byte in range(256):
     _crc = _byte
@@ -153,3 +154,41 @@ def _block_rows(block: bytes):
         at += unshared
         yield key, block[at:at + size]
         at += size
+
+
+def slice_prefix(name: bytes) -> bytes:
+    """How the key of every slice of tensor `name` begins (EncodeTensorNameSlice: 0, then the name as OrderedCode
+    writes a string)."""
+    return b"\x00" + b"".join(ESCAPES.get(byte, bytes([byte])) for byte in name) + b"\x00\x01"
+
+
+def slice_rows(name: bytes) -> tuple[int, int] | None:
+    """The rows [begin, end) a slice's key (TensorFlow's EncodeTensorNameSlice) covers, its other dimensions whole;
+    None for a key that is no slice's, or a slice cut in another dimension too (end -1: to the last row)."""
+    if not name.startswith(b"\x00"):
+        return None
+    at = name.index(b"\x00\x01", 1) + 2
+    width = name[at]
+    rank, at = int.from_bytes(name[at + 1:at + 1 + width], "big"), at + 1 + width
+    extents = []
+    for _ in range(2 * rank):
+        value, at = _signed(name, at)
+        extents.append(value)
+    if rank == 0 or any((start, length) != (0, -1) for start, length in zip(extents[2::2], extents[3::2], strict=True)):
+        return None
+    start, length = extents[0], extents[1]
+    return start, -1 if length == -1 else start + length
+
+
+def _signed(data: bytes, at: int) -> tuple[int, int]:
+    """A number as OrderedCode's WriteSignedNumIncreasing wrote it at `at`, and where the next begins: its length
+    is the count of leading bits equal to the first (ones for a positive number, zeros for a negative one)."""
+    negative = data[at] < 0x80
+    two = (data[at] << 8) | (data[at + 1] if at + 1 < len(data) else 0)
+    two = two ^ 0xFFFF if negative else two
+    length = 16 - (~two & 0xFFFF).bit_length()  # the leading ones
+    value = int.from_bytes(data[at:at + length], "big")
+    if negative:
+        value ^= (1 << 8 * length) - 1
+    magnitude = value & ((1 << (8 * length - length - 1)) - 1)
+    return (~magnitude if negative else magnitude), at + length
