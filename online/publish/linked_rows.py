@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tables.streaming.bundle_index import BundleIndex, slice_prefix
+from tables.streaming.bundle_index import BundleIndex, slice_prefix, tensor_of
 
 LINKED = "linked"
 
@@ -50,7 +50,7 @@ class LinkedRows:
     def _take(self, saved: str, key: bytes, index: BundleIndex, owners: dict, shards: dict[int, int]) -> None:
         """Takes checkpoint key `key`'s entries as `saved`'s, numbering their data files in `shards`, unless a file
         of theirs holds another tensor's bytes too."""
-        own = _entries_of(index, key)
+        own = index.pieces(key)
         ids = {entry.shard_id for entry in own.values() if _holds_bytes(entry)}
         if any(owners[shard] - {key, slice_prefix(key)} for shard in ids):
             return
@@ -96,23 +96,13 @@ def _owners(index: BundleIndex) -> dict[int, set[bytes]]:
     owners: dict[int, set[bytes]] = {}
     for name, entry in index.entries.items():
         if _holds_bytes(entry):
-            owners.setdefault(entry.shard_id, set()).add(_tensor_of(name))
+            owners.setdefault(entry.shard_id, set()).add(tensor_of(name))
     return owners
 
 
 def _holds_bytes(entry) -> bool:
     """Whether an entry's values are in a data file: a whole tensor's or a slice's (not a sliced tensor's list)."""
     return bool(entry.size or not entry.slices)
-
-
-def _tensor_of(name: bytes) -> bytes:
-    """The tensor a key is of, as written in its key: itself, or the escaped name inside a slice's key."""
-    return name[:name.index(b"\x00\x01", 1) + 2] if name.startswith(b"\x00") else name
-
-
-def _entries_of(index: BundleIndex, key: bytes) -> dict:
-    prefix = slice_prefix(key)
-    return {name: entry for name, entry in index.entries.items() if name == key or name.startswith(prefix)}
 
 
 def _renamed(name: bytes, old: bytes, new: bytes) -> bytes:

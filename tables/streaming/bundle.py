@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import gen_io_ops, io_ops
 
-from tables.streaming.bundle_index import BundleIndex, slice_prefix, slice_rows
+from tables.streaming.bundle_index import BundleIndex, slice_rows
 from tables.streaming.rows import slice_spec
 
 TEMP_SUFFIX = "_temp"
@@ -123,8 +123,8 @@ class BundleReader:
         if not entry.slices:
             return [(0, entry.shard_id, entry.offset)]
         places = []
-        for name, piece in index.entries.items():
-            if name.startswith(slice_prefix(key.encode())):
+        for name, piece in index.pieces(key.encode()).items():
+            if name != key.encode():
                 extent = slice_rows(name)
                 if extent is None:
                     return None

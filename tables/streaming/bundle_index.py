@@ -59,6 +59,11 @@ class BundleIndex:
             raise ValueError(f"{prefix}.index has no bundle header: not a TensorFlow checkpoint bundle")
         return cls(header, entries)
 
+    def pieces(self, key: bytes) -> dict:
+        """The entries of tensor `key`: its own and, when it was saved as slices, each slice's."""
+        prefix = slice_prefix(key)
+        return {name: entry for name, entry in self.entries.items() if name == key or name.startswith(prefix)}
+
     def write(self, prefix: str) -> None:
         """Writes `prefix.index` (flushed to disk) from the header and entries, keys in byte order."""
         rows = [(HEADER_KEY, self.header.SerializeToString())]
@@ -160,6 +165,11 @@ def slice_prefix(name: bytes) -> bytes:
     """How the key of every slice of tensor `name` begins (EncodeTensorNameSlice: 0, then the name as OrderedCode
     writes a string)."""
     return b"\x00" + b"".join(ESCAPES.get(byte, bytes([byte])) for byte in name) + b"\x00\x01"
+
+
+def tensor_of(name: bytes) -> bytes:
+    """The tensor an entry's key is of, as the key writes it: the key itself, or a slice key's escaped name."""
+    return name[:name.index(b"\x00\x01", 1) + 2] if name.startswith(b"\x00") else name
 
 
 def slice_rows(name: bytes) -> tuple[int, int] | None:
