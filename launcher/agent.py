@@ -24,7 +24,7 @@ from cluster import taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.run_files import RUN_VARIABLE, Phase, RunFiles, TrainingProgress, read_progress
 from common.exit_file import EXIT_FILE_VARIABLE
-from launcher import firewall, previous_run, process, process_search, run_outputs
+from launcher import firewall, previous_run, process, process_search, run_outputs, task_forks
 from launcher.host_checks import preflight_report, task_file
 from launcher.log_rotation import rotate_if_large
 from launcher.backends.base import FirewallReport, StopOutcome, StopResult, TaskStatus, as_json
@@ -54,16 +54,19 @@ def read_exit_code(config: ClusterConfig, task: Task) -> int | None:
         return None
 
 
-def start(config: ClusterConfig, task: Task) -> TaskStatus:
-    """Starts `task` detached unless it already runs; returns its status."""
+def start(config: ClusterConfig, task: Task, fork: bool = False) -> TaskStatus:
+    """Starts `task` detached unless it already runs, forked from a process that imported TensorFlow when `fork`
+    allows (launcher/task_forks.py); returns its status."""
     record = live_record(config, task)
     if record and process.group_alive(record):
         return status(config, task)
     exit_file = task_file(config, task, "exit")
     exit_file.unlink(missing_ok=True)
     env = {**taskspec.task_environment(config, task, os.environ), EXIT_FILE_VARIABLE: str(exit_file)}
-    process.start(taskspec.task_command(config, task), cwd=PROJECT_ROOT, env=env,
-                  log_path=task_file(config, task, "log"), pid_path=task_file(config, task, "pid"))
+    command, files = taskspec.task_command(config, task), {"log_path": task_file(config, task, "log"),
+                                                             "pid_path": task_file(config, task, "pid")}
+    if not (fork and task_forks.start(command, cwd=PROJECT_ROOT, env=env, **files)):
+        process.start(command, cwd=PROJECT_ROOT, env=env, **files)
     return status(config, task)
 
 

@@ -19,7 +19,7 @@ class LocalHost(ThisDiskOutputs, Backend):
         self.config, self.name = config, name
 
     def start(self, tasks: list[Task]) -> list[TaskStatus]:
-        return [agent.start(self.config, t) for t in tasks]
+        return [agent.start(self.config, t, fork=True) for t in tasks]
 
     def stop(self, tasks: list[Task], quick: bool = False) -> list[StopResult]:
         return [agent.stop(self.config, t, quick=quick) for t in tasks]

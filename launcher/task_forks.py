@@ -1,0 +1,132 @@
+"""Starts this machine's tasks by fork from a process that imported TensorFlow once (`launcher/fork_server.py`).
+
+Importing TensorFlow costs each task some 2 CPU-seconds before it does anything; a fork of a process that has
+done it costs a few milliseconds. A task is forked when its command is `python -m` one of FORKED_MODULES and the
+variables that matter before its first import match the fork server's (one server per interpreter, directory and
+such environment, kept for this process's life); the rest, and every task whose fork fails, start as before. The
+forked task runs in its own session, has its own pid file record and log, and shows its own command line and
+environment in /proc, so stopping, healing and `sh kill.sh` treat it as any other.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import threading
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from common.exit_file import EXIT_FILE_VARIABLE
+from common.proc import start_ticks
+from launcher.fork_server import ROOM_VARIABLE
+from launcher.process import PidRecord
+
+FORKED_MODULES = frozenset({"roles.server"})
+# read by a task only after its imports (TF_CONFIG by the cluster resolver, the toolkit's own when they run), so a
+# server imported with other values still serves the task
+PER_TASK_VARIABLES = frozenset({"TF_CONFIG", EXIT_FILE_VARIABLE, "PYTEST_CURRENT_TEST"})
+ROOM_BYTES = 65536  # of environment, and a tenth of it of command line: a task's own must fit (else it is started)
+READY_TIMEOUT_S = 120.0  # the server's import of TensorFlow, on a loaded machine
+REPLY_TIMEOUT_S = 30.0
+
+
+class ForkServer:
+    """One running fork server and the lock that keeps its requests one at a time."""
+
+    def __init__(self, python: str, cwd: Path, environment: Mapping[str, str]):
+        room = "." * ROOM_BYTES
+        self.process = subprocess.Popen([python, "-m", "launcher.fork_server", room[:ROOM_BYTES // 10]], cwd=cwd,
+                                        env={**environment, ROOM_VARIABLE: room}, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.lock = threading.Lock()
+        self.ready = "ready" in self._reply(READY_TIMEOUT_S)
+
+    def fork(self, request: dict) -> int | None:
+        """The forked task's pid, or None when the server did not fork it (a server that did not answer is
+        stopped, and the next task starts a new one)."""
+        with self.lock:
+            try:
+                self.process.stdin.write((json.dumps(request) + "\n").encode())
+                self.process.stdin.flush()
+                reply = self._reply(REPLY_TIMEOUT_S)
+            except OSError:
+                reply = {}
+            if not reply:
+                self.stop()
+            return reply.get("pid")
+
+    def _reply(self, timeout_s: float) -> dict:
+        readable, _, _ = select.select([self.process.stdout], [], [], timeout_s)
+        line = self.process.stdout.readline() if readable else b""
+        try:
+            return json.loads(line)
+        except ValueError:
+            return {}
+
+    def alive(self) -> bool:
+        return self.ready and self.process.poll() is None
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self.ready = False
+
+
+_servers: dict[tuple, ForkServer] = {}
+_servers_lock = threading.Lock()
+_unable: set[tuple] = set()  # keys whose server never became ready (say, TensorFlow fails to import): not tried again
+
+
+def server_key(command: Sequence[str], cwd: Path, env: Mapping[str, str]) -> tuple:
+    """What a task shares with the fork server that may fork it: interpreter, directory, and its environment but
+    for the variables read only after its imports."""
+    shared = tuple(sorted((k, v) for k, v in env.items() if k not in PER_TASK_VARIABLES))
+    return command[0], str(cwd), shared
+
+
+def forkable(command: Sequence[str]) -> bool:
+    return len(command) >= 3 and command[1] == "-m" and command[2] in FORKED_MODULES
+
+
+def _server_for(key: tuple) -> ForkServer | None:
+    """The running fork server for `key`, started now if none runs; None when one cannot start."""
+    with _servers_lock:
+        server = _servers.pop(key, None)
+        if server is not None and not server.alive():
+            server.stop()
+            server = None
+        if server is None and key not in _unable:
+            server = ForkServer(key[0], Path(key[1]), dict(key[2]))
+            if not server.alive():
+                server.stop()
+                _unable.add(key)
+                return None
+        if server is not None:
+            _servers[key] = server
+        return server
+
+
+def start(command: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_path: Path,
+          pid_path: Path) -> PidRecord | None:
+    """Forks the task of `command` and writes its pid file; None when it is not forked (start it the usual way)."""
+    if not forkable(command):
+        return None
+    server = _server_for(server_key(command, cwd, env))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    request = {"argv": list(command), "cwd": str(cwd), "env": dict(env), "log": str(log_path)}
+    pid = server.fork(request) if server is not None else None
+    if pid is None:
+        return None
+    record = PidRecord(pid, start_ticks(pid) or 0, tuple(command), group=pid)
+    record.write(pid_path)
+    return record
+
+
+def stop_all() -> None:
+    """Stops every fork server of this process (they also end by themselves when it does)."""
+    with _servers_lock:
+        for server in _servers.values():
+            server.stop()
+        _servers.clear()

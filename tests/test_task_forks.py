@@ -1,0 +1,88 @@
+"""Tasks forked from a process that imported TensorFlow once look, stop and end as started ones do."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from clusterkit import cluster_document, write_cluster
+from cluster import config as cluster_config
+from common import net
+from common.proc import has_live_thread, proc_stat
+from launcher import agent, process_search, task_forks
+
+pytestmark = pytest.mark.cluster
+
+
+def _wait(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout_s} s for {what}"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def config(tmp_path):
+    document = cluster_document(workers=1, ps=1, evaluator=False, logs_dir=str(tmp_path / "logs"))
+    yield cluster_config.load(write_cluster(tmp_path, document))
+    task_forks.stop_all()
+
+
+def _parent(pid: int) -> int:
+    return int(proc_stat(pid)[1])
+
+
+def test_a_forked_ps_serves_shows_its_own_command_and_environment_and_is_found_and_stopped_as_a_started_one(
+        config):
+    ps = config.task("ps", 0)
+    started = agent.start(config, ps, fork=True)
+    pid = started.pid
+    servers = list(task_forks._servers.values())
+    assert len(servers) == 1 and _parent(pid) == servers[0].process.pid  # forked, not started by this process
+    assert os.getsid(pid) == pid and os.getpgid(pid) == pid  # a session of its own, as a started task
+    _wait(lambda: net.answers(ps.address.host, ps.address.port), 60, "the forked ps to listen")
+    shown = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert [part.decode() for part in shown if part] == list(agent.taskspec.task_command(config, ps))
+    environment = dict(entry.decode().split("=", 1) for entry in Path(f"/proc/{pid}/environ").read_bytes()
+                       .split(b"\0") if entry)
+    assert environment["PSCLUSTER_EXIT_FILE"].endswith("ps-0.exit") and '"ps"' in environment["TF_CONFIG"]
+    assert task_forks.ROOM_VARIABLE not in environment
+    log = agent.task_file(config, ps, "log").read_text()
+    assert "[ps:0]" in log and "ready: ps listening" in log  # its output is its own log
+    agent.task_file(config, ps, "pid").unlink()  # as when the logs folder is deleted: found by its environment
+    assert [record.pid for record in process_search.task_groups(agent.task_file(config, ps, "exit"))] == [pid]
+    stopped = agent.stop(config, ps)
+    assert stopped.pid == pid
+    _wait(lambda: not has_live_thread(pid), 30, "the ps to end")
+    assert agent.read_exit_code(config, ps) == 0  # it wrote its own exit code on SIGTERM
+
+
+def test_a_forked_task_that_fails_at_start_exits_2_with_one_line_in_its_log(config):
+    ps = config.task("ps", 0)
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind((ps.address.host, ps.address.port))
+        taken.listen()
+        pid = agent.start(config, ps, fork=True).pid
+        _wait(lambda: agent.read_exit_code(config, ps) is not None, 60, "the ps to end")
+    assert agent.read_exit_code(config, ps) == 2
+    log = agent.task_file(config, ps, "log").read_text()
+    assert "is already in use" in log and "Traceback" not in log, log
+    _wait(lambda: not has_live_thread(pid), 10, "the ended ps to be reaped")
+
+
+def test_tasks_the_fork_server_cannot_take_are_started_and_it_ends_with_its_launcher(config, tmp_path):
+    ps = config.task("ps", 0)
+    files = {"log_path": tmp_path / "x.log", "pid_path": tmp_path / "x.pid"}
+    command = agent.taskspec.task_command(config, ps)
+    too_large = {**os.environ, "TF_CONFIG": "x" * (2 * task_forks.ROOM_BYTES)}  # its own part outgrows the room
+    assert task_forks.start(command, cwd=Path.cwd(), env=too_large, **files) is None  # then started as before
+    assert not files["pid_path"].exists()
+    assert task_forks.start(["python", "-m", "coordinator.tf_free"], cwd=Path.cwd(), env=os.environ, **files) is None
+    server = next(iter(task_forks._servers.values())).process
+    server.stdin.close()  # what the launcher's end does to it
+    _wait(lambda: server.poll() is not None, 10, "the fork server to end with its launcher")
