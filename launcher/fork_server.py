@@ -12,19 +12,21 @@ after IDLE_S with no request and no task of its own running.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import json
 import os
-import random
 import runpy
 import select
+import signal
 import sys
 import time
 import traceback
 
 ROOM_VARIABLE = "PSCLUSTER_FORK_ROOM"  # its value is the room a task's environment is written into
 IDLE_S = 120.0
+READY_S = 10.0  # a forked child becomes its task in milliseconds; one that has not by then is killed
 # /proc/<pid>/stat's fields (after the command's closing parenthesis, from 0) that bound the arguments and the
 # environment the kernel shows as /proc/<pid>/cmdline and /proc/<pid>/environ (proc(5): fields 48-51)
 ARG_START, ENV_END = 45, 48
@@ -39,14 +41,18 @@ def proc_areas() -> tuple[tuple[int, int], tuple[int, int]]:
 
 
 def packed(strings: list[str]) -> bytes:
-    return b"".join(text.encode() + b"\0" for text in strings)
+    return b"".join(os.fsencode(text) + b"\0" for text in strings)
+
+
+def environment_of(request: dict) -> bytes:
+    return packed([f"{key}={value}" for key, value in request["env"].items()])
 
 
 def fits(request: dict) -> bool:
     """Whether the task's command line and environment fit the room this process's own take in memory."""
     (arg_start, arg_end), (env_start, env_end) = proc_areas()
-    environment = packed([f"{key}={value}" for key, value in request["env"].items()])
-    return len(packed(request["argv"])) <= arg_end - arg_start and len(environment) <= env_end - env_start
+    return (len(packed(request["argv"])) <= arg_end - arg_start
+            and len(environment_of(request)) <= env_end - env_start)
 
 
 def write_area(area: tuple[int, int], data: bytes) -> None:
@@ -55,31 +61,33 @@ def write_area(area: tuple[int, int], data: bytes) -> None:
     ctypes.memmove(start, data.ljust(end - start, b"\0"), end - start)
 
 
-def become(request: dict, ready_fd: int) -> int:
-    """Turns this forked child into the task: its session, files, directory, environment and /proc identity, then
-    runs its module as __main__; returns its exit code."""
+def become(request: dict, ready_fd: int, private_fds: list[int]) -> None:
+    """Turns this forked child into the task: its session, files, directory, environment and /proc identity; then
+    says so on `ready_fd`."""
     os.setsid()
     null = os.open(os.devnull, os.O_RDONLY)
     log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     for source, target in ((null, 0), (log, 1), (log, 2)):
         os.dup2(source, target)
-    os.close(null)
-    os.close(log)
+    for fd in (null, log, *private_fds):
+        os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()  # libc's environment now lives on the heap: the area below is free to write over
     os.environ.update(request["env"])
     arguments, environment = proc_areas()
     write_area(arguments, packed(request["argv"]))
-    write_area(environment, packed([f"{key}={value}" for key, value in request["env"].items()]))
-    random.seed()  # each task its own random state, as a started process has
-    if "numpy" in sys.modules:
+    write_area(environment, environment_of(request))
+    if "numpy" in sys.modules:  # each task its own random state, as a started process has (random reseeds itself)
         sys.modules["numpy"].random.seed()
     os.write(ready_fd, b"1")
     os.close(ready_fd)
-    module = request["argv"][2]
-    sys.argv = [request["argv"][0], *request["argv"][3:]]  # runpy sets argv[0] to the module's file, as -m does
+
+
+def run_module(argv: list[str]) -> int:
+    """Runs `python -m MODULE ARGS`'s module as __main__; its exit code as the interpreter would give it."""
+    sys.argv = [argv[0], *argv[3:]]  # runpy sets argv[0] to the module's file, as -m does
     try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
         return 0
     except SystemExit as ending:
         return _exit_code(ending.code)
@@ -97,23 +105,29 @@ def _exit_code(code) -> int:
     return 1
 
 
-def fork_task(request: dict) -> dict:
-    """Forks the task of `request`; its pid once it runs as the task, or why it could not."""
+def fork_task(request: dict, protocol_fd: int) -> dict:
+    """Forks the task of `request`; its pid once it runs as the task, or why it could not (a child that did not
+    become the task within READY_S is killed)."""
     if not fits(request):
         return {"error": "its command line or environment is larger than the fork server's room"}
     ready, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        code = 1
         try:
-            os.close(ready)
-            code = become(request, ready_w)
-        finally:
-            _leave(code)
+            become(request, ready_w, [ready, protocol_fd])
+        except BaseException:
+            traceback.print_exc()  # to the task's log once it is fd 2
+            os._exit(1)
+        _leave(run_module(request["argv"]))
     os.close(ready_w)
-    became = os.read(ready, 1)
+    became = os.read(ready, 1) if select.select([ready], [], [], READY_S)[0] else b""
     os.close(ready)
-    return {"pid": pid} if became == b"1" else {"error": "the forked task ended before it started"}
+    if became == b"1":
+        return {"pid": pid}
+    for kill in (os.kill, os.killpg):  # before or after its setsid
+        with contextlib.suppress(OSError):
+            kill(pid, signal.SIGKILL)
+    return {"error": "the forked task did not start (its log may say why)", "child": pid}
 
 
 def _leave(code: int) -> None:
@@ -126,15 +140,24 @@ def _leave(code: int) -> None:
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
+        ctypes.CDLL(None).fflush(None)  # C's buffered output too
     finally:
         os._exit(code)
 
 
-def answer(reply: dict) -> None:
-    os.write(1, (json.dumps(reply) + "\n").encode())
+def answer(protocol_fd: int, reply: dict) -> None:
+    os.write(protocol_fd, (json.dumps(reply) + "\n").encode())
 
 
-def serve() -> None:
+def handle(request_line: bytes, protocol_fd: int) -> dict:
+    """One request's answer; an error of this process (fork refused, a bad request) is said, never fatal."""
+    try:
+        return fork_task(json.loads(request_line), protocol_fd)
+    except Exception as error:  # the launcher then starts the task as before
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
+def serve(protocol_fd: int) -> None:
     """Answers requests until standard input closes, or until IDLE_S without one while no task of its own runs."""
     pending, children, last_request = b"", set(), time.monotonic()
     while True:
@@ -150,9 +173,9 @@ def serve() -> None:
         pending += chunk
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
-            reply = fork_task(json.loads(line))
-            children |= {reply["pid"]} if "pid" in reply else set()
-            answer(reply)
+            reply = handle(line, protocol_fd)
+            children |= {reply[key] for key in ("pid", "child") if key in reply}
+            answer(protocol_fd, {key: value for key, value in reply.items() if key != "child"})
             last_request = time.monotonic()
 
 
@@ -170,11 +193,15 @@ def reaped(children: set[int]) -> set[int]:
 
 
 def main() -> None:
+    protocol_fd = os.dup(1)  # answers go here; stdout is /dev/null, so nothing printed on import can garble them
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
     import tensorflow  # noqa: F401  the point of this process: every task forked from here has it imported
 
     gc.freeze()  # the imported objects stay out of the collector's reach, so forked tasks share their pages
-    answer({"ready": os.getpid()})
-    serve()
+    answer(protocol_fd, {"ready": os.getpid()})
+    serve(protocol_fd)
     os._exit(0)  # at once: an interpreter's shutdown with TensorFlow loaded takes seconds, for nothing here
 
 

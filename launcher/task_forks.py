@@ -10,9 +10,13 @@ environment in /proc, so stopping, healing and `sh kill.sh` treat it as any othe
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import select
+import signal
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -28,7 +32,7 @@ FORKED_MODULES = frozenset({"roles.server", "coordinator.train", "evaluator.side
 PER_TASK_VARIABLES = frozenset({"TF_CONFIG", EXIT_FILE_VARIABLE, "PYTEST_CURRENT_TEST"})
 ROOM_BYTES = 65536  # of environment, and a tenth of it of command line: a task's own must fit (else it is started)
 READY_TIMEOUT_S = 120.0  # the server's import of TensorFlow, on a loaded machine
-REPLY_TIMEOUT_S = 30.0
+REPLY_TIMEOUT_S = 30.0  # the server kills a child that has not become its task after 10 s (fork_server.READY_S)
 
 
 class ForkServer:
@@ -42,9 +46,9 @@ class ForkServer:
         self.lock = threading.Lock()
         self.ready = "ready" in self._reply(READY_TIMEOUT_S)
 
-    def fork(self, request: dict) -> int | None:
-        """The forked task's pid, or None when the server did not fork it (a server that did not answer is
-        stopped, and the next task starts a new one)."""
+    def fork(self, request: dict) -> dict:
+        """The server's answer: {"pid": N} for a forked task, else {"error": why}; a server that did not answer is
+        stopped (with any child not yet in a session of its own), and the next task starts a new one."""
         with self.lock:
             try:
                 self.process.stdin.write((json.dumps(request) + "\n").encode())
@@ -54,7 +58,7 @@ class ForkServer:
                 reply = {}
             if not reply:
                 self.stop()
-            return reply.get("pid")
+            return reply or {"error": "the fork server did not answer"}
 
     def _reply(self, timeout_s: float) -> dict:
         readable, _, _ = select.select([self.process.stdout], [], [], timeout_s)
@@ -68,8 +72,8 @@ class ForkServer:
         return self.ready and self.process.poll() is None
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
+        with contextlib.suppress(OSError):  # its group: the server and any child that has not left it yet
+            os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
         self.ready = False
 
@@ -116,7 +120,11 @@ def start(command: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_path
     server = _server_for(server_key(command, cwd, env))
     log_path.parent.mkdir(parents=True, exist_ok=True)
     request = {"argv": list(command), "cwd": str(cwd), "env": dict(env), "log": str(log_path)}
-    pid = server.fork(request) if server is not None else None
+    reply = server.fork(request) if server is not None else {}
+    if "error" in reply:
+        print(f"[launcher] {command[2]} started as a new process, not forked: {reply['error']}",
+              file=sys.stderr, flush=True)
+    pid = reply.get("pid")
     if pid is None:
         return None
     record = PidRecord(pid, start_ticks(pid) or 0, tuple(command), group=pid)

@@ -44,15 +44,16 @@ def test_a_forked_ps_serves_shows_its_own_command_and_environment_and_is_found_a
     servers = list(task_forks._servers.values())
     assert len(servers) == 1 and _parent(pid) == servers[0].process.pid  # forked, not started by this process
     assert os.getsid(pid) == pid and os.getpgid(pid) == pid  # a session of its own, as a started task
-    _wait(lambda: net.answers(ps.address.host, ps.address.port), 60, "the forked ps to listen")
+    log = agent.task_file(config, ps, "log")
+    _wait(lambda: "ready: ps listening" in log.read_text(), 60, "the forked ps to say it is ready in its log")
+    assert net.answers(ps.address.host, ps.address.port)
     shown = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     assert [part.decode() for part in shown if part] == list(agent.taskspec.task_command(config, ps))
     environment = dict(entry.decode().split("=", 1) for entry in Path(f"/proc/{pid}/environ").read_bytes()
                        .split(b"\0") if entry)
     assert environment["PSCLUSTER_EXIT_FILE"].endswith("ps-0.exit") and '"ps"' in environment["TF_CONFIG"]
     assert task_forks.ROOM_VARIABLE not in environment
-    log = agent.task_file(config, ps, "log").read_text()
-    assert "[ps:0]" in log and "ready: ps listening" in log  # its output is its own log
+    assert "[ps:0]" in log.read_text()  # its output is its own log
     agent.task_file(config, ps, "pid").unlink()  # as when the logs folder is deleted: found by its environment
     assert [record.pid for record in process_search.task_groups(agent.task_file(config, ps, "exit"))] == [pid]
     stopped = agent.stop(config, ps)
@@ -83,6 +84,10 @@ def test_tasks_the_fork_server_cannot_take_are_started_and_it_ends_with_its_laun
     assert task_forks.start(command, cwd=Path.cwd(), env=too_large, **files) is None  # then started as before
     assert not files["pid_path"].exists()
     assert task_forks.start(["python", "-m", "coordinator.tf_free"], cwd=Path.cwd(), env=os.environ, **files) is None
+    unopenable = {**files, "log_path": tmp_path}  # a folder: the child cannot become the task, and ends
+    assert task_forks.start(command, cwd=Path.cwd(), env=os.environ, **unopenable) is None
+    assert not files["pid_path"].exists()
     server = next(iter(task_forks._servers.values())).process
+    assert server.poll() is None  # the server lives on for the next task
     server.stdin.close()  # what the launcher's end does to it
     _wait(lambda: server.poll() is not None, 10, "the fork server to end with its launcher")
