@@ -39,10 +39,19 @@ def _parent(pid: int) -> int:
 def test_a_forked_ps_serves_shows_its_own_command_and_environment_and_is_found_and_stopped_as_a_started_one(
         config):
     ps = config.task("ps", 0)
-    started = agent.start(config, ps, fork=True)
-    pid = started.pid
-    servers = list(task_forks._servers.values())
-    assert len(servers) == 1 and _parent(pid) == servers[0].process.pid  # forked, not started by this process
+    pid = agent.start(config, ps, fork=True).pid
+    try:
+        _assert_a_started_tasks_look(config, ps, pid)
+    finally:
+        stopped = agent.stop(config, ps)
+    assert stopped.pid == pid
+    _wait(lambda: not has_live_thread(pid), 30, "the ps to end")
+    assert agent.read_exit_code(config, ps) == 0  # it wrote its own exit code on SIGTERM
+
+
+def _assert_a_started_tasks_look(config, ps, pid: int) -> None:
+    servers = {server.process.pid for server in task_forks._servers.values()}
+    assert _parent(pid) in servers  # forked by a fork server, not started by this process
     assert os.getsid(pid) == pid and os.getpgid(pid) == pid  # a session of its own, as a started task
     log = agent.task_file(config, ps, "log")
     _wait(lambda: "ready: ps listening" in log.read_text(), 60, "the forked ps to say it is ready in its log")
@@ -56,10 +65,6 @@ def test_a_forked_ps_serves_shows_its_own_command_and_environment_and_is_found_a
     assert "[ps:0]" in log.read_text()  # its output is its own log
     agent.task_file(config, ps, "pid").unlink()  # as when the logs folder is deleted: found by its environment
     assert [record.pid for record in process_search.task_groups(agent.task_file(config, ps, "exit"))] == [pid]
-    stopped = agent.stop(config, ps)
-    assert stopped.pid == pid
-    _wait(lambda: not has_live_thread(pid), 30, "the ps to end")
-    assert agent.read_exit_code(config, ps) == 0  # it wrote its own exit code on SIGTERM
 
 
 def test_a_forked_task_that_fails_at_start_exits_2_with_one_line_in_its_log(config):
@@ -87,7 +92,8 @@ def test_tasks_the_fork_server_cannot_take_are_started_and_it_ends_with_its_laun
     unopenable = {**files, "log_path": tmp_path}  # a folder: the child cannot become the task, and ends
     assert task_forks.start(command, cwd=Path.cwd(), env=os.environ, **unopenable) is None
     assert not files["pid_path"].exists()
-    server = next(iter(task_forks._servers.values())).process
+    key = task_forks.server_key(command, Path.cwd(), os.environ)
+    server = task_forks._servers[key].process
     assert server.poll() is None  # the server lives on for the next task
     server.stdin.close()  # what the launcher's end does to it
     _wait(lambda: server.poll() is not None, 10, "the fork server to end with its launcher")
