@@ -406,7 +406,9 @@ def test_a_run_started_again_after_an_idle_stop_is_evaluated_and_files_removed_a
     done_before = set(json.loads((output / "checkpoints" / "evaluated.json").read_text())["evaluated"])
 
     write_day(data, "day_1", 300, 300)
-    document["training"]["stop_when_idle_s"] = 15  # the second outlasts the steps below
+    # the second outlasts the steps below: the evaluator's first score of it comes before day_3 is written, and took
+    # over 15 s on a loaded machine (the chief then stopped idle before day_3 landed)
+    document["training"]["stop_when_idle_s"] = 30
     write_cluster(tmp_path, document)
     with open(tmp_path / "second.log", "w") as console:
         second = subprocess.Popen(["sh", str(ROOT / "run.sh"), str(path)], stdin=subprocess.DEVNULL,
