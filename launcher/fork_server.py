@@ -7,7 +7,10 @@ standard output: {"pid": N} once the task runs in a session of its own with its 
 `python -m` would, in the task's directory and environment. Its /proc cmdline and environ are written over the
 room this process was started with (a long argument and variable), so `ps`, `sh kill.sh` and the exit-file search
 find it as if it had been started alone. The server ends when its standard input closes (its launcher ended) or
-after IDLE_S with no request and no task of its own running.
+after IDLE_S with no request and no task of its own running. Started with a socket path as well (`python -m
+launcher.fork_server ROOM SOCKET`), it is shared: other processes connect there, are greeted with what it was
+started with ({"ready", "python", "cwd", "env"}, so each can tell whether its tasks may be forked here), and ask as
+its launcher does; it then ends only when its standard input closes.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import runpy
 import select
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -105,16 +109,16 @@ def _exit_code(code) -> int:
     return 1
 
 
-def fork_task(request: dict, protocol_fd: int) -> dict:
-    """Forks the task of `request`; its pid once it runs as the task, or why it could not (a child that did not
-    become the task within READY_S is killed)."""
+def fork_task(request: dict, private_fds: list[int]) -> dict:
+    """Forks the task of `request` (`private_fds`, this server's own, closed in it); its pid once it runs as the
+    task, or why it could not (a child that did not become the task within READY_S is killed)."""
     if not fits(request):
         return {"error": "its command line or environment is larger than the fork server's room"}
     ready, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
-            become(request, ready_w, [ready, protocol_fd])
+            become(request, ready_w, [ready, *private_fds])
         except BaseException:
             traceback.print_exc()  # to the task's log once it is fd 2
             os._exit(1)
@@ -145,38 +149,81 @@ def _leave(code: int) -> None:
         os._exit(code)
 
 
-def answer(protocol_fd: int, reply: dict) -> None:
-    os.write(protocol_fd, (json.dumps(reply) + "\n").encode())
+def answer(fd: int, reply: dict) -> None:
+    with contextlib.suppress(OSError):  # a client that went away (its task, if forked, runs on)
+        os.write(fd, (json.dumps(reply) + "\n").encode())
 
 
-def handle(request_line: bytes, protocol_fd: int) -> dict:
+def greeting(environment: dict) -> dict:
+    """What a process connecting to a shared server is told: what tasks forked here have imported with (the
+    environment as it was before the import, which adds variables of TensorFlow's own)."""
+    return {"ready": os.getpid(), "python": sys.executable, "cwd": os.getcwd(),
+            "env": {key: value for key, value in environment.items() if key != ROOM_VARIABLE}}
+
+
+def handle(request_line: bytes, private_fds: list[int]) -> dict:
     """One request's answer; an error of this process (fork refused, a bad request) is said, never fatal."""
     try:
-        return fork_task(json.loads(request_line), protocol_fd)
+        return fork_task(json.loads(request_line), private_fds)
     except Exception as error:  # the launcher then starts the task as before
         return {"error": f"{type(error).__name__}: {error}"}
 
 
-def serve(protocol_fd: int) -> None:
-    """Answers requests until standard input closes, or until IDLE_S without one while no task of its own runs."""
-    pending, children, last_request = b"", set(), time.monotonic()
-    while True:
-        readable, _, _ = select.select([0], [], [], 1.0)
-        children -= reaped(children)
-        if not readable:
-            if not children and time.monotonic() - last_request > IDLE_S:
-                return
-            continue
-        chunk = os.read(0, 65536)
+class Requests:
+    """Where requests come from: standard input (answered on the protocol fd) and, when shared, each connection to
+    the listening socket (answered on it); each with its unread part of a line."""
+
+    def __init__(self, protocol_fd: int, listener: socket.socket | None, environment: dict):
+        self.listener, self.answers, self.pending = listener, {0: protocol_fd}, {0: b""}
+        self.greeting = greeting(environment)
+
+    def sources(self) -> list:
+        return [*self.answers, *([self.listener] if self.listener else [])]
+
+    def private_fds(self) -> list[int]:
+        listening = [self.listener.fileno()] if self.listener else []
+        return [*listening, *self.answers.values()]  # the protocol fd and each connection's
+
+    def accept(self) -> None:
+        connection = self.listener.accept()[0].detach()
+        self.answers[connection], self.pending[connection] = connection, b""
+        answer(connection, self.greeting)
+
+    def lines(self, fd: int) -> list[bytes] | None:
+        """The whole lines that came on `fd`; None when it closed (a connection is then forgotten)."""
+        chunk = b""
+        with contextlib.suppress(OSError):
+            chunk = os.read(fd, 65536)
         if not chunk:
+            if fd:
+                os.close(fd)
+                del self.answers[fd], self.pending[fd]
+            return None
+        *whole, self.pending[fd] = (self.pending[fd] + chunk).split(b"\n")
+        return whole
+
+
+def serve(protocol_fd: int, listener: socket.socket | None, environment: dict) -> None:
+    """Answers requests until standard input closes, or (not shared) after IDLE_S without one while no task of its
+    own runs."""
+    requests, children, last_request = Requests(protocol_fd, listener, environment), set(), time.monotonic()
+    while True:
+        readable, _, _ = select.select(requests.sources(), [], [], 1.0)
+        children -= reaped(children)
+        if not readable and not listener and not children and time.monotonic() - last_request > IDLE_S:
             return
-        pending += chunk
-        while b"\n" in pending:
-            line, pending = pending.split(b"\n", 1)
-            reply = handle(line, protocol_fd)
-            children |= {reply[key] for key in ("pid", "child") if key in reply}
-            answer(protocol_fd, {key: value for key, value in reply.items() if key != "child"})
-            last_request = time.monotonic()
+        for source in readable:
+            if source is listener:
+                requests.accept()
+                continue
+            lines = requests.lines(source)
+            if lines is None and source == 0:
+                return
+            for line in lines or []:
+                reply = handle(line, requests.private_fds())
+                children |= {reply[key] for key in ("pid", "child") if key in reply}
+                answer(requests.answers[source], {key: value for key, value in reply.items() if key != "child"})
+                last_request = time.monotonic()
 
 
 def reaped(children: set[int]) -> set[int]:
@@ -192,16 +239,25 @@ def reaped(children: set[int]) -> set[int]:
     return gone
 
 
+def _listening(path: str) -> socket.socket:
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)  # in a folder of the sharing process's own (tasks_forks.share), readable by it alone
+    listener.listen()
+    return listener
+
+
 def main() -> None:
     protocol_fd = os.dup(1)  # answers go here; stdout is /dev/null, so nothing printed on import can garble them
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
     os.close(null)
+    environment = dict(os.environ)
     import tensorflow  # noqa: F401  the point of this process: every task forked from here has it imported
 
+    listener = _listening(sys.argv[2]) if len(sys.argv) > 2 else None
     gc.freeze()  # the imported objects stay out of the collector's reach, so forked tasks share their pages
     answer(protocol_fd, {"ready": os.getpid()})
-    serve(protocol_fd)
+    serve(protocol_fd, listener, environment)
     os._exit(0)  # at once: an interpreter's shutdown with TensorFlow loaded takes seconds, for nothing here
 
 

@@ -13,9 +13,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import lanes  # noqa: E402
 import netns  # noqa: E402
-from clusterkit import cluster_document, processes_mentioning, write_cluster  # noqa: E402
-from cluster import config as cluster_config  # noqa: E402
+from clusterkit import PYTHON, ROOT, cluster_document, processes_mentioning, write_cluster  # noqa: E402
+from cluster import config as cluster_config, taskspec  # noqa: E402
 from common import net  # noqa: E402
+from launcher import task_forks  # noqa: E402
 from launcher.supervisor import Supervisor  # noqa: E402
 
 
@@ -75,6 +76,24 @@ class ServerPool:
             self.supervisor.stop_everything()
             self.supervisor = None
         assert processes_mentioning(str(self.directory)) == []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_fork_server(tmp_path_factory):
+    """One fork server for the session's local tasks, in this process and every launcher it runs: each launcher run
+    would otherwise import TensorFlow once more for its own (launcher/task_forks.py)."""
+    config = cluster_config.load(write_cluster(tmp_path_factory.mktemp("forks"), cluster_document()))
+    command = taskspec.task_command(config, config.task("ps", 0))
+    shared_key = task_forks.server_key(command, ROOT, taskspec.task_environment(config, config.task("ps", 0),
+                                                                                 os.environ))
+    server = task_forks.ForkServer(PYTHON, ROOT, dict(shared_key[2]), shared=True)
+    os.environ[task_forks.SHARED_VARIABLE] = server.socket_path
+    try:
+        yield server
+    finally:
+        del os.environ[task_forks.SHARED_VARIABLE]
+        task_forks.stop_all()
+        server.stop()
 
 
 @pytest.fixture(scope="session")

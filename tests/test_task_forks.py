@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from clusterkit import cluster_document, write_cluster
+from clusterkit import PYTHON, ROOT, cluster_document, write_cluster
 from cluster import config as cluster_config
 from common import net
 from common.proc import has_live_thread, proc_stat
@@ -26,7 +27,10 @@ def _wait(condition, timeout_s: float, what: str) -> None:
 
 
 @pytest.fixture
-def config(tmp_path):
+def config(tmp_path, monkeypatch):
+    """A one-ps cluster whose tasks this process forks from a fork server of its own (not the session's shared
+    one, tests/conftest.py, which test_a_shared_fork_server... covers)."""
+    monkeypatch.delenv(task_forks.SHARED_VARIABLE)
     document = cluster_document(workers=1, ps=1, evaluator=False, logs_dir=str(tmp_path / "logs"))
     yield cluster_config.load(write_cluster(tmp_path, document))
     task_forks.stop_all()
@@ -41,6 +45,7 @@ def test_a_forked_ps_serves_shows_its_own_command_and_environment_and_is_found_a
     ps = config.task("ps", 0)
     pid = agent.start(config, ps, fork=True).pid
     try:
+        assert _parent(pid) in {server.process.pid for server in task_forks._servers.values()}  # not this process
         _assert_a_started_tasks_look(config, ps, pid)
     finally:
         stopped = agent.stop(config, ps)
@@ -50,8 +55,6 @@ def test_a_forked_ps_serves_shows_its_own_command_and_environment_and_is_found_a
 
 
 def _assert_a_started_tasks_look(config, ps, pid: int) -> None:
-    servers = {server.process.pid for server in task_forks._servers.values()}
-    assert _parent(pid) in servers  # forked by a fork server, not started by this process
     assert os.getsid(pid) == pid and os.getpgid(pid) == pid  # a session of its own, as a started task
     log = agent.task_file(config, ps, "log")
     _wait(lambda: "ready: ps listening" in log.read_text(), 60, "the forked ps to say it is ready in its log")
@@ -97,3 +100,31 @@ def test_tasks_the_fork_server_cannot_take_are_started_and_it_ends_with_its_laun
     assert server.poll() is None  # the server lives on for the next task
     server.stdin.close()  # what the launcher's end does to it
     _wait(lambda: server.poll() is not None, 10, "the fork server to end with its launcher")
+
+
+def test_a_shared_fork_server_forks_the_tasks_of_every_process_given_its_socket_and_no_other(tmp_path, monkeypatch,
+                                                                                           one_fork_server):
+    config = cluster_config.load(write_cluster(tmp_path, cluster_document(
+        workers=1, ps=1, evaluator=False, logs_dir=str(tmp_path / "logs"))))
+    ps, worker = config.task("ps", 0), config.task("worker", 0)
+    started = subprocess.run([PYTHON, "-c", "import sys; from cluster import config; from launcher import agent; "
+                              "c = config.load(sys.argv[1]); print(agent.start(c, c.task('ps', 0), fork=True).pid)",
+                              str(config.source)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr[-3000:]
+    pid = int(started.stdout.split()[-1])  # started by another process that has ended
+    try:
+        assert _parent(pid) == one_fork_server.process.pid
+        _assert_a_started_tasks_look(config, ps, pid)
+        monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")  # read on import: a task with another value is not its
+        own = agent.start(config, worker, fork=True).pid
+        assert _parent(own) in {server.process.pid for server in task_forks._servers.values()}
+    finally:
+        agent.stop(config, ps), agent.stop(config, worker)
+        task_forks.stop_all()
+    assert one_fork_server.alive()  # its clients' ends are not its own
+    shared = task_forks.ForkServer(PYTHON, ROOT, {"PATH": os.environ["PATH"]}, shared=True)
+    assert Path(shared.socket_path).is_socket()
+    shared.process.stdin.close()  # what its owner's end does to it
+    _wait(lambda: shared.process.poll() is not None, 10, "the shared fork server to end with its owner")
+    shared.stop()
+    assert not Path(shared.socket_path).parent.exists()
