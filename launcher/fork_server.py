@@ -3,14 +3,15 @@
 Started by `launcher/task_forks.py` (`python -m launcher.fork_server ROOM`), it reads one JSON request a line on
 its standard input ({"argv", "cwd", "env", "log"}: a `python -m MODULE ARGS` task) and answers one JSON line on its
 standard output: {"pid": N} once the task runs in a session of its own with its log as stdout and stderr, or
-{"error": "..."}, after which the launcher starts that task the usual way. A forked task then runs MODULE as
-`python -m` would, in the task's directory and environment. Its /proc cmdline and environ are written over the
-room this process was started with (a long argument and variable), so `ps`, `sh kill.sh` and the exit-file search
-find it as if it had been started alone. The server ends when its standard input closes (its launcher ended) or
-after IDLE_S with no request and no task of its own running. Started with a socket path as well (`python -m
-launcher.fork_server ROOM SOCKET`), it is shared: other processes connect there, are greeted with what it was
-started with ({"ready", "python", "cwd", "env"}, so each can tell whether its tasks may be forked here), and ask as
-its launcher does; it then ends only when its standard input closes.
+{"error": "..."}, after which the launcher starts that task the usual way. A request that also names a "status"
+file has the task's exit status written there once it ends, for a client that is not its parent. A forked task
+runs MODULE as `python -m` would, in the task's directory and environment. Its /proc cmdline and environ are
+written over the room this process was started with (a long argument and variable), so `ps`, `sh kill.sh` and the
+exit-file search find it as if it had been started alone. The server ends when its standard input closes (its
+launcher ended) or after IDLE_S with no request and no task of its own running. Started with a socket path as well
+(`python -m launcher.fork_server ROOM SOCKET`), it is shared: other processes connect there, are greeted with what
+it was started with ({"ready", "python", "cwd", "env"}, so each can tell whether its tasks may be forked here), and
+ask as its launcher does; it then ends only when its standard input closes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import traceback
 
 ROOM_VARIABLE = "PSCLUSTER_FORK_ROOM"  # its value is the room a task's environment is written into
 IDLE_S = 120.0
+REAP_S = 0.2  # how often ended tasks are reaped (and their exit status written, for a request that names a file)
 READY_S = 10.0  # a forked child becomes its task in milliseconds; one that has not by then is killed
 # /proc/<pid>/stat's fields (after the command's closing parenthesis, from 0) that bound the arguments and the
 # environment the kernel shows as /proc/<pid>/cmdline and /proc/<pid>/environ (proc(5): fields 48-51)
@@ -127,7 +129,7 @@ def fork_task(request: dict, private_fds: list[int]) -> dict:
     became = os.read(ready, 1) if select.select([ready], [], [], READY_S)[0] else b""
     os.close(ready)
     if became == b"1":
-        return {"pid": pid}
+        return {"pid": pid, "status": request.get("status")}
     for kill in (os.kill, os.killpg):  # before or after its setsid
         with contextlib.suppress(OSError):
             kill(pid, signal.SIGKILL)
@@ -206,10 +208,10 @@ class Requests:
 def serve(protocol_fd: int, listener: socket.socket | None, environment: dict) -> None:
     """Answers requests until standard input closes, or (not shared) after IDLE_S without one while no task of its
     own runs."""
-    requests, children, last_request = Requests(protocol_fd, listener, environment), set(), time.monotonic()
+    requests, children, last_request = Requests(protocol_fd, listener, environment), {}, time.monotonic()
     while True:
-        readable, _, _ = select.select(requests.sources(), [], [], 1.0)
-        children -= reaped(children)
+        readable, _, _ = select.select(requests.sources(), [], [], REAP_S)
+        reap(children)
         if not readable and not listener and not children and time.monotonic() - last_request > IDLE_S:
             return
         for source in readable:
@@ -221,22 +223,28 @@ def serve(protocol_fd: int, listener: socket.socket | None, environment: dict) -
                 return
             for line in lines or []:
                 reply = handle(line, requests.private_fds())
-                children |= {reply[key] for key in ("pid", "child") if key in reply}
-                answer(requests.answers[source], {key: value for key, value in reply.items() if key != "child"})
+                children.update({reply[key]: reply.get("status") for key in ("pid", "child") if key in reply})
+                answer(requests.answers[source], {"pid": reply["pid"]} if "pid" in reply else
+                       {"error": reply["error"]})
                 last_request = time.monotonic()
 
 
-def reaped(children: set[int]) -> set[int]:
-    """The children that ended since the last look, reaped so they leave no zombie."""
-    gone = set()
-    for pid in children:
+def reap(children: dict[int, str | None]) -> None:
+    """Reaps the children that ended since the last look, so they leave no zombie, and writes the exit status of
+    those whose request named a status file (as subprocess gives it: the code, or minus the killing signal)."""
+    for pid, status_path in list(children.items()):
         try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
+            done, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
-            done = pid
-        if done:
-            gone.add(pid)
-    return gone
+            done, status = pid, None
+        if not done:
+            continue
+        del children[pid]
+        if status_path and status is not None:
+            with contextlib.suppress(OSError):  # its folder gone: no one is left to read it
+                with open(status_path + ".part", "w") as written:
+                    written.write(str(os.waitstatus_to_exitcode(status)))
+                os.replace(status_path + ".part", status_path)
 
 
 def _listening(path: str) -> socket.socket:

@@ -170,14 +170,17 @@ def _server_for(key: tuple) -> ForkServer | None:
         return server
 
 
-def start(command: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_path: Path,
-          pid_path: Path) -> PidRecord | None:
-    """Forks the task of `command` and writes its pid file; None when it is not forked (start it the usual way)."""
+def start(command: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_path: Path, pid_path: Path,
+          status_path: Path | None = None) -> PidRecord | None:
+    """Forks the task of `command` and writes its pid file (and, once it ends, its exit status to `status_path`,
+    when given); None when it is not forked (start it the usual way)."""
     if not forkable(command):
         return None
     server = _server_for(server_key(command, cwd, env))
     log_path.parent.mkdir(parents=True, exist_ok=True)
     request = {"argv": list(command), "cwd": str(cwd), "env": dict(env), "log": str(log_path)}
+    if status_path is not None:
+        request["status"] = str(status_path)
     reply = server.fork(request) if server is not None else {}
     if "error" in reply:
         print(f"[launcher] {command[2]} started as a new process, not forked: {reply['error']}",

@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import forkedkit
 from launcher.process import has_live_thread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,15 +152,19 @@ def derive_cluster(base: Path, directory: Path, *, evaluator: bool = True, **sec
     return write_cluster(directory, document)
 
 
-def start_module(module: str, *args: str, log_path: Path, preexec_fn=None) -> subprocess.Popen:
+def start_module(module: str, *args: str, log_path: Path, preexec_fn=None):
     """Starts `python -m module args` from the project root, its output going to `log_path` (`preexec_fn` runs in
-    the child before it starts, e.g. to enter a memory cgroup)."""
+    the child before it starts, e.g. to enter a memory cgroup); a chief, evaluator or server is forked from the
+    session's fork server when it can be (tests/forkedkit.py), with subprocess.Popen's poll, wait and kill."""
+    forked = None if preexec_fn else forkedkit.fork_module(PYTHON, ROOT, module, list(args), log_path)
+    if forked is not None:
+        return forked
     with open(log_path, "wb") as log:
         return subprocess.Popen([PYTHON, "-m", module, *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
 
 
-def finish(*processes: subprocess.Popen, timeout_s: float = 300) -> list[int]:
+def finish(*processes, timeout_s: float = 300) -> list[int]:
     """Each process's exit code, waiting up to `timeout_s` for each; one still running then is killed (its code
     then -9), and never raises: a test's cleanup after it still runs."""
     codes = []

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit import PYTHON, ROOT, cluster_document, write_cluster
+import forkedkit
+from clusterkit import PYTHON, ROOT, cluster_document, start_module, wait_for_line, write_cluster
 from cluster import config as cluster_config
 from common import net
 from common.proc import has_live_thread, proc_stat
@@ -128,3 +129,26 @@ def test_a_shared_fork_server_forks_the_tasks_of_every_process_given_its_socket_
     _wait(lambda: shared.process.poll() is not None, 10, "the shared fork server to end with its owner")
     shared.stop()
     assert not Path(shared.socket_path).parent.exists()
+
+
+def test_a_module_a_test_starts_is_forked_by_the_shared_server_and_ends_with_a_started_ones_exit_status(
+        tmp_path, one_fork_server):
+    path = write_cluster(tmp_path, cluster_document(workers=1, ps=1, evaluator=False))
+    ps = cluster_config.load(path).task("ps", 0)
+    command = ("roles.server", "--role", "ps", "--index", "0", "--cluster", str(path))
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind((ps.address.host, ps.address.port))
+        taken.listen()
+        failing = start_module(*command, log_path=tmp_path / "failing.log")
+        assert isinstance(failing, forkedkit.ForkedModule)
+        assert _parent(failing.pid) == one_fork_server.process.pid
+        assert failing.wait(timeout=60) == 2 and "is already in use" in (tmp_path / "failing.log").read_text()
+    serving = start_module(*command, log_path=tmp_path / "serving.log")
+    try:
+        assert wait_for_line(tmp_path / "serving.log", "ready: ps listening", 60, serving)
+        with pytest.raises(subprocess.TimeoutExpired):
+            serving.wait(timeout=0.5)
+    finally:
+        serving.kill()
+    assert serving.wait(timeout=30) == -9  # as subprocess gives a killed process's
