@@ -19,8 +19,8 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -96,7 +96,7 @@ class SharedForkServer(ForkServer):
     """A connection to the fork server another process shares (its socket in SHARED_VARIABLE); `key` is what that
     server was started with, None when it could not be reached."""
 
-    def __init__(self, socket_path: str):  # noqa: super().__init__ starts a server: this one connects to one
+    def __init__(self, socket_path: str):  # not super().__init__, which starts a server: this connects to one
         self.lock, self.ready, self.key, self.requests = threading.Lock(), False, None, None
         self.connection = socket.socket(socket.AF_UNIX)
         try:
