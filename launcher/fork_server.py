@@ -17,11 +17,9 @@ ask as its launcher does; it then ends only when its standard input closes.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import json
 import os
-import runpy
 import select
 import signal
 import socket
@@ -29,25 +27,12 @@ import sys
 import time
 import traceback
 
+from common.forking import leave, packed, proc_areas, reap, run_module, write_area
+
 ROOM_VARIABLE = "PSCLUSTER_FORK_ROOM"  # its value is the room a task's environment is written into
 IDLE_S = 120.0
 REAP_S = 0.2  # how often ended tasks are reaped (and their exit status written, for a request that names a file)
 READY_S = 10.0  # a forked child becomes its task in milliseconds; one that has not by then is killed
-# /proc/<pid>/stat's fields (after the command's closing parenthesis, from 0) that bound the arguments and the
-# environment the kernel shows as /proc/<pid>/cmdline and /proc/<pid>/environ (proc(5): fields 48-51)
-ARG_START, ENV_END = 45, 48
-
-
-def proc_areas() -> tuple[tuple[int, int], tuple[int, int]]:
-    """This process's (start, end) of its arguments' and its environment's memory, as /proc shows them."""
-    with open("/proc/self/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    arg_start, arg_end, env_start, env_end = (int(field) for field in fields[ARG_START:ENV_END + 1])
-    return (arg_start, arg_end), (env_start, env_end)
-
-
-def packed(strings: list[str]) -> bytes:
-    return b"".join(os.fsencode(text) + b"\0" for text in strings)
 
 
 def environment_of(request: dict) -> bytes:
@@ -59,12 +44,6 @@ def fits(request: dict) -> bool:
     (arg_start, arg_end), (env_start, env_end) = proc_areas()
     return (len(packed(request["argv"])) <= arg_end - arg_start
             and len(environment_of(request)) <= env_end - env_start)
-
-
-def write_area(area: tuple[int, int], data: bytes) -> None:
-    """Writes `data` over an area, the rest of it zeros (the kernel shows the whole area)."""
-    start, end = area
-    ctypes.memmove(start, data.ljust(end - start, b"\0"), end - start)
 
 
 def become(request: dict, ready_fd: int, private_fds: list[int]) -> None:
@@ -89,28 +68,6 @@ def become(request: dict, ready_fd: int, private_fds: list[int]) -> None:
     os.close(ready_fd)
 
 
-def run_module(argv: list[str]) -> int:
-    """Runs `python -m MODULE ARGS`'s module as __main__; its exit code as the interpreter would give it."""
-    sys.argv = [argv[0], *argv[3:]]  # runpy sets argv[0] to the module's file, as -m does
-    try:
-        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
-        return 0
-    except SystemExit as ending:
-        return _exit_code(ending.code)
-    except BaseException:  # what an uncaught error does to a started process: its traceback, exit 1
-        traceback.print_exc()
-        return 1
-
-
-def _exit_code(code) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
-
-
 def fork_task(request: dict, private_fds: list[int]) -> dict:
     """Forks the task of `request` (`private_fds`, this server's own, closed in it); its pid once it runs as the
     task, or why it could not (a child that did not become the task within READY_S is killed)."""
@@ -124,7 +81,7 @@ def fork_task(request: dict, private_fds: list[int]) -> dict:
         except BaseException:
             traceback.print_exc()  # to the task's log once it is fd 2
             os._exit(1)
-        _leave(run_module(request["argv"]))
+        leave(run_module(request["argv"]))
     os.close(ready_w)
     became = os.read(ready, 1) if select.select([ready], [], [], READY_S)[0] else b""
     os.close(ready)
@@ -134,21 +91,6 @@ def fork_task(request: dict, private_fds: list[int]) -> dict:
         with contextlib.suppress(OSError):
             kill(pid, signal.SIGKILL)
     return {"error": "the forked task did not start (its log may say why)", "child": pid}
-
-
-def _leave(code: int) -> None:
-    """Ends a forked task as the interpreter would (its threads joined, exit handlers run, output flushed), never
-    returning to the server's code."""
-    try:
-        import atexit
-        import threading
-        threading._shutdown()
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        ctypes.CDLL(None).fflush(None)  # C's buffered output too
-    finally:
-        os._exit(code)
 
 
 def answer(fd: int, reply: dict) -> None:
@@ -227,24 +169,6 @@ def serve(protocol_fd: int, listener: socket.socket | None, environment: dict) -
                 answer(requests.answers[source], {"pid": reply["pid"]} if "pid" in reply else
                        {"error": reply["error"]})
                 last_request = time.monotonic()
-
-
-def reap(children: dict[int, str | None]) -> None:
-    """Reaps the children that ended since the last look, so they leave no zombie, and writes the exit status of
-    those whose request named a status file (as subprocess gives it: the code, or minus the killing signal)."""
-    for pid, status_path in list(children.items()):
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            done, status = pid, None
-        if not done:
-            continue
-        del children[pid]
-        if status_path and status is not None:
-            with contextlib.suppress(OSError):  # its folder gone: no one is left to read it
-                with open(status_path + ".part", "w") as written:
-                    written.write(str(os.waitstatus_to_exitcode(status)))
-                os.replace(status_path + ".part", status_path)
 
 
 def _listening(path: str) -> socket.socket:

@@ -141,7 +141,7 @@ def test_a_module_a_test_starts_is_forked_by_the_shared_server_and_ends_with_a_s
         taken.bind((ps.address.host, ps.address.port))
         taken.listen()
         failing = start_module(*command, log_path=tmp_path / "failing.log")
-        assert isinstance(failing, forkedkit.ForkedModule)
+        assert isinstance(failing, forkedkit.ForkedChild)
         assert _parent(failing.pid) == one_fork_server.process.pid
         assert failing.wait(timeout=60) == 2 and "is already in use" in (tmp_path / "failing.log").read_text()
     serving = start_module(*command, log_path=tmp_path / "serving.log")
