@@ -29,7 +29,7 @@ from online.follow.kept import kept_text
 from online.follow.landing import landing_for
 from online.follow.ledger import CHECKPOINT_NAME, Ledger
 from online.follow.loop import FollowLoop, FollowParts
-from online.follow.publishing import Publishing
+from online.follow.publishing import Publishing, export_forks
 from online.follow.quarantine import QuarantineReport
 from online.follow.report import FollowReport, duration
 from online.follow.run_record import RunRecord
@@ -45,15 +45,14 @@ from data import followed_for
 
 def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch_workers: int) -> RunSummary:
     """Follows data_dir until SIGTERM (checkpoint, exit 4) or stop_when_idle_s without new data (summary)."""
+    files = RunFiles(config.path(options.output_dir))
+    forks = export_forks(files)  # first: before the runtime starts, a fork of this process costs no import
     stop = StopRequest(log, grace_s=config.stop_grace_s).install()
     data = followed_for(options, PROJECT_ROOT)
-    run = setup.TrainingRun(config=config, options=options, files=RunFiles(config.path(options.output_dir)),
+    run = setup.TrainingRun(config=config, options=options, files=files,
                             source=data, workers=batch_workers, global_batch=options.per_worker_batch * batch_workers,
                             steps_per_epoch=0, log=log)
-    log.info("follow mode: training on %s files as they land in %s (pattern %s, looked at every %g s); batch %d "
-             "per step; plain files in pieces of about %g MB, gzip and TFRecord files whole, each to the next free "
-             "worker", data.name, data.root, options.follow_pattern, options.data_poll_s, run.global_batch,
-             options.piece_mb)
+    _say_following(data, options, run.global_batch, log)
     config = strategy.wait_for_cluster(config, options.probe_timeout_s, log)
     distribution = strategy.build(config, options)
     model = setup.build_model(run, distribution)
@@ -86,13 +85,20 @@ def run_following(config: ClusterConfig, options: TrainingOptions, log, *, batch
                                every_s=options.checkpoint_every_s, resumed_number=position.steps, log=log)
     publishing = Publishing(run=run, data=data, model=model, ledger=ledger, report=report, task=config.lead.name,
                             serving=versions, pieces_done=lambda: sum(schedule.pieces_by_worker.values()),
-                            for_serving=saving.for_serving, record=record, deltas=deltas)
+                            for_serving=saving.for_serving, record=record, forks=forks, deltas=deltas)
     report.kept = lambda: kept_text(publishing.kept())  # each progress line ends with it: `run.sh status` shows it
     parts = FollowParts(run=run, model=model, report=report, watch=watch, stop=stop, tables=tables, schedule=schedule,
                         saving=saving, publishing=publishing)
     with exit_when_a_task_is_lost(log, "lost part of the cluster", "the run resumes from the last checkpoint (pieces "
                                   "done since are trained again)"):
         return FollowLoop(parts).run()
+
+
+def _say_following(data, options: TrainingOptions, global_batch: int, log) -> None:
+    log.info("follow mode: training on %s files as they land in %s (pattern %s, looked at every %g s); batch %d "
+             "per step; plain files in pieces of about %g MB, gzip and TFRecord files whole, each to the next free "
+             "worker", data.name, data.root, options.follow_pattern, options.data_poll_s, global_batch,
+             options.piece_mb)
 
 
 def _watch(options, data, ledger: Ledger, files: RunFiles, log):

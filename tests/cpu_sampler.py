@@ -22,7 +22,7 @@ from pathlib import Path
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 KINDS = (("--role ps", "ps"), ("--role worker", "worker"), ("coordinator.train", "chief"),
-         ("evaluator.sidecar", "evaluator"), ("publish.exporter", "exporter"), ("pytest", "pytest"),
+         ("evaluator.sidecar", "evaluator"), ("publish.export", "exporter"), ("pytest", "pytest"),
          ("slurm", "daemons"), ("munged", "daemons"), ("sshd", "daemons"))
 
 

@@ -24,7 +24,8 @@ from typing import Callable
 
 import numpy as np
 
-from cluster.run_files import read_summary, write_summary
+from cluster.config import PROJECT_ROOT
+from cluster.run_files import RunFiles, read_summary, write_summary
 from common.errors import Problem, UserError
 from online.follow.checkpointing import ForVersion
 from online.follow import kill_points
@@ -36,12 +37,19 @@ from online.follow.reference import ReferenceInputs
 from online.follow.served import freshness_summary, trained_through
 from online.follow.report import duration
 from online.follow.run_record import RunRecord
+from online.publish.export_forks import ExportForks
 from online.publish.process import ExportProcess
 from online.publish.request import VERSION, ExportRequest, ExportResult
 from online.publish.versions import ServingVersions
 
 
 SCRATCH = ".exports"  # under output_dir: the requests and reference predictions of versions being written
+
+
+def export_forks(files: RunFiles) -> ExportForks:
+    """Where the run's exporters are forked from: made before TensorFlow's runtime starts, so that it can be a fork
+    of this process (online/publish/export_forks.py)."""
+    return ExportForks.start(files.output / SCRATCH, PROJECT_ROOT)
 
 
 @dataclasses.dataclass
@@ -60,14 +68,15 @@ class Publishing:
     """Serving versions of a follow-mode run (into `serving`, a ServingVersions) and the files each first serves."""
 
     def __init__(self, *, run, data, model, serving: ServingVersions, ledger: Ledger, report, task: str,
-                 pieces_done: Callable[[], int], for_serving: ForServing, record: RunRecord, deltas=None):
+                 pieces_done: Callable[[], int], for_serving: ForServing, record: RunRecord, forks: ExportForks,
+                 deltas=None):
         """`pieces_done()`: the pieces trained so far in this run (how many trained while a version was written
         is said beside it); `for_serving`: where the checkpoints written for versions lie (each goes once it is
-        no longer needed); `record`: the run's RunRecord (who writes, the step served); `deltas`: the run's
-        FollowDeltas, or None."""
+        no longer needed); `record`: the run's RunRecord (who writes, the step served); `forks`: where its
+        exporters are forked from (export_forks below); `deltas`: the run's FollowDeltas, or None."""
         self.run, self.data, self.model, self.serving, self.ledger = run, data, model, serving, ledger
         self.report, self.task, self.pieces_done, self.deltas = report, task, pieces_done, deltas
-        self.for_serving, self.record = for_serving, record
+        self.for_serving, self.record, self.forks = for_serving, record, forks
         self.mode = PublicationMode.of(run.options)
         self.said_older = False
         self.scratch = run.files.output / SCRATCH
@@ -197,7 +206,7 @@ class Publishing:
                                 against_checkpoint=against_checkpoint, delta_from_step=from_step,
                                 trained_through=through if from_step is None else {**through,
                                                                                    "delta_from_step": from_step})
-        self.exporting = _Exporting(ExportProcess(request, self.scratch), snapshot, name, reference,
+        self.exporting = _Exporting(ExportProcess(request, self.scratch, self.forks), snapshot, name, reference,
                                     self.pieces_done())
         self.last_version = time.monotonic()
 

@@ -231,18 +231,25 @@ def answer(request: ExportRequest, log) -> ExportResult:
         return ExportResult(error=f"{type(error).__name__}: {error}")
 
 
-def main(request_path: str) -> int:
-    """The exporter process: writes what the request asks, its result beside the request; 2 when it cannot."""
-    from common.logs import import_tensorflow_quietly, quiet_tensorflow, task_logger
+def prepare_process() -> None:
+    """An exporter process's TensorFlow: on the CPU, in no cluster, imported without its start-up lines."""
+    from common.logs import import_tensorflow_quietly, quiet_tensorflow
 
-    request = ExportRequest.load(Path(request_path))
-    result_path = Path(request_path).with_suffix(".result.json")
-    log = task_logger(request.task)
     os.environ["CUDA_VISIBLE_DEVICES"] = "-1"
     os.environ.pop("TF_CONFIG", None)
     import_tensorflow_quietly()
     quiet_tensorflow()
     stack_dump.on_sigusr1()
+
+
+def main(request_path: str) -> int:
+    """The exporter process: writes what the request asks, its result beside the request; 2 when it cannot."""
+    from common.logs import task_logger
+
+    request = ExportRequest.load(Path(request_path))
+    result_path = Path(request_path).with_suffix(".result.json")
+    log = task_logger(request.task)
+    prepare_process()
     result = answer(request, log)
     if result.error:
         result.save(result_path)

@@ -4,44 +4,35 @@ The process is started in its caller's process group (so `sh kill.sh`, which sto
 and is killed if its caller dies first (PR_SET_PDEATHSIG): a half-written artifact is under a hidden name, which
 the next start removes. It runs at niceness 10: on a host whose cores training uses (a laptop, the chief beside
 workers) a version takes longer and training keeps its pace. Its log lines go to the caller's log, prefixed with
-the caller's task.
+the caller's task. Given the caller's ExportForks (export_forks.py), it is forked from there when it can be, alike
+in each of these ways, else started.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from cluster.config import PROJECT_ROOT
+from online.publish.export_forks import ExportForks, exporter_command, in_background
 from online.publish.request import ExportRequest, ExportResult
-
-PR_SET_PDEATHSIG = 1
-EXPORTER_NICENESS = 10  # a version waits for spare CPU; the workers, ps and chief beside it do not
-
-
-def _background() -> None:
-    """In the exporter, before it runs: killed with its caller, and below training in the CPU's queue."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    os.nice(EXPORTER_NICENESS)
 
 
 class ExportProcess:
     """One exporter process writing what `request` asks; its request and result live in `scratch`."""
 
-    def __init__(self, request: ExportRequest, scratch: Path):
+    def __init__(self, request: ExportRequest, scratch: Path, forks: ExportForks | None = None):
         scratch.mkdir(parents=True, exist_ok=True)
         handle, name = tempfile.mkstemp(prefix=f"export-{request.kind}-", suffix=".json", dir=scratch)
         os.close(handle)
         self.request, self.request_path = request, Path(name)
         self.result_path = self.request_path.with_suffix(".result.json")
+        self.status_path = self.request_path.with_suffix(".status")
         request.save(self.request_path)
-        self.process = subprocess.Popen([sys.executable, "-m", "online.publish.exporter", name],
-                                        cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL, preexec_fn=_background)
+        self.process = (forks.fork(self.request_path, self.status_path) if forks else None) or subprocess.Popen(
+            exporter_command(name), cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL, preexec_fn=in_background)
 
     def poll(self) -> ExportResult | None:
         """The result once the process has ended, else None."""
@@ -70,5 +61,5 @@ class ExportProcess:
         return result
 
     def _clean(self) -> None:
-        for path in (self.request_path, self.result_path):
+        for path in (self.request_path, self.result_path, self.status_path):
             path.unlink(missing_ok=True)
