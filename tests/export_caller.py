@@ -1,7 +1,8 @@
 """A caller of exporters as the follow-mode chief is one, for tests/test_export_forks.py: it makes its ExportForks
 first (or, with --late, once TensorFlow's runtime runs), trains a tiny DLRM, then writes --versions serving
 versions one after another through ExportProcess and prints a JSON line for each: how its exporter ran (as /proc
-showed it while it ran) and what it wrote. --kill-forks kills the forking process after the first version;
+showed it while it ran) and what it wrote. --kill-forks kills the forking process after the first version,
+--term-forks sends it SIGTERM;
 --hold starts one more version, stops its exporter with SIGSTOP, prints its pid and waits to be killed; --room
 makes this process's command line long enough for an exporter's (a chief the launcher forks has that room)."""
 
@@ -65,6 +66,7 @@ def main() -> None:
     parser.add_argument("--versions", type=int, default=2)
     parser.add_argument("--late", action="store_true")
     parser.add_argument("--kill-forks", action="store_true")
+    parser.add_argument("--term-forks", action="store_true")
     parser.add_argument("--hold", action="store_true")
     parser.add_argument("--room", default="")  # a command line as long as a forked chief's has
     args = parser.parse_args()
@@ -94,6 +96,8 @@ def main() -> None:
         if args.kill_forks and version == 1:
             forks.process.kill()
             forks.process.wait()
+        if args.term_forks and version == 1:  # as a stop's SIGTERM to the process group reaches it
+            os.kill(forks.process.pid, signal.SIGTERM)
 
 
 if __name__ == "__main__":

@@ -37,10 +37,10 @@ def assert_exporter(seen: dict, folder: Path, *, parent: int, group: int) -> Non
 
 
 def test_exporters_are_forked_from_a_fork_of_the_caller_made_before_its_runtime(tmp_path):
-    forking, *versions = run_caller(tmp_path, "--versions", "2", "--room", ROOM)
+    forking, *versions = run_caller(tmp_path, "--versions", "2", "--term-forks", "--room", ROOM)
     assert forking["ready"] and forking["forking_parent"] == forking["caller"], forking
     assert forking["forking_cmdline"][1:] == ["-m", "online.publish.export_forks"], forking  # no import of its own
-    for seen in versions:
+    for seen in versions:  # the second after a SIGTERM to the forking process, which a stop's leaves to its caller
         assert seen["forked"], seen
         assert_exporter(seen, tmp_path, parent=forking["forking"], group=os.getpgid(0))
     assert [seen["path"] for seen in versions] == [str(tmp_path / "serving" / str(n)) for n in (1, 2)]

@@ -10,8 +10,10 @@ answers each request ({"request", "status"}, a JSON line) with {"pid": N} or {"e
 stays in that process group, is killed if the forking process dies, shows
 `python -m online.publish.exporter REQUEST` in /proc (written over the forking process's own command line), and
 runs the exporter as `python -m` would; its exit status goes to the status file once it is reaped. The forking
-process ends when its requests' pipe closes: when its caller ends. Until it is ready (seconds), and whenever it is
-gone or does not answer, the caller starts an exporter as a process of its own: hand-out never waits for it.
+process ignores SIGTERM and SIGINT, which a stop sends the whole group (the caller's stop then forks its last
+version there too), and ends when its requests' pipe closes or its caller dies. Until it is ready (seconds), and
+whenever it is gone or does not answer, the caller starts an exporter as a process of its own: hand-out never
+waits for it.
 """
 
 from __future__ import annotations
@@ -191,13 +193,14 @@ def fork_exporter(request: dict, private_fds: list[int]) -> dict:
 
 def _become(argv: list[str], forking: int, private_fds: list[int]) -> None:
     """Turns this forked child into an exporter started as `argv`: killed if its forking process dies, its /proc
-    command line its own, Ctrl-C its own again."""
+    command line its own, SIGTERM and Ctrl-C its own again."""
     die_with_parent()
     if os.getppid() != forking:  # the forking process died before the line above
         os._exit(1)
     for fd in private_fds:
         os.close(fd)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     arguments, _ = proc_areas()
     write_area(arguments, packed(argv))
 
@@ -209,8 +212,8 @@ def serve(requests_fd: int, replies_fd: int) -> None:
 
     from online.publish.exporter import prepare_process
 
-    for number in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C or `kill` of the group: gone, without a traceback
-        signal.signal(number, signal.SIG_DFL)
+    for number in (signal.SIGINT, signal.SIGTERM):  # the caller's to act on (a stop's last version is forked here
+        signal.signal(number, signal.SIG_IGN)       # too); this process ends with it
     prepare_process()
     for module in PREIMPORTED:
         importlib.import_module(module)
