@@ -71,6 +71,7 @@ def main() -> None:
     parser.add_argument("--room", default="")  # a command line as long as a forked chief's has
     args = parser.parse_args()
     scratch = args.folder / ".exports"
+    print("buffered before the fork")  # stdout is a pipe: still in this process's buffer, never to be written twice
     forks = None if args.late else ExportForks.start(scratch, PROJECT_ROOT)
     options, prefix, reference = checkpoint_and_reference(args.folder)
     forks = forks or ExportForks.start(scratch, PROJECT_ROOT)

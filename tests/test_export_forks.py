@@ -19,13 +19,15 @@ from common.proc import has_live_thread
 
 pytestmark = pytest.mark.cluster
 ROOM = "." * 600  # the caller's command line as long as a forked chief's can hold an exporter's
+BUFFERED = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}  # a caller's stdout
 
 
 def run_caller(folder: Path, *args: str) -> list[dict]:
     done = subprocess.run([PYTHON, str(ROOT / "tests" / "export_caller.py"), str(folder), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, env=BUFFERED)
     assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in done.stdout.splitlines()]
+    assert done.stdout.count("buffered before the fork") == 1, done.stdout  # not again from a forked process
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
 def assert_exporter(seen: dict, folder: Path, *, parent: int, group: int) -> None:
@@ -59,9 +61,10 @@ def test_a_caller_whose_runtime_runs_starts_its_forking_process_and_one_gone_is_
 
 def test_a_killed_caller_takes_its_forking_process_and_its_exporter_with_it(tmp_path):
     caller = subprocess.Popen([PYTHON, str(ROOT / "tests" / "export_caller.py"), str(tmp_path), "--versions", "0",
-                               "--hold", "--room", ROOM], cwd=ROOT, stdout=subprocess.PIPE,
+                               "--hold", "--room", ROOM], cwd=ROOT, stdout=subprocess.PIPE, env=BUFFERED,
                               stderr=subprocess.DEVNULL, text=True, stdin=subprocess.DEVNULL)
     try:
+        assert caller.stdout.readline() == "buffered before the fork\n"
         forking = json.loads(caller.stdout.readline())
         held = json.loads(caller.stdout.readline())
         assert held["forked"] and held["parent"] == forking["forking"], held

@@ -151,6 +151,7 @@ def _runtime_started() -> bool:
 def _fork_here(requests_fd: int, replies_fd: int, callers_fds: list[int]) -> int:
     """Forks this process into the forking process; its pid."""
     caller = os.getpid()
+    flush_output()
     pid = os.fork()
     if pid:
         return pid
@@ -180,6 +181,7 @@ def fork_exporter(request: dict, private_fds: list[int]) -> dict:
     if not command_fits(argv):
         return {"error": "the request's path is longer than the forking process's command line"}
     forking = os.getpid()
+    flush_output()
     pid = os.fork()
     if pid == 0:
         try:
@@ -189,6 +191,12 @@ def fork_exporter(request: dict, private_fds: list[int]) -> dict:
             os._exit(1)
         leave(exit_code_of(lambda: sys.exit(exporter.main(request["request"]))))
     return {"pid": pid}
+
+
+def flush_output() -> None:
+    """Before a fork: output still buffered would be written again by the child as it ends."""
+    sys.stdout.flush()
+    sys.stderr.flush()
 
 
 def _become(argv: list[str], forking: int, private_fds: list[int]) -> None:
@@ -246,6 +254,9 @@ def _answer(line: bytes, children: dict[int, str | None], private_fds: list[int]
 
 def main() -> None:
     """`python -m online.publish.export_forks ROOM REQUESTS_FD REPLIES_FD`, as ExportForks.start runs it."""
+    if len(sys.argv) != 4 or not all(fd.isdigit() for fd in sys.argv[2:]):
+        raise SystemExit("usage: python -m online.publish.export_forks ROOM REQUESTS_FD REPLIES_FD (a follow-mode "
+                         "chief starts it; it is not run by hand)")
     serve(int(sys.argv[2]), int(sys.argv[3]))
     os._exit(0)  # at once: an interpreter's shutdown with TensorFlow loaded takes seconds, for nothing here
 
