@@ -78,3 +78,16 @@ def test_a_killed_caller_takes_its_forking_process_and_its_exporter_with_it(tmp_
     finally:
         caller.kill()
         caller.wait(timeout=30)
+
+
+def test_no_forking_process_when_the_system_refuses_one_leaves_the_exporters_started(monkeypatch, tmp_path):
+    from online.publish import export_forks
+
+    def refused(*args, **kwargs):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(export_forks.os, "fork", refused)
+    monkeypatch.setattr(export_forks.subprocess, "Popen", refused)
+    open_fds = set(os.listdir("/proc/self/fd"))
+    assert export_forks.ExportForks.start(tmp_path / ".exports", ROOT) is None  # the chief goes on without it
+    assert set(os.listdir("/proc/self/fd")) == open_fds  # its pipes closed

@@ -46,7 +46,7 @@ from online.publish.versions import ServingVersions
 SCRATCH = ".exports"  # under output_dir: the requests and reference predictions of versions being written
 
 
-def export_forks(files: RunFiles) -> ExportForks:
+def export_forks(files: RunFiles) -> ExportForks | None:
     """Where the run's exporters are forked from: made before TensorFlow's runtime starts, so that it can be a fork
     of this process (online/publish/export_forks.py)."""
     return ExportForks.start(files.output / SCRATCH, PROJECT_ROOT)
@@ -68,12 +68,13 @@ class Publishing:
     """Serving versions of a follow-mode run (into `serving`, a ServingVersions) and the files each first serves."""
 
     def __init__(self, *, run, data, model, serving: ServingVersions, ledger: Ledger, report, task: str,
-                 pieces_done: Callable[[], int], for_serving: ForServing, record: RunRecord, forks: ExportForks,
-                 deltas=None):
+                 pieces_done: Callable[[], int], for_serving: ForServing, record: RunRecord,
+                 forks: ExportForks | None, deltas=None):
         """`pieces_done()`: the pieces trained so far in this run (how many trained while a version was written
         is said beside it); `for_serving`: where the checkpoints written for versions lie (each goes once it is
         no longer needed); `record`: the run's RunRecord (who writes, the step served); `forks`: where its
-        exporters are forked from (export_forks below); `deltas`: the run's FollowDeltas, or None."""
+        exporters are forked from (export_forks below; None: each is started); `deltas`: the run's FollowDeltas,
+        or None."""
         self.run, self.data, self.model, self.serving, self.ledger = run, data, model, serving, ledger
         self.report, self.task, self.pieces_done, self.deltas = report, task, pieces_done, deltas
         self.for_serving, self.record, self.forks = for_serving, record, forks

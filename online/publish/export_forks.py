@@ -84,18 +84,26 @@ class ExportForks:
         self.requests, self.replies = os.fdopen(requests_fd, "wb"), os.fdopen(replies_fd, "rb")
 
     @classmethod
-    def start(cls, scratch: Path, cwd: Path) -> "ExportForks":
-        """The forking process for exporters whose requests go in `scratch`, forked from here when it can be."""
+    def start(cls, scratch: Path, cwd: Path) -> "ExportForks | None":
+        """The forking process for exporters whose requests go in `scratch`, forked from here when it can be; None
+        when the system refuses a process now (each exporter is then started as a process of its own)."""
         requests_r, requests_w = os.pipe()
         replies_r, replies_w = os.pipe()
-        if _runtime_started() or not command_fits(exporter_command(str(scratch / "export-version-12345678.json"))):
-            process = subprocess.Popen([sys.executable, "-m", MODULE, "." * ROOM_BYTES, str(requests_r),
-                                        str(replies_w)], cwd=cwd, stdin=subprocess.DEVNULL,
-                                       pass_fds=(requests_r, replies_w), preexec_fn=in_background)
-        else:
-            process = _ForkedHere(_fork_here(requests_r, replies_w, [requests_w, replies_r]))
+        try:
+            if _runtime_started() or not command_fits(exporter_command(str(scratch / "export-version-12345678.json"))):
+                process = subprocess.Popen([sys.executable, "-m", MODULE, "." * ROOM_BYTES, str(requests_r),
+                                            str(replies_w)], cwd=cwd, stdin=subprocess.DEVNULL,
+                                           pass_fds=(requests_r, replies_w), preexec_fn=in_background)
+            else:
+                process = _ForkedHere(_fork_here(requests_r, replies_w, [requests_w, replies_r]))
+        except OSError:  # no memory or processes left for it now: the exporters it would fork are started instead
+            process = None
         os.close(requests_r)
         os.close(replies_w)
+        if process is None:
+            os.close(requests_w)
+            os.close(replies_r)
+            return None
         return cls(process, requests_w, replies_r)
 
     def fork(self, request_path: Path, status_path: Path) -> ForkedChild | None:
