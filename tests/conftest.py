@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import collections
+import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,28 @@ def pytest_runtest_makereport(item, call):
     if report.skipped and os.environ.get("CI") == "true" and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome, report.longrepr = "failed", f"skipped under CI=true, which must not happen: {reason}"
+
+
+OWN_CPU_VARIABLE = "PSCLUSTER_TEST_OWN_CPU"  # set by tests/cpu_sampler.py: a folder for this pytest's CPU by module
+OWN_CPU = collections.Counter()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Sums this pytest's own CPU-seconds (every thread's: the tests that train in process, the polling of logs) by
+    test module, which the sampler cannot tell apart from /proc."""
+    started = time.process_time()
+    yield
+    OWN_CPU[item.path.name] += time.process_time() - started
+
+
+def pytest_sessionfinish(session):
+    out = os.environ.get(OWN_CPU_VARIABLE)
+    if out:
+        lane = os.environ.get(lanes.LANE_VARIABLE, "-")
+        OWN_CPU["(start, collection)"] = time.process_time() - sum(OWN_CPU.values())
+        (Path(out) / f"{lane}.json").write_text(json.dumps({name: round(seconds, 1) for name, seconds in
+                                                          OWN_CPU.most_common()}, indent=2))
 
 
 def pytest_collection_modifyitems(config, items):

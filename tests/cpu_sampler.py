@@ -17,13 +17,19 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-KINDS = (("--role ps", "ps"), ("--role worker", "worker"), ("coordinator.train", "chief"),
-         ("evaluator.sidecar", "evaluator"), ("publish.export", "exporter"), ("pytest", "pytest"),
-         ("slurm", "daemons"), ("munged", "daemons"), ("sshd", "daemons"))
+# The first mark a command line holds names its kind: daemons before the rest (an sshd's or slurmd's arguments name
+# files under /tmp/pytest-of-root), a launcher only after the tasks it starts.
+KINDS = (("slurm", "daemons"), ("munged", "daemons"), ("sshd", "daemons"), ("tansu", "daemons"),
+         ("--role ps", "ps"), ("--role worker", "worker"), ("coordinator.train", "chief"),
+         ("evaluator.sidecar", "evaluator"), ("publish.export", "exporter"), ("publish.follower", "follower"),
+         ("roles.launch", "launcher"), ("run.sh", "launcher"), ("kill.sh", "launcher"), ("-m pytest", "pytest"),
+         ("tests/lanes.py", "pytest"))
+OWN_CPU_VARIABLE = "PSCLUSTER_TEST_OWN_CPU"  # tests/conftest.py writes each pytest's own CPU by module there
 
 
 def kind_of(command: str) -> str:
@@ -78,6 +84,17 @@ def summary(totals: collections.Counter, seconds: float) -> dict:
             "by_module": by(2)}
 
 
+def pytest_own(folder: Path) -> dict:
+    """Each pytest's own CPU-seconds by test module (the tests that train in process, their polling), summed over
+    lanes: /proc cannot tell which test a pytest's CPU was for."""
+    sums = collections.Counter()
+    for path in folder.glob("*.json"):
+        sums.update(json.loads(path.read_text()))
+        path.unlink()
+    folder.rmdir()
+    return {name: round(value, 1) for name, value in sums.most_common()}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--every_s", type=float, default=2.0)
@@ -87,13 +104,14 @@ def main(argv: list[str]) -> int:
     command = options.command[1:] if options.command[:1] == ["--"] else options.command
     seen, totals, started = {}, collections.Counter(), time.monotonic()
     sample(seen, collections.Counter())  # what ran before the command is not its cost
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    own_cpu = Path(tempfile.mkdtemp(prefix="pscluster-own-cpu-"))
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, env={**os.environ, OWN_CPU_VARIABLE: str(own_cpu)})
     while True:  # bounded by the command: it ends, or a Ctrl-C ends both
         time.sleep(options.every_s)
         sample(seen, totals)  # before the reap: an ended child is still a zombie whose CPU can be read
         if process.poll() is not None:
             break
-    result = summary(totals, time.monotonic() - started)
+    result = {**summary(totals, time.monotonic() - started), "pytest_own_by_module": pytest_own(own_cpu)}
     Path(options.out).write_text(json.dumps(result, indent=2))
     print(f"[cpu] {result['cpu_s']} CPU-s in {result['wall_s']} s; by kind {result['by_kind']}; by lane "
           f"{result['by_lane']}; per module in {options.out}", flush=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import cpu_sampler
 from clusterkit import PYTHON, ROOT
@@ -18,6 +19,9 @@ def test_each_task_kind_is_told_from_its_command_line():
     assert cpu_sampler.kind_of("python -m online.publish.exporter req.json") == "exporter"
     assert cpu_sampler.kind_of("python -m pytest --durations=0") == "pytest"
     assert cpu_sampler.kind_of("/usr/sbin/slurmd -D") == "daemons" and cpu_sampler.kind_of("sleep 1") == "other"
+    assert cpu_sampler.kind_of("/usr/sbin/sshd -D -f /tmp/pytest-of-root/pytest-3/hosts0/sshd_config") == "daemons"
+    assert cpu_sampler.kind_of("python -m roles.launch run /tmp/pytest-of-root/pytest-3/t0/cluster.json") == "launcher"
+    assert cpu_sampler.kind_of("python -m online.publish.follower --output /tmp/pytest-of-root/o") == "follower"
 
 
 def test_a_commands_childrens_cpu_is_counted_and_given_to_their_test(tmp_path):
@@ -30,3 +34,16 @@ def test_a_commands_childrens_cpu_is_counted_and_given_to_their_test(tmp_path):
     measured = json.loads(out.read_text())
     assert 0.7 <= measured["by_module"]["test_x.py"] <= 3.0, measured  # the child's 1 CPU-s, and the sampler's own
     assert "[cpu]" in result.stdout
+
+
+def test_each_pytests_own_cpu_by_module_is_summed_over_lanes(tmp_path):
+    out = tmp_path / "cpu.json"
+    write = ("import json, os, pathlib\nfolder = pathlib.Path(os.environ['PSCLUSTER_TEST_OWN_CPU'])\n"
+             "(folder / 'main.json').write_text(json.dumps({'test_a.py': 2.5, 'test_b.py': 1.0}))\n"
+             "(folder / 'multihost.json').write_text(json.dumps({'test_a.py': 0.5}))\nprint(folder)")
+    result = subprocess.run([PYTHON, str(ROOT / "tests" / "cpu_sampler.py"), "--every_s", "0.2", "--out", str(out),
+                             "--", PYTHON, "-c", write], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(out.read_text())["pytest_own_by_module"] == {"test_a.py": 3.0, "test_b.py": 1.0}
+    assert not Path(result.stdout.splitlines()[0]).exists()  # the folder is the sampler's, removed
