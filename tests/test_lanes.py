@@ -1,4 +1,5 @@
-"""tests/lanes.py, which runs the multi-host tests beside the others: who goes where, and what the run returns."""
+"""tests/lanes.py, which runs the multi-host tests and the online-training ones beside the others: who goes where,
+and what the run returns."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from clusterkit import PYTHON, ROOT
 
 
 def test_the_multihost_tests_have_a_lane_of_their_own_and_every_test_has_exactly_one():
-    assert [lanes.in_lane(lane, True, "test_slurm.py") for lane in lanes.LANES] == [False, True]
-    assert [lanes.in_lane(lane, False, "test_config.py") for lane in lanes.LANES] == [True, False]
-    assert [lanes.in_lane(lane, False, "test_chaos.py") for lane in lanes.LANES] == [False, True]  # moved
+    assert lanes.LANES == ("main", "online", "multihost")
+    assert [lanes.in_lane(lane, True, "test_slurm.py") for lane in lanes.LANES] == [False, False, True]
+    assert [lanes.in_lane(lane, False, "test_config.py") for lane in lanes.LANES] == [True, False, False]
+    assert [lanes.in_lane(lane, False, "test_chaos.py") for lane in lanes.LANES] == [False, False, True]  # moved
+    assert [lanes.in_lane(lane, False, "test_follow.py") for lane in lanes.LANES] == [False, True, False]
+    assert not lanes.MOVED_TO_MULTIHOST_LANE & lanes.ONLINE_LANE
 
 
 def test_a_lane_with_nothing_to_run_does_not_fail_the_run_but_any_failure_does():
@@ -46,12 +50,17 @@ def test_a_path_runs_one_plain_pytest_and_options_alone_run_the_lanes():
 
 
 def test_each_lane_collects_its_own_tests_from_the_same_options():
-    """Both lanes collect with the options given (here: two modules' tests, and no path); each keeps its own."""
+    """Every lane collects with the options given (here: three modules' tests, and no path); each keeps its own."""
     result = subprocess.run([PYTHON, str(ROOT / "tests" / "lanes.py"), "--collect-only", "-q", "-p",
-                             "no:cacheprovider", "-o", "python_files=test_capacity_plan.py test_lanes.py"], cwd=ROOT,
+                             "no:cacheprovider", "-o",
+                             "python_files=test_capacity_plan.py test_lanes.py test_publishing.py"], cwd=ROOT,
                             capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    main, multihost = result.stdout.split("[lanes] main lane done")
-    assert "test_capacity_plan.py::test_plan_on_paper_resnet50_on_10gbe" in multihost, result.stdout  # moved
-    assert "test_capacity_plan.py" not in main and "tests/test_lanes.py::" in main, result.stdout
-    assert "test_lanes.py" not in multihost and "[lanes] total " in multihost, result.stdout
+    main, rest = result.stdout.split("[lanes] main lane done")
+    online, multihost = rest.split("[lanes] the multihost lane's output")
+    assert "test_capacity_plan.py::test_plan_measures_a_shaped_link_between_hosts" in multihost, result.stdout
+    assert "test_capacity_plan.py::test_plan_on_paper_resnet50_on_10gbe" in main, result.stdout  # not marked
+    assert "test_publishing.py::" in online and "test_publishing.py" not in main + multihost, result.stdout
+    assert "test_capacity_plan.py" not in online and "tests/test_lanes.py::" in main, result.stdout
+    assert "test_plan_on_paper" not in multihost and "test_plan_measures" not in main, result.stdout
+    assert "test_lanes.py" not in online + multihost and "[lanes] total " in multihost, result.stdout
