@@ -44,17 +44,26 @@ def cpu_seconds(pid: str) -> float | None:
     return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime, stime (fields 14 and 15 of stat)
 
 
-def identity(pid: str) -> tuple[str, str, str] | None:
-    """(kind, lane, test module) of a process, or None once it is gone."""
+def program_of(arguments: list[str]) -> str:
+    """What a process runs, in a word or two: `ssh`, `python tests/serving_client.py`, `python -m roles.launch`."""
+    program = Path(arguments[0]).name if arguments else "?"
+    if program.startswith("python") and len(arguments) > 1:
+        module = arguments[2] if arguments[1] == "-m" and len(arguments) > 2 else arguments[1]
+        return f"python {module if arguments[1] == '-m' else Path(module).name}"
+    return program
+
+
+def identity(pid: str) -> tuple[str, str, str, str] | None:
+    """(kind, lane, test module, program) of a process, or None once it is gone."""
     try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
         environ = dict(item.split(b"=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
                        if b"=" in item)
     except OSError:
         return None
     test = environ.get(b"PYTEST_CURRENT_TEST", b"").decode(errors="replace")
     lane = environ.get(b"PSCLUSTER_TEST_LANE", b"").decode() or "-"
-    return kind_of(command), lane, test.split("::")[0].rsplit("/", 1)[-1] or "-"
+    return kind_of(" ".join(arguments)), lane, test.split("::")[0].rsplit("/", 1)[-1] or "-", program_of(arguments)
 
 
 def sample(seen: dict, totals: collections.Counter) -> None:
@@ -74,14 +83,15 @@ def sample(seen: dict, totals: collections.Counter) -> None:
 
 
 def summary(totals: collections.Counter, seconds: float) -> dict:
-    def by(position: int) -> dict:
+    def by(position: int, kind: str | None = None, most: int | None = None) -> dict:
         sums = collections.Counter()
         for key, value in totals.items():
-            sums[key[position]] += value
-        return {name: round(value, 1) for name, value in sums.most_common()}
+            if kind in (None, key[0]):
+                sums[key[position]] += value
+        return {name: round(value, 1) for name, value in sums.most_common(most)}
 
     return {"wall_s": round(seconds), "cpu_s": round(sum(totals.values())), "by_kind": by(0), "by_lane": by(1),
-            "by_module": by(2)}
+            "by_module": by(2), "other_by_program": by(3, "other", 20)}
 
 
 def pytest_own(folder: Path) -> dict:

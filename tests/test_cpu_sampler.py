@@ -24,6 +24,14 @@ def test_each_task_kind_is_told_from_its_command_line():
     assert cpu_sampler.kind_of("python -m online.publish.follower --output /tmp/pytest-of-root/o") == "follower"
 
 
+def test_other_processes_are_named_by_their_program():
+    assert cpu_sampler.program_of(["/usr/bin/ssh", "-o", "BatchMode=yes", "root@10.213.0.10", "true"]) == "ssh"
+    client = [".venv/bin/python3", "tests/serving_client.py", "model", "examples"]
+    assert cpu_sampler.program_of(client) == "python serving_client.py"
+    assert cpu_sampler.program_of(["python", "-m", "roles.launch", "run", "c.json"]) == "python roles.launch"
+    assert cpu_sampler.program_of(["sleep"]) == "sleep" and cpu_sampler.program_of([]) == "?"
+
+
 def test_a_commands_childrens_cpu_is_counted_and_given_to_their_test(tmp_path):
     out = tmp_path / "cpu.json"
     result = subprocess.run([PYTHON, str(ROOT / "tests" / "cpu_sampler.py"), "--every_s", "0.2", "--out", str(out),
@@ -33,6 +41,7 @@ def test_a_commands_childrens_cpu_is_counted_and_given_to_their_test(tmp_path):
     assert result.returncode == 0, result.stderr
     measured = json.loads(out.read_text())
     assert 0.7 <= measured["by_module"]["test_x.py"] <= 3.0, measured  # the child's 1 CPU-s, and the sampler's own
+    assert measured["other_by_program"]["python -c"] >= 0.7, measured
     assert "[cpu]" in result.stdout
 
 
