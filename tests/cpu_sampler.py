@@ -82,6 +82,14 @@ def sample(seen: dict, totals: collections.Counter) -> None:
         seen[pid][1] = used
 
 
+def by_module_and_kind(totals: collections.Counter, most: int = 40) -> dict:
+    """The costliest (test module, process kind) pairs: which test's chiefs, workers, exporters cost the most."""
+    sums = collections.Counter()
+    for (kind, _lane, module, _program), value in totals.items():
+        sums[f"{module} {kind}"] += value
+    return {name: round(value, 1) for name, value in sums.most_common(most)}
+
+
 def summary(totals: collections.Counter, seconds: float) -> dict:
     def by(position: int, kind: str | None = None, most: int | None = None) -> dict:
         sums = collections.Counter()
@@ -91,7 +99,8 @@ def summary(totals: collections.Counter, seconds: float) -> dict:
         return {name: round(value, 1) for name, value in sums.most_common(most)}
 
     return {"wall_s": round(seconds), "cpu_s": round(sum(totals.values())), "by_kind": by(0), "by_lane": by(1),
-            "by_module": by(2), "other_by_program": by(3, "other", 20)}
+            "by_module": by(2), "other_by_program": by(3, "other", 20),
+            "by_module_and_kind": by_module_and_kind(totals)}
 
 
 def pytest_own(folder: Path) -> dict:
