@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import cpu_sampler  # noqa: E402
 import lanes  # noqa: E402
 import netns  # noqa: E402
 from clusterkit import PYTHON, ROOT, cluster_document, processes_mentioning, write_cluster  # noqa: E402
@@ -33,8 +34,7 @@ def pytest_runtest_makereport(item, call):
         report.outcome, report.longrepr = "failed", f"skipped under CI=true, which must not happen: {reason}"
 
 
-OWN_CPU_VARIABLE = "PSCLUSTER_TEST_OWN_CPU"  # set by tests/cpu_sampler.py: a folder for this pytest's CPU by module
-OWN_CPU = collections.Counter()
+OWN_CPU = collections.Counter()  # this pytest's CPU-seconds by test module, for tests/cpu_sampler.py
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -47,7 +47,7 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def pytest_sessionfinish(session):
-    out = os.environ.get(OWN_CPU_VARIABLE)
+    out = os.environ.get(cpu_sampler.OWN_CPU_VARIABLE)  # the sampler's folder, when it runs this suite
     if out:
         lane = os.environ.get(lanes.LANE_VARIABLE, "-")
         OWN_CPU["(start, collection)"] = time.process_time() - sum(OWN_CPU.values())

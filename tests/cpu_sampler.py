@@ -45,7 +45,7 @@ def cpu_seconds(pid: str) -> float | None:
 
 
 def program_of(arguments: list[str]) -> str:
-    """What a process runs, in a word or two: `ssh`, `python tests/serving_client.py`, `python -m roles.launch`."""
+    """What a process runs, in a word or two: `ssh`, `python serving_client.py`, `python roles.launch`."""
     program = Path(arguments[0]).name if arguments else "?"
     if program.startswith("python") and len(arguments) > 1:
         module = arguments[2] if arguments[1] == "-m" and len(arguments) > 2 else arguments[1]

@@ -29,7 +29,7 @@ NO_TESTS_RAN = 5  # pytest's exit code when a lane selected nothing
 OVER_BUDGET = 1
 # The most one lane of the whole suite may take, in wall seconds: the slowest lane of the last fresh-clone run
 # (2026-12-06, three lanes: main 1,712 s) plus 40 % for CI's spread on 2 cores (CI's runs have differed by that much
-# within a week: 2,233 and 3,346 s), rounded down. It was 3,900 s before every local task was forked, 3,000 s with two
+# within a week: 2,233 and 3,346 s), rounded up. It was 3,900 s before every local task was forked, 3,000 s with two
 # lanes. Lower it as the suite comes down (the aim is 20 minutes); raise it only with the change that has to make the
 # suite slower, saying why.
 LANE_BUDGET_S = 2400
