@@ -39,7 +39,8 @@ def export_checkpoint(request: ExportRequest, log) -> ExportResult:
     options, source = _options_and_source(request)
     serve, inner, placed = build_serving(options, source, chunk_bytes=_chunk(options))
     fillings = load_weights(inner, placed, BundleReader(request.checkpoint))
-    _resolve_metrics(inner, source)
+    if request.kind != VERSION:  # a version is saved without loss and metrics (for serving alone): no names to pick
+        _resolve_metrics(inner, source)
     with np.load(request.reference) as reference:
         inputs, trained = _reference(reference)
     if request.against_checkpoint:  # the trained model moved on while the checkpoint was written: its own
