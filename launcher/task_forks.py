@@ -35,6 +35,10 @@ FORKED_MODULES = frozenset({"roles.server", "coordinator.train", "evaluator.side
 # the terminal's by no one before), so a server imported with other values still serves the task
 PER_TASK_VARIABLES = frozenset({"TF_CONFIG", EXIT_FILE_VARIABLE, "PYTEST_CURRENT_TEST", "COLUMNS", "LINES"})
 PER_TASK_PREFIX = "PSCLUSTER_"  # the toolkit's own variables: the fork server imports none of its modules
+# set by TensorFlow's import itself (assigned, or a default no task changes), so the fork server's import made them
+# as a started task's would: a launcher run from a process that imported TensorFlow passes them on to its tasks
+SET_BY_TENSORFLOW_IMPORT = frozenset({"TF2_BEHAVIOR", "TPU_ML_PLATFORM", "TPU_ML_PLATFORM_VERSION", "HDF5_PLUGIN_PATH",
+                                      "ENABLE_RUNTIME_UPTIME_TELEMETRY"})
 SHARED_VARIABLE = "PSCLUSTER_FORK_SERVER"  # the socket of a fork server another process shares (ForkServer's `shared`)
 ROOM_BYTES = 65536  # of environment, and a tenth of it of command line: a task's own must fit (else it is started)
 READY_TIMEOUT_S = 120.0  # the server's import of TensorFlow, on a loaded machine
@@ -127,9 +131,9 @@ _shared: SharedForkServer | None = None  # this process's connection to a shared
 
 def server_key(command: Sequence[str], cwd: Path, env: Mapping[str, str]) -> tuple:
     """What a task shares with the fork server that may fork it: interpreter, directory, and its environment but
-    for the variables read only after its imports."""
-    shared = tuple(sorted((k, v) for k, v in env.items()
-                          if k not in PER_TASK_VARIABLES and not k.startswith(PER_TASK_PREFIX)))
+    for the variables read only after its imports and those its import sets."""
+    shared = tuple(sorted((k, v) for k, v in env.items() if k not in PER_TASK_VARIABLES
+                          and k not in SET_BY_TENSORFLOW_IMPORT and not k.startswith(PER_TASK_PREFIX)))
     python = os.path.join(cwd, command[0]) if os.sep in command[0] else command[0]  # as the server's sys.executable
     return python, str(cwd), shared
 

@@ -108,11 +108,12 @@ def test_a_shared_fork_server_forks_the_tasks_of_every_process_given_its_socket_
     config = cluster_config.load(write_cluster(tmp_path, cluster_document(
         workers=1, ps=1, evaluator=False, logs_dir=str(tmp_path / "logs"))))
     ps, worker = config.task("ps", 0), config.task("worker", 0)
-    started = subprocess.run([PYTHON, "-c", "import sys; from cluster import config; from launcher import agent; "
-                              "c = config.load(sys.argv[1]); print(agent.start(c, c.task('ps', 0), fork=True).pid)",
+    started = subprocess.run([PYTHON, "-c", "import sys, tensorflow; from cluster import config; "
+                              "from launcher import agent; c = config.load(sys.argv[1]); "
+                              "print(agent.start(c, c.task('ps', 0), fork=True).pid)",
                               str(config.source)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert started.returncode == 0, started.stderr[-3000:]
-    pid = int(started.stdout.split()[-1])  # started by another process that has ended
+    pid = int(started.stdout.split()[-1])  # started by another process (one that imported TensorFlow) that has ended
     try:
         assert _parent(pid) == one_fork_server.process.pid
         _assert_a_started_tasks_look(config, ps, pid)
