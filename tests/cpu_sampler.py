@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-# The first mark a command line holds names its kind: daemons before the rest (an sshd's or slurmd's arguments name
-# files under /tmp/pytest-of-root), a launcher only after the tasks it starts.
-KINDS = (("slurm", "daemons"), ("munged", "daemons"), ("sshd", "daemons"), ("tansu", "daemons"),
-         ("--role ps", "ps"), ("--role worker", "worker"), ("coordinator.train", "chief"),
+# Daemons are known by their program (a task under slurmstepd has `test_slurm` in its cluster file's path); then the
+# first mark a command line holds names its kind, a launcher only after the tasks it starts.
+DAEMONS = ("slurmctld", "slurmd", "slurmstepd", "munged", "sshd", "tansu")
+KINDS = (("--role ps", "ps"), ("--role worker", "worker"), ("coordinator.train", "chief"),
          ("evaluator.sidecar", "evaluator"), ("publish.export", "exporter"), ("publish.follower", "follower"),
          ("roles.launch", "launcher"), ("run.sh", "launcher"), ("kill.sh", "launcher"), ("-m pytest", "pytest"),
          ("tests/lanes.py", "pytest"))
@@ -33,6 +33,8 @@ OWN_CPU_VARIABLE = "PSCLUSTER_TEST_OWN_CPU"  # tests/conftest.py writes each pyt
 
 
 def kind_of(command: str) -> str:
+    if Path(command.split(" ", 1)[0]).name.startswith(DAEMONS):
+        return "daemons"
     return next((kind for mark, kind in KINDS if mark in command), "other")
 
 
@@ -123,6 +125,7 @@ def main(argv: list[str]) -> int:
     command = options.command[1:] if options.command[:1] == ["--"] else options.command
     seen, totals, started = {}, collections.Counter(), time.monotonic()
     sample(seen, collections.Counter())  # what ran before the command is not its cost
+    before = set(seen)
     own_cpu = Path(tempfile.mkdtemp(prefix="pscluster-own-cpu-"))
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, env={**os.environ, OWN_CPU_VARIABLE: str(own_cpu)})
     while True:  # bounded by the command: it ends, or a Ctrl-C ends both
@@ -130,7 +133,9 @@ def main(argv: list[str]) -> int:
         sample(seen, totals)  # before the reap: an ended child is still a zombie whose CPU can be read
         if process.poll() is not None:
             break
-    result = {**summary(totals, time.monotonic() - started), "pytest_own_by_module": pytest_own(own_cpu)}
+    started_kinds = collections.Counter(who[0] for pid, (who, _used) in seen.items() if pid not in before)
+    result = {**summary(totals, time.monotonic() - started), "processes_by_kind": dict(started_kinds.most_common()),
+              "pytest_own_by_module": pytest_own(own_cpu)}
     Path(options.out).write_text(json.dumps(result, indent=2))
     print(f"[cpu] {result['cpu_s']} CPU-s in {result['wall_s']} s; by kind {result['by_kind']}; by lane "
           f"{result['by_lane']}; per module in {options.out}", flush=True)

@@ -20,6 +20,9 @@ def test_each_task_kind_is_told_from_its_command_line():
     assert cpu_sampler.kind_of("python -m pytest --durations=0") == "pytest"
     assert cpu_sampler.kind_of("/usr/sbin/slurmd -D") == "daemons" and cpu_sampler.kind_of("sleep 1") == "other"
     assert cpu_sampler.kind_of("/usr/sbin/sshd -D -f /tmp/pytest-of-root/pytest-3/hosts0/sshd_config") == "daemons"
+    assert cpu_sampler.kind_of("slurmstepd: [3.0]") == "daemons"
+    assert cpu_sampler.kind_of("sshd: root@notty") == "daemons"
+    assert cpu_sampler.kind_of("python -m roles.server --role ps --cluster /tmp/pytest-of-root/test_slurm0/c") == "ps"
     assert cpu_sampler.kind_of("python -m roles.launch run /tmp/pytest-of-root/pytest-3/t0/cluster.json") == "launcher"
     assert cpu_sampler.kind_of("python -m online.publish.follower --output /tmp/pytest-of-root/o") == "follower"
 
@@ -42,6 +45,7 @@ def test_a_commands_childrens_cpu_is_counted_and_given_to_their_test(tmp_path):
     measured = json.loads(out.read_text())
     assert 0.7 <= measured["by_module"]["test_x.py"] <= 3.0, measured  # the child's 1 CPU-s, and the sampler's own
     assert measured["other_by_program"]["python -c"] >= 0.7, measured
+    assert measured["processes_by_kind"]["other"] >= 1, measured  # the child, started after the first look
     assert "[cpu]" in result.stdout
 
 
