@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import socket
 import subprocess
@@ -21,8 +22,10 @@ import time
 from pathlib import Path
 
 from cluster import config as cluster_config
-from cluster import jsonfile
+from cluster import jsonfile, taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig
+from common.forking import ForkedChild
+from launcher import task_forks
 from launcher.supervisor import RunFailed, Supervisor
 from launcher.throttled_link import ThrottledLink
 
@@ -120,34 +123,47 @@ def calibrate(config: ClusterConfig, say, ps_count: int = 1, link_bytes_per_s: f
             say(f"calibration: the job's step on 1 worker + {ps_count} ps here{through} (pids {pids}), at most "
                 f"{TIMEOUT_S} s")
             with link:
-                ran = _run_chief([sys.executable, "-m", "coordinator.calibration", "--cluster", str(chief_path),
-                                  "--pids", json.dumps(pids)], supervisor)
+                code = _run_chief([sys.executable, "-m", "coordinator.calibration", "--cluster", str(chief_path),
+                                   "--pids", json.dumps(pids)], small, supervisor, directory / "chief.log")
         except RunFailed as error:
             raise CalibrationFailed(f"calibration run: {error}") from None
         finally:
             supervisor.stop_everything()
-        if ran.returncode != 0:
-            raise CalibrationFailed(f"calibration run exited with code {ran.returncode}: "
-                                    f"{ran.stderr.strip().splitlines()[-1] if ran.stderr.strip() else 'no output'}")
-        return json.loads(ran.stdout.strip().splitlines()[-1])
+        lines = (directory / "chief.log").read_text(errors="replace").strip().splitlines()
+        if code != 0:
+            raise CalibrationFailed(f"calibration run exited with code {code}: {lines[-1] if lines else 'no output'}")
+        return json.loads(next(line for line in reversed(lines) if line.startswith("{")))  # its one JSON line
 
 
-def _run_chief(command: list[str], supervisor: Supervisor) -> subprocess.CompletedProcess:
-    """Runs the calibration's chief to its end, or stops it when a server has exited (it would wait for that
-    server for ever) or after TIMEOUT_S."""
+def _run_chief(command: list[str], config: ClusterConfig, supervisor: Supervisor, log: Path) -> int:
+    """Runs the calibration's chief to its end (its output to `log`) and returns its exit code, or stops it when a
+    server has exited (it would wait for that server for ever) or after TIMEOUT_S."""
     tasks = [record.task for record in supervisor.records.values() if record.task.job in ("worker", "ps")]
     backend = supervisor.hosts["localhost"]
     deadline = time.monotonic() + TIMEOUT_S
-    with subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          stdin=subprocess.DEVNULL) as chief:
-        while True:
-            try:
-                stdout, stderr = chief.communicate(timeout=WATCH_S)
-                return subprocess.CompletedProcess(command, chief.returncode, stdout, stderr)
-            except subprocess.TimeoutExpired:
-                gone = [row for row in backend.status(tasks) if not row.running]
-                if gone or time.monotonic() > deadline:
-                    chief.kill()
-                    chief.communicate()
-                    why = ", ".join(f"{row.task} exited ({row.last_line or 'no log'})" for row in gone)
-                    raise CalibrationFailed(f"calibration run: {why or f'not done within {TIMEOUT_S} s'}") from None
+    chief = _start_chief(command, config, log)
+    while True:
+        try:
+            return chief.wait(timeout=WATCH_S)
+        except subprocess.TimeoutExpired:
+            gone = [row for row in backend.status(tasks) if not row.running]
+            if gone or time.monotonic() > deadline:
+                chief.kill()
+                chief.wait(timeout=30)
+                why = ", ".join(f"{row.task} exited ({row.last_line or 'no log'})" for row in gone)
+                raise CalibrationFailed(f"calibration run: {why or f'not done within {TIMEOUT_S} s'}") from None
+
+
+def _start_chief(command: list[str], config: ClusterConfig, log: Path):
+    """The calibration's chief, forked as the servers are (launcher/task_forks.py: no import of TensorFlow of its
+    own), else started; Popen's poll, wait and kill either way."""
+    env = {key: value for key, value in taskspec.task_environment(config, config.task("chief", 0), os.environ).items()
+           if key != "TF_CONFIG"}  # the chief works out its own from the file it is given
+    status = log.with_name(log.name + ".status")
+    record = task_forks.start(command, cwd=PROJECT_ROOT, env=env, log_path=log, status_path=status,
+                              pid_path=log.with_name(log.name + ".pid"))
+    if record is not None:
+        return ForkedChild(record.pid, status, command)
+    with log.open("wb") as output:
+        return subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=output, stderr=subprocess.STDOUT, env=env,
+                                stdin=subprocess.DEVNULL)

@@ -30,7 +30,7 @@ from common.proc import start_ticks
 from launcher.fork_server import ROOM_VARIABLE
 from launcher.process import PidRecord
 
-FORKED_MODULES = frozenset({"roles.server", "coordinator.train", "evaluator.sidecar"})
+FORKED_MODULES = frozenset({"roles.server", "coordinator.train", "evaluator.sidecar", "coordinator.calibration"})
 # read by a task only after its imports (TF_CONFIG by the cluster resolver, the toolkit's own when its modules run,
 # the terminal's by no one before), so a server imported with other values still serves the task
 PER_TASK_VARIABLES = frozenset({"TF_CONFIG", EXIT_FILE_VARIABLE, "PYTEST_CURRENT_TEST", "COLUMNS", "LINES"})
