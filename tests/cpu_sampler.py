@@ -55,8 +55,8 @@ def program_of(arguments: list[str]) -> str:
     return program
 
 
-def identity(pid: str) -> tuple[str, str, str, str] | None:
-    """(kind, lane, test module, program) of a process, or None once it is gone."""
+def identity(pid: str) -> tuple[str, str, str, str, str] | None:
+    """(kind, lane, test module, program, test) of a process, or None once it is gone."""
     try:
         arguments = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
         environ = dict(item.split(b"=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -65,7 +65,8 @@ def identity(pid: str) -> tuple[str, str, str, str] | None:
         return None
     test = environ.get(b"PYTEST_CURRENT_TEST", b"").decode(errors="replace")
     lane = environ.get(b"PSCLUSTER_TEST_LANE", b"").decode() or "-"
-    return kind_of(" ".join(arguments)), lane, test.split("::")[0].rsplit("/", 1)[-1] or "-", program_of(arguments)
+    test = test.removesuffix(" (setup)").removesuffix(" (call)").removesuffix(" (teardown)").rsplit("/", 1)[-1]
+    return kind_of(" ".join(arguments)), lane, test.split("::")[0] or "-", program_of(arguments), test or "-"
 
 
 def sample(seen: dict, totals: collections.Counter) -> None:
@@ -87,7 +88,7 @@ def sample(seen: dict, totals: collections.Counter) -> None:
 def by_module_and_kind(totals: collections.Counter, most: int = 40) -> dict:
     """The costliest (test module, process kind) pairs: which test's chiefs, workers, exporters cost the most."""
     sums = collections.Counter()
-    for (kind, _lane, module, _program), value in totals.items():
+    for (kind, _lane, module, _program, _test), value in totals.items():
         sums[f"{module} {kind}"] += value
     return {name: round(value, 1) for name, value in sums.most_common(most)}
 
@@ -101,7 +102,7 @@ def summary(totals: collections.Counter, seconds: float) -> dict:
         return {name: round(value, 1) for name, value in sums.most_common(most)}
 
     return {"wall_s": round(seconds), "cpu_s": round(sum(totals.values())), "by_kind": by(0), "by_lane": by(1),
-            "by_module": by(2), "other_by_program": by(3, "other", 20),
+            "by_module": by(2), "by_test": by(4, most=40), "other_by_program": by(3, "other", 20),
             "by_module_and_kind": by_module_and_kind(totals)}
 
 

@@ -44,6 +44,7 @@ def test_a_commands_childrens_cpu_is_counted_and_given_to_their_test(tmp_path):
     assert result.returncode == 0, result.stderr
     measured = json.loads(out.read_text())
     assert 0.7 <= measured["by_module"]["test_x.py"] <= 3.0, measured  # the child's 1 CPU-s, and the sampler's own
+    assert measured["by_test"]["test_x.py::test_y"] >= 0.7, measured  # and to the test, whatever its phase
     assert measured["other_by_program"]["python -c"] >= 0.7, measured
     assert measured["processes_by_kind"]["other"] >= 1, measured  # the child, started after the first look
     assert "[cpu]" in result.stdout
