@@ -81,7 +81,18 @@ def no_leftover_processes(tmp_path):
             return
         time.sleep(0.1)
         leftovers = processes_mentioning(str(tmp_path))
-    assert not leftovers, f"processes left running: {leftovers}"
+    assert not leftovers, f"processes left running: {[_with_state(line) for line in leftovers]}"
+
+
+def _with_state(leftover: str) -> str:
+    """`pid: command` with the process's state and parent (stat fields 3 and 4), to tell a stuck one from a
+    slow one."""
+    pid = leftover.split(":", 1)[0]
+    try:
+        state, parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
+    except (OSError, ValueError):
+        return f"{leftover.strip()} (gone since)"
+    return f"{leftover.strip()} (state {state}, parent {parent})"
 
 
 class ServerPool:
