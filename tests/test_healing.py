@@ -92,7 +92,9 @@ def test_user_error_is_not_restarted(tmp_path):
 
 def _foreground_run(tmp_path, training: dict, evaluation: dict | None = None,
                     **launcher) -> tuple[Path, subprocess.Popen]:
-    document = cluster_document(evaluator=evaluation is not None, logs_dir=str(tmp_path / "logs"),
+    """A run in the foreground on 1 worker and 1 ps: its tests watch the chief and the evaluator, and each more
+    server costs every step some RPCs (a third more CPU with 2 and 2)."""
+    document = cluster_document(workers=1, ps=1, evaluator=evaluation is not None, logs_dir=str(tmp_path / "logs"),
                                 training={**training, "output_dir": str(tmp_path / "o")})
     document["launcher"].update(restart_backoff_s=0.5, poll_s=0.5, **launcher)
     document["evaluation"] = evaluation or {}
