@@ -8,6 +8,7 @@ import sys
 from typing import Callable
 
 EXIT_FILE_VARIABLE = "PSCLUSTER_EXIT_FILE"
+AUTOGRAPH_PREFIX = "__autograph_generated_file"  # tensorflow/python/autograph/pyct/loader.py's temporary modules
 
 
 def record_exit(code: int) -> None:
@@ -45,9 +46,22 @@ def end_process(code: int) -> None:
     """Records `code` and ends the process at once, its output flushed: an interpreter's shutdown waits for every
     non-daemon thread, and can wait tens of seconds on TensorFlow's cluster coordinator threads and channels."""
     record_exit(code)
+    remove_generated_sources()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def remove_generated_sources() -> None:
+    """Deletes the Python files AutoGraph wrote in the temporary folder for this process's converted functions, as
+    its exit handlers would: a process that ends at once (os._exit) skips them, and a follow-mode chief left some 40
+    files behind at each end."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith(AUTOGRAPH_PREFIX) and getattr(module, "__file__", None):
+            try:
+                os.unlink(module.__file__)
+            except OSError:
+                pass  # gone already: another exit handler, or a cleaner of the temporary folder
 
 
 def skip_collection_at_exit() -> None:

@@ -14,7 +14,7 @@ from cluster import taskspec
 from common import stack_dump
 from common import fresh_ps
 from common.errors import Problem, UserError, exit_on_user_error
-from common.exit_file import record_exit, run_recording_exit
+from common.exit_file import record_exit, remove_generated_sources, run_recording_exit
 from common.logs import quiet_tensorflow, task_logger
 from common.net import port_in_use
 from common.version import titled
@@ -95,6 +95,7 @@ def serve(*, role: str, index: int, cluster: str = "cluster.json") -> None:
 def _leave(code: int) -> None:
     sys.stderr.flush()
     record_exit(code)
+    remove_generated_sources()
     os._exit(code)  # the C++ server has no clean shutdown; leaving the process is the only way to stop it
 
 
