@@ -150,7 +150,8 @@ def test_deltas_keep_a_late_follower_fresh_through_a_slowed_worker_and_a_killed_
 
     followed, written = _predictions_at_end(last, output, tmp_path / "now")
     assert (followed.version, followed.sequence) == (newest, final)
-    held = {v.name.split("/")[-1]: v.numpy() for v in followed.model.variables if v.name.endswith(("ids:0", "held:0"))}
+    held = {v.name.split("/")[-1]: v.numpy() for v in _variables(followed.model)
+            if v.name.endswith(("ids:0", "held:0"))}
     assert sorted(held["ids:0"][held["held:0"]].tolist()) == sorted(
         at_end[table]["ids"][at_end[table]["held"]].tolist())  # the expired ids are gone from the follower too
     assert written["largest"] < 1e-4  # it predicts as a version written at the end
@@ -194,6 +195,14 @@ def test_versions_between_deltas_are_checkpointed_while_pieces_run_and_replay_to
     assert deltakit.differences(at_stop, replayed) == []  # the version, its deltas and the last: no update lost
     kept = json.loads((output / "summary.json").read_text())["follow"]["kept"]  # written with each version
     assert kept["clock_advances"] > 0 and 0 <= kept["delta_chain"] <= len(deltas) + 1, kept
+
+
+def _variables(loaded) -> list:
+    """Every variable of a SavedModel loaded with tf.saved_model.load (a serving version keeps no Keras lists of
+    them: it is saved without its layers' traces)."""
+    import tensorflow as tf
+
+    return [one for one in tf.train.TrackableView(loaded).descendants() if isinstance(one, tf.Variable)]
 
 
 def _predictions_at_end(summary: dict, output, now):
