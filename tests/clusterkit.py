@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,7 +52,22 @@ def write_cluster(directory: Path, document: dict, name: str = "cluster.json") -
 
 def run_module(module: str, *args: str, timeout_s: float = 120, env: dict | None = None,
                cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    """Runs `python -m module args` from the project root with the project's venv."""
+    """Runs `python -m module args` from the project root with the project's venv. A chief, evaluator or server
+    run with this environment is forked from the session's fork server when it can be (tests/forkedkit.py), as
+    `start_module`'s are: its output, stdout and stderr together as a launcher's task log, is then both."""
+    if env is None and cwd == ROOT:
+        with tempfile.TemporaryDirectory(prefix="pscluster-task-") as folder:
+            log = Path(folder) / "task.log"
+            forked = forkedkit.fork_module(PYTHON, ROOT, module, list(args), log)
+            if forked is not None:
+                try:
+                    code = forked.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    forked.kill()
+                    forked.wait()
+                    raise
+                output = log.read_text(errors="replace")
+                return subprocess.CompletedProcess(forked.args, code, output, output)
     return subprocess.run([PYTHON, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout_s, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
 

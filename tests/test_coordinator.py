@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit import PYTHON, ROOT, assert_no_traceback, read_scalars, run_module, wait_for_line
+from clusterkit import PYTHON, assert_no_traceback, read_scalars, run_module, start_module, wait_for_line
 
 pytestmark = pytest.mark.cluster
 
@@ -23,13 +23,17 @@ for name in ("model.h5", "saved_model", "model.keras"):
 """
 
 
-def chief_command(cluster: Path, output: Path, *options: str) -> list[str]:
-    return [PYTHON, "-m", "coordinator.train", "--cluster", str(cluster), "--output_dir", str(output), *options]
+def chief_arguments(cluster: Path, output: Path, *options: str) -> list[str]:
+    return ["--cluster", str(cluster), "--output_dir", str(output), *options]
+
+
+def start_chief(cluster: Path, output: Path, log_path: Path, *options: str):
+    """The chief, forked when it can be (clusterkit.start_module), its output in `log_path`."""
+    return start_module("coordinator.train", *chief_arguments(cluster, output, *options), log_path=log_path)
 
 
 def run_chief(cluster: Path, output: Path, *options: str) -> subprocess.CompletedProcess:
-    return subprocess.run(chief_command(cluster, output, *options), cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, stdin=subprocess.DEVNULL)
+    return run_module("coordinator.train", *chief_arguments(cluster, output, *options), timeout_s=600)
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +105,7 @@ def test_killed_chief_resumes_at_the_next_epoch(shared_servers, tmp_path):
     output = tmp_path / "output"
     options = ("--epochs", "3", "--steps_per_epoch", "150", "--steps_per_execution", "1")
     log_path = tmp_path / "chief.log"
-    with open(log_path, "wb") as log:
-        chief = subprocess.Popen(chief_command(shared_servers, output, *options), cwd=ROOT, stdout=log,
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    chief = start_chief(shared_servers, output, log_path, *options)
     try:
         assert wait_for_line(log_path, "train | epoch 1/3", timeout_s=300, process=chief), log_path.read_text()
         chief.send_signal(signal.SIGKILL)

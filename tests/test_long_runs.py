@@ -15,7 +15,8 @@ import pytest
 
 from clusterkit import ROOT, assert_no_traceback, derive_cluster, wait_for_line
 from modelaxis import MODELS, each_model, training as model_training
-from test_coordinator import chief_command, run_chief
+import test_coordinator
+from test_coordinator import run_chief
 
 pytestmark = pytest.mark.cluster
 
@@ -29,13 +30,11 @@ def model_cluster(shared_servers: Path, directory: Path, model: str) -> Path:
     return derive_cluster(shared_servers, directory, evaluator=False, training=MODELS[model])
 
 
-def start_chief(cluster: Path, output: Path, log_path: Path, *options: str) -> subprocess.Popen:
-    with open(log_path, "wb") as log:
-        return subprocess.Popen(chief_command(cluster, output, *OPTIONS, *options), cwd=ROOT, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+def start_chief(cluster: Path, output: Path, log_path: Path, *options: str):
+    return test_coordinator.start_chief(cluster, output, log_path, *OPTIONS, *options)
 
 
-def stop(chief: subprocess.Popen) -> int:
+def stop(chief) -> int:
     try:
         return chief.wait(timeout=120)
     finally:
