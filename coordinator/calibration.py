@@ -21,6 +21,7 @@ from cluster import config as cluster_config
 from cluster import taskspec
 from cluster.config import PROJECT_ROOT
 from common.errors import exit_on_user_error
+from common.graph_style import trace_toolkit_code_as_written
 from common.logs import quiet_tensorflow, task_logger
 from common.proc import proc_stat
 
@@ -97,6 +98,7 @@ def main(cluster: str, pids="{}") -> None:
     taskspec.apply_to_this_process(config, config.task("chief", 0))
     log = task_logger("calibration")
     quiet_tensorflow()
+    trace_toolkit_code_as_written()
     pids = pids if isinstance(pids, dict) else json.loads(pids)  # Fire decodes a JSON object itself
     figures = measure(config, {role: [int(pid) for pid in group] for role, group in pids.items()}, log)
     print(json.dumps(figures), flush=True)

@@ -21,6 +21,7 @@ from common.disk_full import exit_on_full_disk
 from common.exit_file import run_recording_exit, skip_collection_at_exit
 from common.fields import field_help
 from common.large_buffers import return_large_buffers_at_once
+from common.graph_style import trace_toolkit_code_as_written
 from common.logs import quiet_tensorflow, task_logger
 from common.version import titled
 from data import preflight
@@ -85,6 +86,7 @@ def train(cluster: str = "cluster.json", worker: int | None = None, workers=None
     taskspec.apply_to_this_process(config, task)
     log = task_logger(task.name)
     quiet_tensorflow()
+    trace_toolkit_code_as_written()
     return_large_buffers_at_once()  # the chief streams tables a chunk at a time, on several threads
     stack_dump.on_sigusr1()
     from data import bad_records_named  # imports TensorFlow: only after the environment is set

@@ -22,6 +22,7 @@ from common import stack_dump
 from common.errors import Problem, UserError, exit_on_user_error
 from common.disk_full import exit_on_full_disk
 from common.exit_file import run_recording_exit
+from common.graph_style import trace_toolkit_code_as_written
 from common.logs import quiet_tensorflow, task_logger
 from common.version import titled
 
@@ -37,6 +38,7 @@ def _prepare_process(config: ClusterConfig):
         os.environ.pop("TF_CONFIG", None)
     log = task_logger(task.name)
     quiet_tensorflow()
+    trace_toolkit_code_as_written()
     stack_dump.on_sigusr1()
     return log
 

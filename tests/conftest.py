@@ -20,8 +20,17 @@ import netns  # noqa: E402
 from clusterkit import PYTHON, ROOT, cluster_document, processes_mentioning, write_cluster  # noqa: E402
 from cluster import config as cluster_config, taskspec  # noqa: E402
 from common import net  # noqa: E402
+from common.graph_style import trace_toolkit_code_as_written  # noqa: E402
+from common.logs import import_tensorflow_quietly  # noqa: E402
 from launcher import task_forks  # noqa: E402
 from launcher.supervisor import Supervisor  # noqa: E402
+
+
+def pytest_configure(config):
+    """The tests trace the toolkit's functions as its processes do: as written, without AutoGraph's rewriting
+    (common/graph_style.py); TensorFlow is imported first without its C++ start-up lines, as a task imports it."""
+    import_tensorflow_quietly()
+    trace_toolkit_code_as_written()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -14,6 +14,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from common.graph_style import trace_toolkit_code_as_written
 from tables.dynamic.layer import DynamicTables
 from tables.dynamic.mixing import partition_of
 from tables.pooling import MeanPooled
@@ -265,6 +266,7 @@ def resume(strategy, coordinator, path: str) -> dict:
 
 
 def main(action: str, path: str) -> None:
+    trace_toolkit_code_as_written()  # as the chief does (common/graph_style.py)
     num_ps = len(json.loads(__import__("os").environ["TF_CONFIG"])["cluster"]["ps"])
     strategy = tf.distribute.experimental.ParameterServerStrategy(
         tf.distribute.cluster_resolver.TFConfigClusterResolver(),

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 from cluster import config as cluster_config  # noqa: E402
 from cluster import taskspec  # noqa: E402
 from cluster.training_parse import parse_training_options  # noqa: E402
+from common.graph_style import trace_toolkit_code_as_written  # noqa: E402
 
 STEPS_TO_EPOCH_END, STEPS_INTO_NEXT_EPOCH = 4, 2
 STEPS = STEPS_TO_EPOCH_END + STEPS_INTO_NEXT_EPOCH
@@ -90,6 +91,7 @@ def restore(model, series: dict, inputs, out: Path) -> None:
 def main(phase: str, cluster: str, directory: str, cases_json: str) -> None:
     config = cluster_config.load(cluster)
     taskspec.apply_to_this_process(config, config.task("chief", 0))
+    trace_toolkit_code_as_written()  # as the chief does (common/graph_style.py)
     from models import export
     from coordinator import setup, strategy
 

@@ -24,6 +24,7 @@ from roundtrip_chief import build, train_step
 from cluster import config as cluster_config  # noqa: E402
 from cluster import taskspec  # noqa: E402
 from cluster.training_parse import parse_training_options  # noqa: E402
+from common.graph_style import trace_toolkit_code_as_written  # noqa: E402
 from launcher.process import PidRecord  # noqa: E402
 
 TRAINING = {"model": "dlrm", "table_rows": 4000, "embedding_dim": 16, "bottom_mlp": [8], "top_mlp": [8],
@@ -157,6 +158,7 @@ def deltas_once(run, source, ps_pids: list[int]) -> dict:
 def main(cluster: str, directory: str, kill_pid: str | None = None, kill_in: str = "checkpoint") -> None:
     config = cluster_config.load(cluster)
     taskspec.apply_to_this_process(config, config.task("chief", 0))
+    trace_toolkit_code_as_written()  # as the chief does (common/graph_style.py)
     from coordinator import setup, strategy
 
     log = logging.getLogger("rows-on-ps")

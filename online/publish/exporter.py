@@ -234,12 +234,14 @@ def answer(request: ExportRequest, log) -> ExportResult:
 
 def prepare_process() -> None:
     """An exporter process's TensorFlow: on the CPU, in no cluster, imported without its start-up lines."""
+    from common.graph_style import trace_toolkit_code_as_written
     from common.logs import import_tensorflow_quietly, quiet_tensorflow
 
     os.environ["CUDA_VISIBLE_DEVICES"] = "-1"
     os.environ.pop("TF_CONFIG", None)
     import_tensorflow_quietly()
     quiet_tensorflow()
+    trace_toolkit_code_as_written()
     stack_dump.on_sigusr1()
 
 
