@@ -16,7 +16,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from online.publish import delta_format as names
-from online.publish.saved_model import training_keys
+from online.publish.saved_model import keras_serving_default, training_keys
 from tables.kinds import served_tables
 
 
@@ -60,8 +60,7 @@ class AppliedThrough(tf.Module):
 def version_signatures(serve, inner, serving: dict | None, *, version: int, from_step: int) -> dict:
     """`serving` (the raw-feature export's signatures; None: Keras' own `serving_default`) with the delta ones."""
     if serving is None:
-        from tf_keras.src.saving.legacy import saving_utils
-        serving = {"serving_default": saving_utils.trace_model_call(serve)}
+        serving = keras_serving_default(serve)
     return {**serving, **delta_signatures(serve, inner, version=version, from_step=from_step)}
 
 

@@ -105,6 +105,14 @@ def _write_filling(writer: BundleWriter, key: str, filling: Filling, chunk_bytes
             save.result()
 
 
+def keras_serving_default(serve) -> dict:
+    """Keras' own `serving_default` signature of `serve`, traced here: Keras traces it only when it saves the
+    layers' traces, which a serving version leaves out."""
+    from tf_keras.src.saving.legacy import saving_utils
+
+    return {"serving_default": saving_utils.trace_model_call(serve)}
+
+
 def read_ahead(chunks: Iterator) -> Iterator:
     """`chunks` with the next one read in a thread of its own while the caller uses this one (TensorFlow's reads
     and writes leave the GIL)."""
@@ -132,9 +140,8 @@ def write(directory: Path, serve, fillings: dict[str, Filling], *, signatures=No
     configurations, not their traces: TensorFlow Serving and `tf.saved_model.load` serve through the signatures,
     Keras loads it from the configurations, and the traces were most of the save's CPU (0.36-0.67 CPU-s against
     0.1 for a small DLRM)."""
-    if signatures is None and not compiled:  # Keras' own serving_default, which it traces only with the traces
-        from tf_keras.src.saving.legacy import saving_utils
-        signatures = {"serving_default": saving_utils.trace_model_call(serve)}
+    if signatures is None and not compiled:
+        signatures = keras_serving_default(serve)
     serve.save(str(directory), save_format="tf", include_optimizer=compiled, signatures=signatures,
                save_traces=compiled)
     saved = str(directory / VARIABLES / VARIABLES)
