@@ -21,16 +21,16 @@ from clusterkit import PYTHON, ROOT, cluster_document, processes_mentioning, wri
 from cluster import config as cluster_config, taskspec  # noqa: E402
 from common import net  # noqa: E402
 from common.graph_style import trace_toolkit_code_as_written  # noqa: E402
-from common.logs import import_tensorflow_quietly  # noqa: E402
 from launcher import task_forks  # noqa: E402
 from launcher.supervisor import Supervisor  # noqa: E402
 
 
-def pytest_configure(config):
+def pytest_collection_finish(session):
     """The tests trace the toolkit's functions as its processes do: as written, without AutoGraph's rewriting
-    (common/graph_style.py); TensorFlow is imported first without its C++ start-up lines, as a task imports it."""
-    import_tensorflow_quietly()
-    trace_toolkit_code_as_written()
+    (common/graph_style.py). Said once the test modules are imported, before any test runs, and only when they
+    imported TensorFlow: a pytest that needs none (tests/test_lanes.py runs a few) does not import it for this."""
+    if "tensorflow" in sys.modules:
+        trace_toolkit_code_as_written()
 
 
 @pytest.hookimpl(hookwrapper=True)
