@@ -20,7 +20,7 @@ SLURMCTLD = "/usr/sbin/slurmctld"
 SLURMD = "/usr/sbin/slurmd"
 START_TIMEOUT_S = 10
 STOP_TIMEOUT_S = 10  # slurmctld takes over 1.5 s to stop
-QUEUE_DRAIN_TIMEOUT_S = 15
+QUEUE_DRAIN_TIMEOUT_S = 60  # Slurm's KillWait (30 s by default) bounds a cancelled step's end; 15 s ran out under load
 POLL_S = 0.1
 # A namespace host's /sys is the sysfs `ip netns exec` mounted, with no cgroup under it, and slurmd refuses to
 # start without one ("Unable to initialize cgroup plugin") even with proctrack/linuxproc and task/none. In a
