@@ -4,7 +4,7 @@ AutoGraph rewrites each Python function a graph is traced from (a dataset's map 
 into one whose `if` and `for` on tensors become graph control flow: it parses the source, transforms it and loads
 the result as a module, once per function and process. The toolkit's data pipelines, models and tables use
 TensorFlow's control flow ops where they need any, so that rewriting only cost each chief, evaluator and exporter
-its CPU: some 0.9 CPU-seconds of a DLRM chief's 3.3, measured on 2026-12-06 (docs/layout.md). A user's own map
+its CPU (docs/performance.md, "A chief's start"). A user's own map
 functions, layers and models are still converted: the rule is by module name, and tf.data and Keras look at each
 function they trace on its own.
 """
