@@ -33,6 +33,7 @@ from models.checkpoints import EpochCheckpoints, Position
 from common.preemption import Preempted, StopRequest, exit_preempted
 from tables.streaming.rows import chunk_bytes_of
 from coordinator.progress import ProgressReport
+from coordinator.traced_once import MetricsBeforeTheFirstStep
 from coordinator import shared_output
 from data import skipped
 
@@ -197,10 +198,10 @@ def fit(run: TrainingRun, model, dataset_fn, callback_list: list, start: Positio
         for first, last, steps in parts:
             if first >= last:
                 continue
-            step = int(model.optimizer.iterations.numpy())
-            history = model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn(step)), epochs=last,
-                                initial_epoch=first, steps_per_epoch=steps, verbose=0,
-                                callbacks=callback_list).history or history
+            step, metrics_first = int(model.optimizer.iterations.numpy()), MetricsBeforeTheFirstStep()
+            history = model.fit(tf_keras.utils.experimental.DatasetCreator(metrics_first.recording(dataset_fn(step))),
+                                epochs=last, initial_epoch=first, steps_per_epoch=steps, verbose=0,
+                                callbacks=[metrics_first, *callback_list]).history or history
     except EpochEndedEarly as short:
         run.log.error("%s (TensorFlow ended it without an error, e.g. after losing a worker); exiting so the "
                       "run resumes from the last checkpoint", short)

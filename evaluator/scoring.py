@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from models.compiled import build_loss_and_metrics
+
 GROUP_EXAMPLES = 8192  # examples scored per read of rows: a few MB of rows for Criteo's 26 tables
 
 
 def scores(partial, model, dataset: tf.data.Dataset) -> dict[str, float]:
     """The loss and metrics of PartialModel `partial` (around `model`, compiled with them) on batched `dataset`."""
     if partial.whole:
+        build_loss_and_metrics(model, dataset.element_spec)  # before evaluate's step: it is traced once
         return {name: float(value) for name, value in model.evaluate(dataset, verbose=0, return_dict=True).items()}
     model.reset_metrics()
     for features, labels in dataset.unbatch().batch(GROUP_EXAMPLES):

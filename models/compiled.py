@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tensorflow as tf
 import tf_keras
 
 from cluster.recommender_options import RECOMMENDER_MODELS
@@ -28,6 +29,28 @@ def build_compiled(options: TrainingOptions, source, **compile_kwargs) -> tf_ker
     zoo.compile_model(model, options, **compile_kwargs)
     model.optimizer.build(model.trainable_variables)
     return model
+
+
+def build_loss_and_metrics(model: tf_keras.Model, element_spec) -> bool:
+    """Makes the compiled loss's and metrics' variables now, for batches of `element_spec` (features, labels, ...),
+    as Keras' own training and test steps would make them in their first trace; whether it did. A function whose
+    first trace made variables is traced a second time (TensorFlow's rule), so a step that makes none is traced
+    once. Done only for Keras' own steps (a model's own step builds what it uses) and a model whose outputs are
+    known (a functional one; the recommenders make their metrics at compile)."""
+    own_steps = (type(model).train_step, type(model).test_step) != (tf_keras.Model.train_step,
+                                                                    tf_keras.Model.test_step)
+    if own_steps or model.compiled_metrics is None:
+        return False
+    if model.compiled_metrics._built or not isinstance(element_spec, tuple) or len(element_spec) < 2:
+        return False
+    try:
+        outputs = model.output  # single, list or dict, as the model returns its predictions
+    except AttributeError:  # a subclassed model: its outputs are known once it is called
+        return False
+    predictions = tf.nest.map_structure(lambda output: tf.TensorSpec(output.shape, output.dtype), outputs)
+    model.compiled_loss.build(predictions)
+    model.compiled_metrics.build(predictions, element_spec[1])
+    return True
 
 
 CUSTOM_OBJECTS = {**recommenders.CUSTOM_OBJECTS, "RawFeatures": RawFeatures}  # what loading an export needs
