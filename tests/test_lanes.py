@@ -11,12 +11,15 @@ from clusterkit import PYTHON, ROOT
 
 
 def test_the_multihost_tests_have_a_lane_of_their_own_and_every_test_has_exactly_one():
-    assert lanes.LANES == ("main", "online", "multihost")
-    assert [lanes.in_lane(lane, True, "test_slurm.py") for lane in lanes.LANES] == [False, False, True]
-    assert [lanes.in_lane(lane, False, "test_config.py") for lane in lanes.LANES] == [True, False, False]
-    assert [lanes.in_lane(lane, False, "test_chaos.py") for lane in lanes.LANES] == [False, False, True]  # moved
-    assert [lanes.in_lane(lane, False, "test_follow.py") for lane in lanes.LANES] == [False, True, False]
-    assert not lanes.MOVED_TO_MULTIHOST_LANE & lanes.ONLINE_LANE
+    assert lanes.LANES == ("main", "online", "multihost", "healing")
+    assert [lanes.in_lane(lane, True, "test_slurm.py") for lane in lanes.LANES] == [False, False, True, False]
+    assert [lanes.in_lane(lane, False, "test_config.py") for lane in lanes.LANES] == [True, False, False, False]
+    assert [lanes.in_lane(lane, False, "test_chaos.py") for lane in lanes.LANES] == [False, False, True, False]
+    assert [lanes.in_lane(lane, False, "test_follow.py") for lane in lanes.LANES] == [False, True, False, False]
+    assert [lanes.in_lane(lane, False, "test_healing.py") for lane in lanes.LANES] == [False, False, False, True]
+    assert [lanes.in_lane(lane, True, "test_capacity_plan.py") for lane in lanes.LANES] == [False, False, True, False]
+    moved = (lanes.MOVED_TO_MULTIHOST_LANE, lanes.ONLINE_LANE, lanes.HEALING_LANE)
+    assert sum(map(len, moved)) == len(set().union(*moved))  # no module named twice
 
 
 def test_a_lane_with_nothing_to_run_does_not_fail_the_run_but_any_failure_does():
@@ -57,10 +60,11 @@ def test_each_lane_collects_its_own_tests_from_the_same_options():
                             capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     main, rest = result.stdout.split("[lanes] main lane done")
-    online, multihost = rest.split("[lanes] the multihost lane's output")
+    online, rest = rest.split("[lanes] the multihost lane's output")
+    multihost, healing = rest.split("[lanes] the healing lane's output")
     assert "test_capacity_plan.py::test_plan_measures_a_shaped_link_between_hosts" in multihost, result.stdout
-    assert "test_capacity_plan.py::test_plan_on_paper_resnet50_on_10gbe" in main, result.stdout  # not marked
+    assert "test_capacity_plan.py::test_plan_on_paper_resnet50_on_10gbe" in healing, result.stdout  # not marked
     assert "test_publishing.py::" in online and "test_publishing.py" not in main + multihost, result.stdout
-    assert "test_capacity_plan.py" not in online and "tests/test_lanes.py::" in main, result.stdout
-    assert "test_plan_on_paper" not in multihost and "test_plan_measures" not in main, result.stdout
-    assert "test_lanes.py" not in online + multihost and "[lanes] total " in multihost, result.stdout
+    assert "test_capacity_plan.py" not in online + main and "tests/test_lanes.py::" in main, result.stdout
+    assert "test_plan_on_paper" not in multihost and "test_plan_measures" not in healing, result.stdout
+    assert "test_lanes.py" not in online + multihost + healing and "[lanes] total " in healing, result.stdout
