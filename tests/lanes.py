@@ -28,11 +28,11 @@ LANES = ("main", "online", "multihost", "healing")
 NO_TESTS_RAN = 5  # pytest's exit code when a lane selected nothing
 OVER_BUDGET = 1
 # The most one lane of the whole suite may take, in wall seconds: the slowest lane of the last fresh-clone run
-# (2026-12-06, three lanes: main 1,712 s) plus 40 % for CI's spread on 2 cores (CI's runs have differed by that much
+# (2026-12-06, four lanes: main 1,481 s) plus 40 % for CI's spread on 2 cores (CI's runs have differed by that much
 # within a week: 2,233 and 3,346 s), rounded up. It was 3,900 s before every local task was forked, 3,000 s with two
-# lanes. Lower it as the suite comes down (the aim is 20 minutes); raise it only with the change that has to make the
-# suite slower, saying why.
-LANE_BUDGET_S = 2400
+# lanes, 2,400 s with three. Lower it as the suite comes down (the aim is 20 minutes); raise it only with the change
+# that has to make the suite slower, saying why.
+LANE_BUDGET_S = 2100
 
 
 # The long online-training modules, which wait on files, idle stops and heals, in a lane of their own. With two
