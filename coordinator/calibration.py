@@ -44,10 +44,12 @@ def _fit(model, dataset_fn, steps: int, epochs: int = 1) -> list[float]:
     """Wall seconds of each of `epochs` epochs of `steps` steps (at an epoch's end every step scheduled has run)."""
     import tf_keras
 
-    ends = [time.perf_counter()]
+    from coordinator.traced_once import MetricsBeforeTheFirstStep
+
+    ends, metrics_first = [time.perf_counter()], MetricsBeforeTheFirstStep()
     marker = tf_keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: ends.append(time.perf_counter()))
-    model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn), epochs=epochs, steps_per_epoch=steps, verbose=0,
-              callbacks=[marker])
+    model.fit(tf_keras.utils.experimental.DatasetCreator(metrics_first.recording(dataset_fn)), epochs=epochs,
+              steps_per_epoch=steps, verbose=0, callbacks=[metrics_first, marker])
     return [end - start for start, end in zip(ends[:-1], ends[1:], strict=True)]
 
 

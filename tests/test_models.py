@@ -12,6 +12,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import tensorflow as tf  # noqa: E402
 
 from models import zoo  # noqa: E402
+from models.compiled import build_loss_and_metrics  # noqa: E402
 from cluster.training_options import TrainingOptions  # noqa: E402
 from common.errors import UserError  # noqa: E402
 
@@ -41,6 +42,8 @@ def _one_step(model, input_shape, num_classes: int, eagerly: bool = False) -> fl
     model.run_eagerly = eagerly
     images = np.random.default_rng(0).uniform(size=(4, *input_shape)).astype("float32")
     labels = np.arange(4) % num_classes
+    model.optimizer.build(model.trainable_variables)  # as the chief builds them (models/compiled.py): one trace
+    build_loss_and_metrics(model, (_images((None, *input_shape)), tf.TensorSpec([None], tf.int64)))
     return float(np.atleast_1d(model.train_on_batch(images, labels))[0])  # the loss (metrics follow it)
 
 
