@@ -13,6 +13,7 @@ from cluster.training_options import TrainingOptions
 from common import fresh_ps, net
 from common.errors import CLUSTER_UNAVAILABLE_EXIT_CODE
 from coordinator import frozen_workers
+from coordinator.closure_scope import closures_end_without_waiting_on_other_workers
 from tables.placement import BalancedPartitioner
 
 CHIEF_CPU = "/job:chief/replica:0/task:0/device:CPU:0"
@@ -37,7 +38,9 @@ def wait_for_cluster(config: ClusterConfig, timeout_s: float, log) -> ClusterCon
 
 def build(config: ClusterConfig, options: TrainingOptions) -> tf.distribute.experimental.ParameterServerStrategy:
     """The strategy, with variables above `min_shard_bytes` split over up to `max_shards` (default: every ps);
-    a recommender's tables split evenly over every ps instead (BalancedPartitioner: the same bytes on each)."""
+    a recommender's tables split evenly over every ps instead (BalancedPartitioner: the same bytes on each).
+    A worker frozen while its values are freed holds no other worker's closures (coordinator/closure_scope.py)."""
+    closures_end_without_waiting_on_other_workers()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return tf.distribute.experimental.ParameterServerStrategy(
         resolver, variable_partitioner=partitioner_for(options, len(config.jobs["ps"])))
