@@ -106,6 +106,24 @@ def summary(totals: collections.Counter, seconds: float) -> dict:
             "by_module_and_kind": by_module_and_kind(totals)}
 
 
+def machine_ticks() -> tuple[int, int]:
+    """The machine's busy and idle clock ticks so far, all cores (/proc/stat): busy counts what the per-process
+    sums miss, a process that lived and ended between two samples."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields[:8]) - idle, idle
+
+
+def machine_busy(ticks: list[tuple[int, int]], every: int) -> dict:
+    """Busy CPU-seconds of the whole machine, and its busy share of each `every` samples (a minute by default)."""
+    per_s = os.sysconf("SC_CLK_TCK")
+    shares = []
+    for start in range(0, len(ticks) - 1, every):
+        (busy0, idle0), (busy1, idle1) = ticks[start], ticks[min(start + every, len(ticks) - 1)]
+        shares.append(round((busy1 - busy0) / max(1, busy1 - busy0 + idle1 - idle0), 2))
+    return {"machine_busy_cpu_s": round((ticks[-1][0] - ticks[0][0]) / per_s), "machine_busy_share": shares}
+
+
 def pytest_own(folder: Path) -> dict:
     """Each pytest's own CPU-seconds by test module (the tests that train in process, their polling), summed over
     lanes: /proc cannot tell which test a pytest's CPU was for."""
@@ -126,19 +144,22 @@ def main(argv: list[str]) -> int:
     command = options.command[1:] if options.command[:1] == ["--"] else options.command
     seen, totals, started = {}, collections.Counter(), time.monotonic()
     sample(seen, collections.Counter())  # what ran before the command is not its cost
-    before = set(seen)
+    before, ticks = set(seen), [machine_ticks()]
     own_cpu = Path(tempfile.mkdtemp(prefix="pscluster-own-cpu-"))
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, env={**os.environ, OWN_CPU_VARIABLE: str(own_cpu)})
     while True:  # bounded by the command: it ends, or a Ctrl-C ends both
         time.sleep(options.every_s)
         sample(seen, totals)  # before the reap: an ended child is still a zombie whose CPU can be read
+        ticks.append(machine_ticks())
         if process.poll() is not None:
             break
     started_kinds = collections.Counter(who[0] for pid, (who, _used) in seen.items() if pid not in before)
     result = {**summary(totals, time.monotonic() - started), "processes_by_kind": dict(started_kinds.most_common()),
-              "pytest_own_by_module": pytest_own(own_cpu)}
+              "pytest_own_by_module": pytest_own(own_cpu),
+              **machine_busy(ticks, max(1, round(60 / options.every_s)))}
     Path(options.out).write_text(json.dumps(result, indent=2))
-    print(f"[cpu] {result['cpu_s']} CPU-s in {result['wall_s']} s; by kind {result['by_kind']}; by lane "
+    print(f"[cpu] {result['cpu_s']} CPU-s in {result['wall_s']} s (the machine: {result['machine_busy_cpu_s']} "
+          f"CPU-s busy); by kind {result['by_kind']}; by lane "
           f"{result['by_lane']}; per module in {options.out}", flush=True)
     return process.returncode
 

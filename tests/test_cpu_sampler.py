@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -47,7 +48,15 @@ def test_a_commands_childrens_cpu_is_counted_and_given_to_their_test(tmp_path):
     assert measured["by_test"]["test_x.py::test_y"] >= 0.7, measured  # and to the test, whatever its phase
     assert measured["other_by_program"]["python -c"] >= 0.7, measured
     assert measured["processes_by_kind"]["other"] >= 1, measured  # the child, started after the first look
+    assert measured["machine_busy_cpu_s"] >= 1 and all(0 <= s <= 1 for s in measured["machine_busy_share"]), measured
     assert "[cpu]" in result.stdout
+
+
+def test_the_machines_busy_share_is_read_per_minute_from_its_clock_ticks():
+    ticks = [(0, 0), (100, 100), (250, 150), (250, 350)]
+    busy = cpu_sampler.machine_busy(ticks, every=2)
+    assert busy["machine_busy_share"] == [0.62, 0.0]  # 250 of 400 ticks busy, then none of 200
+    assert busy["machine_busy_cpu_s"] == round(250 / os.sysconf("SC_CLK_TCK"))
 
 
 def test_each_pytests_own_cpu_by_module_is_summed_over_lanes(tmp_path):
