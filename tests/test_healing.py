@@ -17,6 +17,7 @@ from clusterkit import (ROOT, cluster_document, processes_mentioning, wait_for_l
 from cluster.config import load as load_config
 from common import net
 from launcher import process
+from throttling import ThrottledWorkers
 
 pytestmark = pytest.mark.cluster
 
@@ -107,10 +108,12 @@ def test_an_epoch_longer_than_the_timeouts_that_advances_is_never_restarted(tmp_
     """Issue 18: Keras scheduled a whole epoch at once and waited for it with no batch hook, so no heartbeat was
     written after its first few dozen steps and the watchdog restarted the chief; an epoch outliving the stall
     and idle timeouts must show progress all along, its second half included."""
-    steps = 1200  # some 14 s at the 87 steps/s of an idle machine: twice both timeouts
+    steps = 400  # with the workers at a third of the time, some 14 s on an idle machine: twice both timeouts
     training = {"epochs": 1, "steps_per_epoch": steps, "steps_per_execution": 1, "progress_every_s": 2}
-    path, run = _foreground_run(tmp_path, training, {"poll_s": 0.5, "idle_timeout_s": 7}, stall_timeout_s=6)
-    output = run.communicate(timeout=600)[1]
+    with ThrottledWorkers(str(tmp_path), share=1 / 3) as throttled:  # the epoch's length, for a third of the steps
+        path, run = _foreground_run(tmp_path, training, {"poll_s": 0.5, "idle_timeout_s": 7}, stall_timeout_s=6)
+        output = run.communicate(timeout=600)[1]
+    assert throttled.seen  # its one worker
     assert run.returncode == 0, output[-3000:]
     assert "stall" not in output and "restarting" not in output, output[-3000:]
     assert output.count("chief:0 started") == 1, output[-3000:]

@@ -19,10 +19,13 @@ from jobsetkit import JobSetEmulator
 from kubeletkit import command_line, environment, expand
 from netns import skip_or_fail
 from test_kubernetes_config import k8s_document
+from throttling import ThrottledWorkers
 
 pytestmark = [pytest.mark.multihost, pytest.mark.cluster]
-TRAINING = {"epochs": 4, "steps_per_epoch": 500, "steps_per_execution": 1, "lr_decay_epochs": [],
+# epochs as long as 600 steps were, for 200: the worker pods run a third of the time (throttling.ThrottledWorkers)
+TRAINING = {"epochs": 4, "steps_per_epoch": 200, "steps_per_execution": 1, "lr_decay_epochs": [],
             "per_worker_batch": 16}
+POD_CLUSTER_FILE = "/opt/pscluster-config/"  # on every pod's command line
 
 
 def test_expansion_follows_kubernetes():
@@ -61,7 +64,7 @@ def trace(emulator: JobSetEmulator) -> str:
 
 def test_pods_train_to_an_evaluated_model_through_a_lost_worker_and_a_lost_ps(tmp_path):
     documents = manifests(tmp_path)
-    with JobSetEmulator(documents, tmp_path) as jobset:
+    with JobSetEmulator(documents, tmp_path) as jobset, ThrottledWorkers(POD_CLUSTER_FILE, share=1 / 3) as throttled:
         jobset.start()
         assert jobset.run_until(lambda: "train | epoch 1/4" in jobset.log("chief", 0), 400), trace(jobset)
         jobset.kill("worker", 1)
@@ -79,6 +82,7 @@ def test_pods_train_to_an_evaluated_model_through_a_lost_worker_and_a_lost_ps(tm
         assert jobset.state == "Completed", trace(jobset)
         code, log = jobset.run_pod(outputs.reader_pod(cluster_config.load(tmp_path / "cluster.json")))
     assert code == 0, log
+    assert len(throttled.seen) >= 4, throttled.seen  # 2 workers, worker 1 again, both again with the JobSet
     read = RunOutputs.from_json(json.loads(log.strip().splitlines()[-1]))  # what run.sh reports at the end
     assert read.summary.complete and read.best is not None and read.output == "/opt/pscluster-volume/output"
     events = "\n".join(jobset.events)

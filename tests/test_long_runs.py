@@ -16,11 +16,12 @@ import pytest
 from clusterkit import ROOT, assert_no_traceback, derive_cluster, wait_for_line
 from modelaxis import MODELS, each_model, training as model_training
 import test_coordinator
+from throttling import ThrottledWorkers
 from test_coordinator import run_chief
 
 pytestmark = pytest.mark.cluster
 
-STEPS_PER_EPOCH = 400
+STEPS_PER_EPOCH = 150  # the workers at a third of the time until the chief is stopped (`slowed`): as long as 450
 OPTIONS = ("--epochs", "1", "--steps_per_epoch", str(STEPS_PER_EPOCH), "--steps_per_execution", "2",
            "--lr_decay_epochs", "[]", "--progress_every_s", "1")
 
@@ -28,6 +29,12 @@ OPTIONS = ("--epochs", "1", "--steps_per_epoch", str(STEPS_PER_EPOCH), "--steps_
 def model_cluster(shared_servers: Path, directory: Path, model: str) -> Path:
     """The shared servers' cluster file with the model's training options (none for the CNN)."""
     return derive_cluster(shared_servers, directory, evaluator=False, training=MODELS[model])
+
+
+def slowed(shared_servers: Path) -> ThrottledWorkers:
+    """The shared workers at a third of the time, until the chief is stopped: an epoch as long, for a third of the
+    steps (the resumed chief trains what is left at full speed)."""
+    return ThrottledWorkers(str(shared_servers.parent), share=1 / 3)
 
 
 def start_chief(cluster: Path, output: Path, log_path: Path, *options: str):
@@ -57,13 +64,15 @@ def resumed_from(log: str) -> tuple[str, int]:
 def test_sigterm_writes_a_checkpoint_and_the_resume_redoes_no_step(shared_servers, tmp_path, model):
     output, log_path = tmp_path / "output", tmp_path / "chief.log"
     cluster = model_cluster(shared_servers, tmp_path, model)
-    chief = start_chief(cluster, output, log_path, "--checkpoint_every_s", "0")
-    try:
-        assert wait_for_line(log_path, "train | epoch 1/1", timeout_s=300, process=chief), log_path.read_text()
-        chief.send_signal(signal.SIGTERM)
-        code = chief.wait(timeout=60)
-    finally:
-        stop(chief)
+    with slowed(shared_servers) as throttled:
+        chief = start_chief(cluster, output, log_path, "--checkpoint_every_s", "0")
+        try:
+            assert wait_for_line(log_path, "train | epoch 1/1", timeout_s=300, process=chief), log_path.read_text()
+            chief.send_signal(signal.SIGTERM)
+            code = chief.wait(timeout=60)
+        finally:
+            stop(chief)
+    assert len(throttled.seen) == 2, throttled.seen
     log = log_path.read_text()
     assert code == 4, log[-3000:]
     assert_no_traceback(log)
@@ -118,13 +127,15 @@ def test_a_stop_whose_drain_completes_the_epoch_saves_the_epoch_end():
 def test_killed_chief_resumes_within_the_epoch(shared_servers, tmp_path, model):
     output, log_path = tmp_path / "output", tmp_path / "chief.log"
     cluster = model_cluster(shared_servers, tmp_path, model)
-    chief = start_chief(cluster, output, log_path, "--checkpoint_every_s", "2")
-    try:
-        assert wait_for_line(log_path, "checkpoint ckpt-0-", timeout_s=300, process=chief), log_path.read_text()
-        time.sleep(1.0)  # mid-interval: some steps after the checkpoint are lost with the chief
-        chief.send_signal(signal.SIGKILL)
-    finally:
-        stop(chief)
+    with slowed(shared_servers) as throttled:
+        chief = start_chief(cluster, output, log_path, "--checkpoint_every_s", "2")
+        try:
+            assert wait_for_line(log_path, "checkpoint ckpt-0-", timeout_s=300, process=chief), log_path.read_text()
+            time.sleep(1.0)  # mid-interval: some steps after the checkpoint are lost with the chief
+            chief.send_signal(signal.SIGKILL)
+        finally:
+            stop(chief)
+    assert len(throttled.seen) == 2, throttled.seen
     first_log = log_path.read_text()
     rates = [float(m) for m in re.findall(r"\| ([\d.]+) steps/s \|", first_log)]
 
@@ -157,17 +168,21 @@ def test_a_worker_out_of_restarts_is_dropped_and_training_goes_on(tmp_path):
     from clusterkit import processes_mentioning, wait_for_launcher
     from test_healing import kill_task
 
-    # 1,000 steps: on an idle machine (about 90 steps/s) training outlasts the 4 s before the drop by far
-    training = {"epochs": 2, "steps_per_epoch": 500, "steps_per_execution": 2, "lr_decay_epochs": [],
+    # 400 steps with the workers at a third of the time: on an idle machine (about 30 steps/s) training outlasts
+    # the 4 s before the drop by far
+    training = {"epochs": 2, "steps_per_epoch": 200, "steps_per_execution": 2, "lr_decay_epochs": [],
                 "checkpoint_every_s": 3, "progress_every_s": 2}
-    path, logs = launch_detached(tmp_path, training=training,
-                                 launcher={"max_restarts": 0, "worker_lost_after_s": 4})
-    try:
-        assert wait_for_line(logs / "chief-0.log", "first step done", 240), (logs / "chief-0.log").read_text()
-        kill_task(logs, "worker-1")
-        log = wait_for_launcher(logs, timeout_s=420)
-    finally:
-        subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=180)
+    with ThrottledWorkers(str(tmp_path), share=1 / 3) as throttled:
+        path, logs = launch_detached(tmp_path, training=training,
+                                     launcher={"max_restarts": 0, "worker_lost_after_s": 4})
+        try:
+            assert wait_for_line(logs / "chief-0.log", "first step done", 240), (logs / "chief-0.log").read_text()
+            kill_task(logs, "worker-1")
+            log = wait_for_launcher(logs, timeout_s=420)
+        finally:
+            throttled.stop()
+            subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=180)
+    assert len(throttled.seen) == 2, throttled.seen
     assert "worker:1 died after 0 restarts in a row (launcher.max_restarts); training goes on" in log, log[-4000:]
     assert "worker:1 lost for 4 s (launcher.worker_lost_after_s): stopping chief:0" in log, log[-4000:]
     assert "chief:0 trains with worker:0" in log
@@ -283,9 +298,11 @@ def test_reload_resizes_workers_and_ps_in_a_running_job(tmp_path):
     from clusterkit import free_ports, processes_mentioning, wait_for_launcher
 
     model = "dlrm_dynamic"
-    # outlasts the two changes (alone: they were done by steps 134 and 182), then the shrunk job trains the rest
-    training = model_training(model, epochs=2, steps_per_epoch=400, steps_per_execution=2, lr_decay_epochs=[],
+    # outlasts the two changes (alone they were done by steps 134 and 182 of 800 at full speed), then the shrunk
+    # job trains the rest: 300 steps with the workers at a third of the time, as long as 900 were
+    training = model_training(model, epochs=2, steps_per_epoch=150, steps_per_execution=2, lr_decay_epochs=[],
                               progress_every_s=2)
+    throttled = ThrottledWorkers(str(tmp_path), share=1 / 3).start()
     path, logs = launch_detached(tmp_path, training=training, launcher={}, workers=2, ps=2)
     chief_log = logs / "chief-0.log"
     try:
@@ -314,7 +331,9 @@ def test_reload_resizes_workers_and_ps_in_a_running_job(tmp_path):
         assert wait_for_line(chief_log, "ps 3 -> 1:", 300), chief_log.read_text()[-3000:]
         launcher_log = wait_for_launcher(logs, timeout_s=600)
     finally:
+        throttled.stop()
         subprocess.run(["sh", str(ROOT / "kill.sh"), str(path)], capture_output=True, timeout=180)
+    assert len(throttled.seen) >= 3, throttled.seen  # the 2 workers, and the one added
     log = chief_log.read_text()
     differences = [float(x) for x in re.findall(r"predictions before and after differ by at most ([\d.e+-]+)", log)]
     assert len(differences) == 2 and all(d <= 1e-6 for d in differences), differences

@@ -16,6 +16,7 @@ import pytest
 
 import slurmkit
 from clusterkit import ROOT, processes_mentioning, wait_for_line, write_cluster
+from throttling import ThrottledWorkers
 
 pytestmark = [pytest.mark.multihost, pytest.mark.cluster]
 FAST = {"launcher": {"backend": "slurm", "restart_backoff_s": 0.5, "poll_s": 0.5},
@@ -97,8 +98,10 @@ def test_killed_worker_and_ps_steps_are_relaunched_on_their_nodes_and_the_chief_
     nodes = slurm.node_names
     cluster = {"chief": [f"{nodes[0]}:22320"], "worker": [f"{nodes[1]}:22321", f"{nodes[2]}:22322"],
                "ps": [f"{nodes[2]}:22323"], "evaluator": [f"{nodes[0]}:22324"]}
-    path = cluster_file(tmp_path, cluster, {"epochs": 3, "steps_per_epoch": 300, "steps_per_execution": 1})
+    # epochs a third longer than 300 steps were: the workers run a quarter of the time
+    path = cluster_file(tmp_path, cluster, {"epochs": 3, "steps_per_epoch": 100, "steps_per_execution": 1})
     logs = tmp_path / "logs"
+    throttled = ThrottledWorkers(str(tmp_path), share=1 / 4).start()
     started = sh(slurm, str(ROOT / "run.sh"), "--detach", path)
     assert started.returncode == 0, started.stderr
     try:
@@ -113,7 +116,9 @@ def test_killed_worker_and_ps_steps_are_relaunched_on_their_nodes_and_the_chief_
         assert wait_for_line(logs / "chief-0.log", "resuming after epoch", 120), (logs / "launcher.log").read_text()
         assert wait_for_line(logs / "launcher.log", "nothing of it remains", 300), (logs / "launcher.log").read_text()
     finally:
+        throttled.stop()
         sh(slurm, str(ROOT / "kill.sh"), path)
+    assert len(throttled.seen) >= 3, throttled.seen  # 2 workers, and worker 1 again
     log = (logs / "launcher.log").read_text()
     assert "worker:1 stopped after 1 restart" in log, log
     # the ps step relaunched on its node, whichever exit the launcher saw first: the ps's own death (restarted, "ps:0
@@ -226,10 +231,12 @@ def reload_sizes(slurm, path: str, **changes) -> subprocess.CompletedProcess:
 
 
 def test_reload_resizes_workers_and_ps_on_the_nodes_the_allocation_holds(slurm, tmp_path):
-    # both changes were done by step 242 and 710 in two runs (the first progress line starts them); the rest trains
-    path = cluster_file(tmp_path, {"chief": 1, "worker": 1, "ps": 1}, {"epochs": 2, "steps_per_epoch": 1000,
+    # both changes were done by step 242 and 710 of 2,000 in two runs (the first progress line starts them), the rest
+    # trained; now 600 steps with the workers at a quarter of the time: 2,400 of then in wall time
+    path = cluster_file(tmp_path, {"chief": 1, "worker": 1, "ps": 1}, {"epochs": 2, "steps_per_epoch": 300,
                         "steps_per_execution": 2, "progress_every_s": 2}, slurm={"nodes": 3})
     logs, chief_log = tmp_path / "logs", tmp_path / "logs" / "chief-0.log"
+    throttled = ThrottledWorkers(str(tmp_path), share=1 / 4).start()
     started = sh(slurm, str(ROOT / "run.sh"), "--detach", path)
     assert started.returncode == 0, started.stderr
     try:
@@ -256,7 +263,9 @@ def test_reload_resizes_workers_and_ps_on_the_nodes_the_allocation_holds(slurm, 
         assert wait_for_line(chief_log, "ps 2 -> 1:", 300), (logs / "launcher.log").read_text()[-4000:]
         assert wait_for_line(logs / "launcher.log", "nothing of it remains", 600), (logs / "launcher.log").read_text()
     finally:
+        throttled.stop()
         sh(slurm, str(ROOT / "kill.sh"), path)
+    assert len(throttled.seen) >= 2, throttled.seen  # worker 0, and worker 1 once added
     log = chief_log.read_text()
     differences = [float(x) for x in re.findall(r"predictions before and after differ by at most ([\d.e+-]+)", log)]
     assert len(differences) == 2 and all(d <= 1e-6 for d in differences), differences
