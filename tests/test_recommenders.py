@@ -121,7 +121,7 @@ def test_fused_table_splits_evenly_over_two_ps_with_a_report(shared_servers, tmp
 
 def _exports_as_the_chief_predicts(tmp_path):
     """The split checkpoint restores into an unpartitioned model that predicts as the chief did, and the exporter
-    writes it (tables a chunk at a time, 8 KiB chunks) in formats that predict the same."""
+    writes it (tables a chunk at a time, 64 KiB chunks) in formats that predict the same."""
     from models import export
     from online.publish.exporter import export_checkpoint
     from online.publish.request import MODEL, ExportRequest
@@ -136,7 +136,7 @@ def _exports_as_the_chief_predicts(tmp_path):
     raw = export.reference_inputs(source.split("train", raw=True), count=256)
     np.savez(tmp_path / "reference.npz", predictions=expected, **export.saved_inputs(raw))
     training = {"model": "dlrm", "dataset": "synthetic_criteo", "table_rows": list(options.table_rows),
-                "embedding_dim": 8, "stream_chunk_mb": 8 / 1024}
+                "embedding_dim": 8, "stream_chunk_mb": 64 / 1024}
     result = export_checkpoint(ExportRequest(kind=MODEL, checkpoint=str(tmp_path / "ckpt"), options=training,
                                              destination=str(tmp_path / "model"),
                                              reference=str(tmp_path / "reference.npz")), logging.getLogger("test"))
