@@ -65,10 +65,10 @@ def pytest_sessionfinish(session):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The modules that use the shared servers run last, so the servers start once and stop at the session's end;
-    under tests/lanes.py (PSCLUSTER_TEST_LANE set) only this lane's tests are kept."""
+    """The modules run in tests/lanes.py's `run_order` (those that mostly wait first, those on the shared servers
+    last); under tests/lanes.py (PSCLUSTER_TEST_LANE set) only this lane's tests are kept."""
     sharing = {item.nodeid.split("::")[0] for item in items if "shared_servers" in item.fixturenames}
-    items.sort(key=lambda item: item.nodeid.split("::")[0] in sharing)  # stable: a module's tests stay together
+    items.sort(key=lambda item: lanes.run_order(item.path.name, item.nodeid.split("::")[0] in sharing))  # stable
     lane = os.environ.get(lanes.LANE_VARIABLE)
     if not lane:
         return

@@ -22,7 +22,7 @@ from test_kubernetes_config import k8s_document
 from throttling import ThrottledWorkers
 
 pytestmark = [pytest.mark.multihost, pytest.mark.cluster]
-# epochs as long as 600 steps were, for 200: the worker pods run a third of the time (throttling.ThrottledWorkers)
+# epochs as long as 500 steps were, for 200: the worker pods run 40 % of the time (throttling.ThrottledWorkers)
 TRAINING = {"epochs": 4, "steps_per_epoch": 200, "steps_per_execution": 1, "lr_decay_epochs": [],
             "per_worker_batch": 16}
 POD_CLUSTER_FILE = "/opt/pscluster-config/"  # on every pod's command line
@@ -64,7 +64,7 @@ def trace(emulator: JobSetEmulator) -> str:
 
 def test_pods_train_to_an_evaluated_model_through_a_lost_worker_and_a_lost_ps(tmp_path):
     documents = manifests(tmp_path)
-    with JobSetEmulator(documents, tmp_path) as jobset, ThrottledWorkers(POD_CLUSTER_FILE, share=1 / 3) as throttled:
+    with JobSetEmulator(documents, tmp_path) as jobset, ThrottledWorkers(POD_CLUSTER_FILE, share=0.4) as throttled:
         jobset.start()
         assert jobset.run_until(lambda: "train | epoch 1/4" in jobset.log("chief", 0), 400), trace(jobset)
         jobset.kill("worker", 1)

@@ -21,6 +21,14 @@ def test_the_multihost_tests_have_a_lane_of_their_own_and_every_test_has_exactly
     assert not lanes.ONLINE_LANE & lanes.HEALING_LANE  # no module named twice
 
 
+def test_modules_that_mostly_wait_run_first_and_those_on_the_shared_servers_last():
+    modules = [("test_slurm.py", False), ("test_capacity_plan.py", True), ("test_slurm_endings.py", False),
+               ("test_kubernetes_pods.py", False)]
+    ordered = sorted(modules, key=lambda module: lanes.run_order(*module))
+    assert [name for name, _ in ordered] == ["test_slurm_endings.py", "test_slurm.py", "test_kubernetes_pods.py",
+                                             "test_capacity_plan.py"]
+
+
 def test_a_lane_with_nothing_to_run_does_not_fail_the_run_but_any_failure_does():
     assert lanes.combined_exit_code([0, lanes.NO_TESTS_RAN]) == 0  # e.g. `-m multihost`: main has nothing
     assert lanes.combined_exit_code([lanes.NO_TESTS_RAN, 0]) == 0

@@ -98,10 +98,10 @@ def test_killed_worker_and_ps_steps_are_relaunched_on_their_nodes_and_the_chief_
     nodes = slurm.node_names
     cluster = {"chief": [f"{nodes[0]}:22320"], "worker": [f"{nodes[1]}:22321", f"{nodes[2]}:22322"],
                "ps": [f"{nodes[2]}:22323"], "evaluator": [f"{nodes[0]}:22324"]}
-    # epochs a third longer than 300 steps were: the workers run a quarter of the time
+    # epochs as long as 300 steps were, for 100: the workers run a third of the time
     path = cluster_file(tmp_path, cluster, {"epochs": 3, "steps_per_epoch": 100, "steps_per_execution": 1})
     logs = tmp_path / "logs"
-    throttled = ThrottledWorkers(str(tmp_path), share=1 / 4).start()
+    throttled = ThrottledWorkers(str(tmp_path), share=1 / 3).start()
     started = sh(slurm, str(ROOT / "run.sh"), "--detach", path)
     assert started.returncode == 0, started.stderr
     try:
@@ -232,11 +232,11 @@ def reload_sizes(slurm, path: str, **changes) -> subprocess.CompletedProcess:
 
 def test_reload_resizes_workers_and_ps_on_the_nodes_the_allocation_holds(slurm, tmp_path):
     # both changes were done by step 242 and 710 of 2,000 in two runs (the first progress line starts them), the rest
-    # trained; now 600 steps with the workers at a quarter of the time: 2,400 of then in wall time
+    # trained; now 600 steps with the workers at 30 % of the time: as long as the 2,000 were
     path = cluster_file(tmp_path, {"chief": 1, "worker": 1, "ps": 1}, {"epochs": 2, "steps_per_epoch": 300,
                         "steps_per_execution": 2, "progress_every_s": 2}, slurm={"nodes": 3})
     logs, chief_log = tmp_path / "logs", tmp_path / "logs" / "chief-0.log"
-    throttled = ThrottledWorkers(str(tmp_path), share=1 / 4).start()
+    throttled = ThrottledWorkers(str(tmp_path), share=0.3).start()
     started = sh(slurm, str(ROOT / "run.sh"), "--detach", path)
     assert started.returncode == 0, started.stderr
     try:
