@@ -3,6 +3,7 @@ and what the run returns."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -19,6 +20,18 @@ def test_the_multihost_tests_have_a_lane_of_their_own_and_every_test_has_exactly
     assert [lanes.in_lane(lane, False, "test_healing.py") for lane in lanes.LANES] == [False, False, False, True]
     assert [lanes.in_lane(lane, True, "test_capacity_plan.py") for lane in lanes.LANES] == [False, False, True, False]
     assert not lanes.ONLINE_LANE & lanes.HEALING_LANE  # no module named twice
+
+
+def test_the_multihost_lane_and_what_it_starts_run_at_its_niceness_and_the_others_as_they_are(tmp_path):
+    shown = {}
+    for lane in ("multihost", "main"):
+        with open(tmp_path / lane, "wb") as out:
+            started = lanes.start_lane(lane, [PYTHON, "-c", "import os; print(os.nice(0))"], out)
+            assert started.wait(timeout=60) == 0
+        shown[lane] = int((tmp_path / lane).read_text().split()[-1])
+    base = os.nice(0)
+    wanted = base + lanes.LANE_NICENESS["multihost"] if os.geteuid() == 0 else base  # raising it takes root
+    assert shown == {"multihost": wanted, "main": base}, shown
 
 
 def test_modules_that_mostly_wait_run_first_and_those_on_the_shared_servers_last():
