@@ -9,22 +9,56 @@ import time
 from pathlib import Path
 
 
-class Throttle:
-    """Holds a process (its group, when it leads one) to about `share` of the time by SIGSTOP and SIGCONT."""
+class _StopAndGo:
+    """SIGCONT, `share` of `period_s`, SIGSTOP, the rest of it, in a thread, until stopped or no target is left;
+    every target runs freely again at the stop."""
 
-    def __init__(self, pid: int, share: float, period_s: float = 0.2):
-        self.pid, self.share, self.period_s = pid, share, period_s
+    def __init__(self, share: float, period_s: float):
+        self.share, self.period_s = share, period_s
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> "Throttle":
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self):
         self.thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def stop(self) -> None:
+        """Every target runs freely again (before a kill.sh, whose SIGTERM a stopped process would not see yet)."""
         self.stopped.set()
-        self.thread.join()
+        if self.thread.is_alive():
+            self.thread.join()
         self._signal(signal.SIGCONT)
+
+    def _signal(self, number: int) -> bool:
+        """Sends `number` to every target; False when none is left."""
+        raise NotImplementedError
+
+    def _look(self) -> None:
+        """Finds the targets again, if they change."""
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            self._look()
+            if not self._signal(signal.SIGCONT):
+                return
+            self.stopped.wait(self.share * self.period_s)
+            if self.stopped.is_set() or not self._signal(signal.SIGSTOP):
+                return
+            self.stopped.wait((1 - self.share) * self.period_s)
+
+
+class Throttle(_StopAndGo):
+    """Holds a process (its group, when it leads one) to about `share` of the time by SIGSTOP and SIGCONT."""
+
+    def __init__(self, pid: int, share: float, period_s: float = 0.2):
+        super().__init__(share, period_s)
+        self.pid = pid
 
     def _signal(self, number: int) -> bool:
         try:
@@ -36,68 +70,39 @@ class Throttle:
         except ProcessLookupError:  # killed meanwhile
             return False
 
-    def _run(self) -> None:
-        while not self.stopped.is_set() and self._signal(signal.SIGCONT):
-            self.stopped.wait(self.share * self.period_s)
-            if self.stopped.is_set() or not self._signal(signal.SIGSTOP):
-                return
-            self.stopped.wait((1 - self.share) * self.period_s)
 
-
-class ThrottledWorkers:
+class ThrottledWorkers(_StopAndGo):
     """Every worker server whose command line mentions `mentioned` (a test's directory) held to about `share` of
     the time, those started later too (restarted, added, in a new job step or pod): looked for again every
     `look_every_s`. For a test that needs training to outlast what it does, not the steps themselves: an epoch as
     long in wall time for a fraction of its steps, and of the CPU they cost."""
 
     def __init__(self, mentioned: str, share: float, period_s: float = 0.2, look_every_s: float = 1.0):
-        self.mentioned, self.share, self.period_s, self.look_every_s = mentioned, share, period_s, look_every_s
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(share, period_s)
+        self.mentioned, self.look_every_s, self.looked = mentioned, look_every_s, 0.0
         self.pids: set[int] = set()
         self.seen: set[int] = set()  # every worker held: a test asserts there were some
 
-    def __enter__(self) -> "ThrottledWorkers":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def start(self) -> "ThrottledWorkers":
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Every worker runs freely again (before a kill.sh, whose SIGTERM a stopped process would not see yet)."""
-        self.stopped.set()
-        if self.thread.is_alive():
-            self.thread.join()
-        self._signal_all(signal.SIGCONT)
-
-    def _signal_all(self, number: int) -> None:
+    def _signal(self, number: int) -> bool:
         for pid in list(self.pids):
             try:
                 os.kill(pid, number)
             except ProcessLookupError:  # ended: a restart's new one is found at the next look
                 self.pids.discard(pid)
+        return True  # workers may come later
 
-    def _run(self) -> None:
-        looked = 0.0
-        while not self.stopped.is_set():
-            if time.monotonic() - looked >= self.look_every_s:
-                self._signal_all(signal.SIGCONT)  # none stays stopped when it leaves the set
-                self.pids, looked = set(server_pids(self.mentioned, "worker")), time.monotonic()
-                self.seen |= self.pids
-            self._signal_all(signal.SIGCONT)
-            self.stopped.wait(self.share * self.period_s)
-            if self.stopped.is_set():
-                return
-            self._signal_all(signal.SIGSTOP)
-            self.stopped.wait((1 - self.share) * self.period_s)
+    def _look(self) -> None:
+        if time.monotonic() - self.looked >= self.look_every_s:
+            self._signal(signal.SIGCONT)  # none stays stopped when it leaves the set
+            self.pids, self.looked = set(server_pids(self.mentioned, "worker")), time.monotonic()
+            self.seen |= self.pids
 
 
-def server_pids(mentioned: str, job: str) -> list[int]:
-    """The pids of the Python processes serving `job` (any index) whose command lines mention `mentioned`."""
+def server_pids(mentioned: str, job: str, index: int | None = None) -> list[int]:
+    """The pids of the Python processes serving `job` (`index`, or any) whose command lines mention `mentioned` (a
+    test's directory), wherever they were started from (a launcher, srun): not a wrapper that names the same
+    arguments."""
+    wanted = ["-m", "roles.server", "--role", job] + ([] if index is None else ["--index", str(index)])
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -106,21 +111,14 @@ def server_pids(mentioned: str, job: str) -> list[int]:
             argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if "python" in Path(argv[0]).name and argv[1:5] == ["-m", "roles.server", "--role", job] and \
-                any(mentioned in a for a in argv):
+        if "python" in Path(argv[0]).name and argv[1:1 + len(wanted)] == wanted and any(mentioned in a for a in argv):
             found.append(int(entry.name))
     return found
 
 
 def server_pid(mentioned: str, job: str, index: int) -> int:
-    """The pid of the Python process serving `job` `index` whose command line mentions `mentioned` (a test's
-    directory), wherever it was started from (a launcher, srun): not a wrapper that names the same arguments."""
-    wanted = ["-m", "roles.server", "--role", job, "--index", str(index)]
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if "python" in Path(argv[0]).name and argv[1:7] == wanted and any(mentioned in a for a in argv):
-            return int(entry.name)
-    raise AssertionError(f"no process serves {job}:{index} for {mentioned}")
+    """The pid of the one process serving `job` `index` for `mentioned` (see `server_pids`)."""
+    found = server_pids(mentioned, job, index)
+    if not found:
+        raise AssertionError(f"no process serves {job}:{index} for {mentioned}")
+    return found[0]
