@@ -55,6 +55,26 @@ def test_a_lane_over_its_budget_is_named_and_one_within_it_is_not():
     assert lanes.over_budget({"main": 10.0, "multihost": 20.0}) == []
 
 
+def test_the_budget_grows_with_the_machines_slowdown_by_the_probes_median_within_its_bounds():
+    reference = lanes.REFERENCE_PROBE_S
+    assert lanes.slowdown([reference * 1.5, reference * 1.4, reference * 9]) == 1.5  # the median, not a spike
+    assert lanes.slowdown([reference / 2] * 3) == 1.0  # a faster machine keeps the budget as written
+    assert lanes.slowdown([reference * 9] * 3) == lanes.MAX_SLOWDOWN
+    assert lanes.slowdown([]) == 1.0  # a run too short to probe
+    late = lanes.over_budget({"main": lanes.LANE_BUDGET_S + 1}, lanes.LANE_BUDGET_S * 1.5)
+    assert late == []
+
+
+def test_the_speed_gauge_times_its_probe_while_it_runs():
+    gauge = lanes.SpeedGauge(every_s=0.05)
+    deadline = time.monotonic() + 30
+    while len(gauge.probes) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert 1.0 <= gauge.slowdown() <= lanes.MAX_SLOWDOWN
+    assert len(gauge.probes) >= 3 and all(0 < probe < 1 for probe in gauge.probes), gauge.probes
+    assert not gauge.thread.is_alive()
+
+
 def test_each_lane_is_timed_to_its_own_end():
     """A lane that ends first is charged its own seconds, not those of the lane still running (CI printed the
     main lane's time for both)."""
