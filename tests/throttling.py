@@ -80,22 +80,33 @@ class ThrottledWorkers(_StopAndGo):
     def __init__(self, mentioned: str, share: float, period_s: float = 0.2, look_every_s: float = 1.0):
         super().__init__(share, period_s)
         self.mentioned, self.look_every_s, self.looked = mentioned, look_every_s, 0.0
-        self.pids: set[int] = set()
+        self.pids: dict[int, str] = {}  # each worker's pid and start time: a pid another process took is let be
         self.seen: set[int] = set()  # every worker held: a test asserts there were some
 
     def _signal(self, number: int) -> bool:
-        for pid in list(self.pids):
+        for pid, started in list(self.pids.items()):
             try:
+                if start_time(pid) != started:
+                    raise ProcessLookupError(pid)
                 os.kill(pid, number)
             except ProcessLookupError:  # ended: a restart's new one is found at the next look
-                self.pids.discard(pid)
+                del self.pids[pid]
         return True  # workers may come later
 
     def _look(self) -> None:
         if time.monotonic() - self.looked >= self.look_every_s:
             self._signal(signal.SIGCONT)  # none stays stopped when it leaves the set
-            self.pids, self.looked = set(server_pids(self.mentioned, "worker")), time.monotonic()
-            self.seen |= self.pids
+            found = {pid: start_time(pid) for pid in server_pids(self.mentioned, "worker")}
+            self.pids, self.looked = {pid: started for pid, started in found.items() if started}, time.monotonic()
+            self.seen |= set(self.pids)
+
+
+def start_time(pid: int) -> str:
+    """When `pid` started, in clock ticks since boot (/proc/PID/stat's 22nd field); "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
 
 
 def server_pids(mentioned: str, job: str, index: int | None = None) -> list[int]:
