@@ -13,6 +13,7 @@ import tf_keras
 
 from models import recommenders
 from tables.dynamic.checkpoint import held_difference
+from tables.dynamic.expiry import SWEEPS_PER_EXPIRY
 from tables.dynamic.layer import DynamicTables
 from tables.dynamic.mixing import partition_of
 from tables.sparse import make_embedding_optimizer
@@ -209,17 +210,25 @@ def test_a_checkpoint_of_the_earlier_form_with_int32_last_steps_restores(tmp_pat
 
 
 def test_expiry_in_seconds_frees_a_row_idle_that_long_whatever_the_steps():
+    """A's row goes no sooner than 0.6 s after its lookup, and by the first sweep 0.6 s after the first sweep that
+    followed it. The bound comes from the steps' own times (the ps's clock is this clock), so a process the machine
+    stalls for seconds still checks it: a stalled step only starts earlier than its sweep."""
     import time
 
-    layer, optimizer = table(64, 2, expire_after_s=0.6)  # a sweep every 0.075 s of the ps's clock
+    expire_s, sweep_s = 0.6, 0.6 / SWEEPS_PER_EXPIRY
+    layer, optimizer = table(64, 2, expire_after_s=expire_s)
+    a_began = time.time()  # tf.timestamp(), the ps's clock, is this wall clock
     train(layer, optimizer, [[1, 2]])
-    last_a = time.monotonic()
-    deadline = last_a + 20
-    while 1 in held_ids(layer) and time.monotonic() < deadline:  # B steps as fast as they come, then slower
+    a_ended = time.time()
+    steps = []  # (began, ended) of each step of B, the last one the first without A's row
+    while 1 in held_ids(layer) and time.time() < a_ended + 20:  # B steps as fast as they come
+        began = time.time()
         train(layer, optimizer, [[3, 4]])
-    idle = time.monotonic() - last_a
-    assert held_ids(layer) == {3, 4} and idle >= 0.6, idle
-    assert idle < 0.6 * 1.25 + 2.0, idle  # within a quarter more (and this machine's delays)
+        steps.append((began, time.time()))
+    assert held_ids(layer) == {3, 4} and steps[-1][1] - a_began >= expire_s, steps[-1][1] - a_began
+    swept_after_a_by = next(ended for began, ended in steps if began >= a_ended + sweep_s)  # a sweep of B's steps
+    last_holding = max([began for began, _ in steps[:-1]], default=a_ended)
+    assert last_holding < swept_after_a_by + expire_s + sweep_s, (last_holding - a_ended, swept_after_a_by - a_ended)
 
 
 @pytest.mark.parametrize("deduplicate", [True, False])
