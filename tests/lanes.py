@@ -115,15 +115,14 @@ def probe_s(loops: int = 200_000) -> float:
     return time.thread_time() - started
 
 
-def slowdown(probes: list[float]) -> float:
-    """How much slower than the reference this machine ran, by the probes' median, between 1 and MAX_SLOWDOWN."""
-    if not probes:
-        return 1.0
-    return min(max(statistics.median(probes) / REFERENCE_PROBE_S, 1.0), MAX_SLOWDOWN)
+def slowdown(median_probe_s: float) -> float:
+    """How much slower than the reference this machine ran, by the probes' median, between 1 and MAX_SLOWDOWN (1 for
+    a run too short to probe: 0)."""
+    return min(max(median_probe_s / REFERENCE_PROBE_S, 1.0), MAX_SLOWDOWN)
 
 
 class SpeedGauge:
-    """Times `probe_s` every `every_s` in a thread, from its start to `slowdown()`."""
+    """Times `probe_s` every `every_s` in a thread, from its start to `stop()`."""
 
     def __init__(self, every_s: float = 5.0):
         self.every_s, self.probes, self.stopped = every_s, [], threading.Event()
@@ -134,10 +133,11 @@ class SpeedGauge:
         while not self.stopped.wait(self.every_s):
             self.probes.append(probe_s())
 
-    def slowdown(self) -> float:
+    def stop(self) -> float:
+        """Ends the probing; the probes' median (0 when none ran)."""
         self.stopped.set()
         self.thread.join()
-        return slowdown(self.probes)
+        return statistics.median(self.probes) if self.probes else 0.0
 
 
 def names_a_path(arguments: list[str]) -> bool:
@@ -234,11 +234,12 @@ def run_lanes(arguments: list[str]) -> int:
     codes = [lanes[lane].returncode for lane in LANES]
     each = ", ".join(f"{lane} lane {seconds[lane]:.0f} s (exit {code})" for lane, code in zip(LANES, codes,
                                                                                             strict=True))
-    slower = gauge.slowdown()
+    median_probe_s = gauge.stop()
+    slower = slowdown(median_probe_s)
     budget_s = LANE_BUDGET_S * slower
     print(f"[lanes] total {time.monotonic() - started:.0f} s: {each}; budget {budget_s:.0f} s a lane "
           f"({LANE_BUDGET_S} s x {slower:.2f}, this machine's slowdown: a loop's median {len(gauge.probes)} times, "
-          f"{statistics.median(gauge.probes or [0]) * 1000:.1f} ms against {REFERENCE_PROBE_S * 1000:.1f})", flush=True)
+          f"{median_probe_s * 1000:.1f} ms against {REFERENCE_PROBE_S * 1000:.1f})", flush=True)
     slow = over_budget(seconds, budget_s) if not arguments else []  # only the whole suite is held to the budget
     for line in slow:
         print(line, flush=True)
