@@ -226,7 +226,9 @@ def test_expiry_in_seconds_frees_a_row_idle_that_long_whatever_the_steps():
         train(layer, optimizer, [[3, 4]])
         steps.append((began, time.time()))
     assert held_ids(layer) == {3, 4} and steps[-1][1] - a_began >= expire_s, steps[-1][1] - a_began
-    swept_after_a_by = next(ended for began, ended in steps if began >= a_ended + sweep_s)  # a sweep of B's steps
+    # by the end of a step begun a sweep after A, one of B's steps swept (none such: every step began too soon to hold
+    # the row too long)
+    swept_after_a_by = next((ended for began, ended in steps if began >= a_ended + sweep_s), float("inf"))
     last_holding = max([began for began, _ in steps[:-1]], default=a_ended)
     assert last_holding < swept_after_a_by + expire_s + sweep_s, (last_holding - a_ended, swept_after_a_by - a_ended)
 
