@@ -21,6 +21,7 @@ from clusterkit import PYTHON, ROOT, cluster_document, processes_mentioning, wri
 from cluster import config as cluster_config, taskspec  # noqa: E402
 from common import net  # noqa: E402
 from common.graph_style import trace_toolkit_code_as_written  # noqa: E402
+from common.proc import proc_stat  # noqa: E402
 from launcher import task_forks  # noqa: E402
 from launcher.supervisor import Supervisor  # noqa: E402
 
@@ -97,10 +98,10 @@ def _with_state(leftover: str) -> str:
     """`pid: command` with the process's state and parent (stat fields 3 and 4), to tell a stuck one from a
     slow one."""
     pid = leftover.split(":", 1)[0]
-    try:
-        state, parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
-    except (OSError, ValueError):
+    fields = proc_stat(int(pid))
+    if not fields:
         return f"{leftover.strip()} (gone since)"
+    state, parent = fields[:2]
     return f"{leftover.strip()} (state {state}, parent {parent})"
 
 

@@ -7,12 +7,12 @@ import shlex
 import socket
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 import netns
 from clusterkit import ROOT
+from common.proc import start_ticks
 from launcher.process import has_live_thread
 
 pytestmark = pytest.mark.multihost
@@ -139,23 +139,14 @@ def test_teardown_kills_what_ran_on_the_hosts_and_leaves_no_namespace_link_or_mo
         sleeper = f"setsid sleep 600 > /dev/null 2>&1 < /dev/null & touch {hosts.workdir}/file"
         assert hosts.run(1, sleeper).returncode == 0
         assert wait_until(lambda: answers_launcher(hosts, hosts.addresses[0], PS_PORT), timeout_s=90)
-        started = {int(pid): started_at(int(pid)) for name in hosts.namespaces
+        started = {int(pid): start_ticks(int(pid)) for name in hosts.namespaces
                    for pid in command_output(["ip", "netns", "pids", name])}
         assert len(started) >= 2 * 3  # per host at least unshare, sshd and what we started
     assert netns.leftovers(hosts.claims) == []
-    assert [pid for pid, at in started.items() if has_live_thread(pid) and started_at(pid) == at] == []
+    assert [pid for pid, at in started.items() if has_live_thread(pid) and start_ticks(pid) == at] == []
     assert not set(hosts.namespaces) & set(command_output(["ip", "netns", "list"]))
     for link in (hosts.claims.bridge, *hosts.claims.links):
         assert subprocess.run(["ip", "link", "show", link], capture_output=True, timeout=30).returncode != 0, link
-
-
-def started_at(pid: int) -> str | None:
-    """When `pid` started (its stat's starttime): a pid reused by a new process is not the one that ran on the
-    hosts (pid_max is 32,768 here, and the suite's other lane starts processes all the while)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def command_output(argv: list[str]) -> list[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit import derive_cluster, finish, processes_mentioning, start_module, wait_for_line
+from common.proc import proc_stat
 from test_follow import FOLLOW, write_day
 
 pytestmark = pytest.mark.cluster
@@ -36,10 +37,8 @@ def wait_for_path(folder, pattern: str, timeout_s: float, process) -> str | None
 
 def niceness(pid: str) -> int | None:
     """A live process's niceness (/proc/<pid>/stat's 19th field), None once it has ended."""
-    try:
-        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16])
-    except (OSError, IndexError):
-        return None
+    fields = proc_stat(int(pid))
+    return int(fields[16]) if fields else None
 
 
 def test_a_chief_killed_mid_write_leaves_nothing_half_visible_and_the_next_publishes_first(shared_servers, tmp_path):

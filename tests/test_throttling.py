@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from clusterkit import PYTHON
-from throttling import Throttle, ThrottledWorkers, server_pid, server_pids, start_time
+from common.proc import proc_stat, start_ticks
+from throttling import Throttle, ThrottledWorkers, server_pid, server_pids
 
 SPINNER = "while True:\n    pass\n"
 
@@ -23,12 +24,12 @@ def spinning_worker(folder: Path, index: int) -> subprocess.Popen:
 
 
 def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = proc_stat(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime and stime
 
 
 def state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return proc_stat(pid)[0]
 
 
 def share_held(pid: int, seconds: float) -> float:
@@ -59,7 +60,7 @@ def test_the_workers_of_a_folder_are_held_to_their_share_and_run_freely_after(tm
         for worker in workers:
             worker.kill()
             worker.wait(timeout=30)
-    assert start_time(workers[0].pid) == ""  # gone: a pid taken later would not be signalled
+    assert start_ticks(workers[0].pid) is None  # gone: a pid taken later would not be signalled
 
 
 def test_a_throttled_process_is_held_to_its_share_and_the_throttle_ends_with_it(tmp_path):

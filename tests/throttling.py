@@ -8,6 +8,8 @@ import threading
 import time
 from pathlib import Path
 
+from common.proc import start_ticks
+
 
 class _StopAndGo:
     """SIGCONT, `share` of `period_s`, SIGSTOP, the rest of it, in a thread, until stopped or no target is left;
@@ -80,13 +82,13 @@ class ThrottledWorkers(_StopAndGo):
     def __init__(self, mentioned: str, share: float, period_s: float = 0.2, look_every_s: float = 1.0):
         super().__init__(share, period_s)
         self.mentioned, self.look_every_s, self.looked = mentioned, look_every_s, 0.0
-        self.pids: dict[int, str] = {}  # each worker's pid and start time: a pid another process took is let be
+        self.pids: dict[int, int] = {}  # each worker's pid and start time: a pid another process took is let be
         self.seen: set[int] = set()  # every worker held: a test asserts there were some
 
     def _signal(self, number: int) -> bool:
         for pid, started in list(self.pids.items()):
             try:
-                if start_time(pid) != started:
+                if start_ticks(pid) != started:
                     raise ProcessLookupError(pid)
                 os.kill(pid, number)
             except ProcessLookupError:  # ended: a restart's new one is found at the next look
@@ -96,17 +98,9 @@ class ThrottledWorkers(_StopAndGo):
     def _look(self) -> None:
         if time.monotonic() - self.looked >= self.look_every_s:
             self._signal(signal.SIGCONT)  # none stays stopped when it leaves the set
-            found = {pid: start_time(pid) for pid in server_pids(self.mentioned, "worker")}
+            found = {pid: start_ticks(pid) for pid in server_pids(self.mentioned, "worker")}
             self.pids, self.looked = {pid: started for pid, started in found.items() if started}, time.monotonic()
             self.seen |= set(self.pids)
-
-
-def start_time(pid: int) -> str:
-    """When `pid` started, in clock ticks since boot (/proc/PID/stat's 22nd field); "" once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
 
 
 def server_pids(mentioned: str, job: str, index: int | None = None) -> list[int]:
