@@ -24,7 +24,7 @@ from cluster.training_parse import parse_training_options
 from common.errors import UserError
 from data.folder import SAMPLE_FILES
 from kafkakit import Producer, running_broker
-from online.follow.topic import client, parser
+from online.follow.topic import client, parser, watch as topic_watch
 from online.follow.topic.retirement import Retirement
 from online.follow.topic.source_identity import source_problem, topic_id
 from online.follow.topic.spool import Segment, Spool, parse_name
@@ -262,6 +262,21 @@ def test_reading_pauses_while_training_lags_and_goes_on_once_ranges_are_trained(
     assert 124_000 <= largest < 170_000
     kept = {path.name for path in (tmp_path / "stream").glob("p*")}
     assert len(kept) == SAMPLE_FILES and kept <= trained and set(looks.gone) <= trained  # the newest kept: a sample
+
+
+def test_a_stop_commits_the_end_of_what_the_last_safe_to_delete_json_lists(broker, tmp_path, said, monkeypatch):
+    """A run's end writes its last safe_to_delete.json, then stops the watch: that end is committed at the stop,
+    whenever the watch's last round ran (here: only its first, before anything was read)."""
+    monkeypatch.setattr(topic_watch, "RETIRE_EVERY_S", 1e9)
+    topic = broker.topic(partitions=1)
+    Producer(broker, topic).send([b"x" * 99] * 100)
+    watch = watching(broker, topic, tmp_path, said[0])
+    try:
+        names = sorted({landed.name for landed in Looks(watch).until(100).landed})
+        (tmp_path / "safe_to_delete.json").write_text(json.dumps({"files": names}))
+    finally:
+        watch.stop()
+    assert committed(broker, topic) == {0: 100}
 
 
 def test_a_batch_taken_in_part_is_read_again_from_what_was_kept_by_a_new_consumer(broker, tmp_path, said):

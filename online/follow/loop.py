@@ -212,6 +212,7 @@ class FollowLoop:
         self.publishing.finish()
         self.publishing.write_last_delta()
         self.p.stop.training = False
+        self.publishing.record.flush()  # safe_to_delete.json of the last checkpoint: a topic commits its end at stop
         self.p.watch.stop()
         summary = read_summary(run.files)
         finished = dataclasses.replace(summary, status=RunStatus.COMPLETE,
@@ -226,6 +227,5 @@ class FollowLoop:
                                                "steps_trained_again": self.schedule.trainer.steps_again,
                                                "kept": self.publishing.kept(evaluated=True),
                                                **self.p.watch.summary()})
-        self.publishing.record.flush()  # safe_to_delete.json of the last checkpoint, before the summary says complete
         write_summary(run.files, finished)
         return finished

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 WATERMARKS_EVERY_S = 5.0
+MALFORMED_SAID = 10  # malformed messages said in the log; all are counted
 
 
 class Lag:
@@ -49,6 +50,17 @@ class Lag:
         except kafka.KafkaException:
             return  # tried again at the next settled checkpoint's look
         self.committed.update(moved)
+
+    def count_lost(self, log, address, partition: int, start: int, low: int) -> None:
+        self.lost += low - start
+        log.warning("%s: partition %d: offsets %d-%d were deleted (the topic's retention) before they were trained: "
+                    "counted lost", address, partition, start, low - 1)
+
+    def count_malformed(self, log, address, partition: int, offset: int, why: str) -> None:
+        self.malformed += 1
+        if self.malformed <= MALFORMED_SAID:
+            log.info("%s: partition %d offset %d: skipped, %s (malformed messages are counted in the summary; the "
+                     "first %d are said)", address, partition, offset, why, MALFORMED_SAID)
 
     def counts(self) -> dict[str, int]:
         """What the stream's record keeps, so a chief started again goes on counting."""

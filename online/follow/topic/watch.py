@@ -28,7 +28,7 @@ from online.follow.topic.went_back import WentBack, went_back_error
 BATCH = 10_000  # records asked of the client at once
 METADATA_EVERY_S = 10.0  # new partitions are looked for this often
 RETIRE_EVERY_S = 2.0  # trained ranges removed (and their offsets committed) this often
-MALFORMED_SAID = 10  # malformed messages said in the log; all are counted
+STOP_WAIT_S = 10.0  # a stop waits this long for the last commit (a broker gone meanwhile: the next run commits)
 
 
 class TopicWatch:
@@ -61,8 +61,8 @@ class TopicWatch:
         self._thread.start()
         return self
 
-    def stop(self, wait_s: float = 0.0) -> None:
-        """Stops reading; with `wait_s`, waits that long for the client to close."""
+    def stop(self, wait_s: float = STOP_WAIT_S) -> None:
+        """Stops reading, and waits up to `wait_s` for the last commit and the client's close."""
         self._stopped.set()
         self._thread.join(timeout=wait_s)
 
@@ -99,6 +99,7 @@ class TopicWatch:
                     self.log.exception("reading %s failed; trying again", self.address)
                 consumer = self._after_fault(consumer)
         if consumer is not None:
+            self._last_commit(kafka, consumer)
             consumer.close()
 
     def _after_fault(self, consumer):
@@ -203,18 +204,13 @@ class TopicWatch:
             self._assigned.update(new)
             for partition in new:
                 if oldest[partition] > starts[partition]:
-                    self._lost(partition, starts[partition], oldest[partition])
+                    self.lag.count_lost(self.log, self.address, partition, starts[partition], oldest[partition])
                 if partition not in self._held:  # a held range goes on at its end, the gap counted lost
                     self._positions[partition] = max(starts[partition], oldest[partition])
             self.log.info("%s: reading partition%s %s from offset%s %s", self.address, "s" * (len(assign) > 1),
                           ", ".join(str(tp.partition) for tp in assign), "s" * (len(assign) > 1),
                           ", ".join(str(tp.offset) for tp in assign))
         self.lag.watermarks(consumer, kafka, self.address.topic, self._positions)
-
-    def _lost(self, partition: int, start: int, low: int) -> None:
-        self.lag.lost += low - start
-        self.log.warning("%s: partition %d: offsets %d-%d were deleted (the topic's retention) before they were "
-                         "trained: counted lost", self.address, partition, start, low - 1)
 
     def _take(self, kafka, consumer, messages) -> None:
         for message in messages:
@@ -227,16 +223,10 @@ class TopicWatch:
             value, why = self.prepare(value) if self.prepare else (value, "")
             if why:
                 held.end = message.offset() + 1
-                self._malformed(partition, message.offset(), why)
+                self.lag.count_malformed(self.log, self.address, partition, message.offset(), why)
             else:
                 held.add(value, message.offset(), message.timestamp())
             self._reached()
-
-    def _malformed(self, partition: int, offset: int, why: str) -> None:
-        self.lag.malformed += 1
-        if self.lag.malformed <= MALFORMED_SAID:
-            self.log.info("%s: partition %d offset %d: skipped, %s (malformed messages are counted in the summary; "
-                          "the first %d are said)", self.address, partition, offset, why, MALFORMED_SAID)
 
     def _error(self, kafka, consumer, error, message) -> None:
         if error.code() not in (kafka.KafkaError.OFFSET_OUT_OF_RANGE, kafka.KafkaError._AUTO_OFFSET_RESET):
@@ -249,7 +239,7 @@ class TopicWatch:
             self._went_back(partition, high, position)
             return
         if low > position:
-            self._lost(partition, position, low)
+            self.lag.count_lost(self.log, self.address, partition, position, low)
             if partition not in self._held:
                 self._positions[partition] = low
         consumer.seek(kafka.TopicPartition(self.address.topic, partition, max(low, position)))  # fetching again
@@ -287,12 +277,21 @@ class TopicWatch:
         if removed:
             self._put(Look(gone={name: "trained into a settled checkpoint: removed from the stream"
                                  for name in removed}))
-        untrained = [s for name, s in self.spool.segments() if name not in names]
-        untrained += [Segment(partition, held.first, held.end) for partition, held in self._held.items()]
-        self.lag.commit(consumer, kafka, self.address.topic, trained_through(self._positions, untrained))
+        self._commit_trained(kafka, consumer, names)
         self.lag.watermarks(consumer, kafka, self.address.topic, self._positions)
         went_back = self._unreachable_since is None and self._went_back_check.check(
             kafka, self.address.topic, self.lag.ends, self._positions)
         if went_back:
             self._went_back(*went_back)
 
+    def _commit_trained(self, kafka, consumer, trained: set[str]) -> None:
+        """Each partition's end of the ranges `trained` (those safe_to_delete.json lists) goes to the group."""
+        untrained = [s for name, s in self.spool.segments() if name not in trained]
+        untrained += [Segment(partition, held.first, held.end) for partition, held in self._held.items()]
+        self.lag.commit(consumer, kafka, self.address.topic, trained_through(self._positions, untrained))
+
+    def _last_commit(self, kafka, consumer) -> None:
+        """At a stop, the end of what the last safe_to_delete.json lists (the last round may have run before it was
+        written); not after an error that stops the run, a batch taken in part, or with the broker out of reach."""
+        if self._fatal is None and not self._rewind and self._unreachable_since is None:
+            self._commit_trained(kafka, consumer, self.retirement.trained())
