@@ -21,7 +21,7 @@ from clusterkit import PYTHON, ROOT, derive_cluster, finish, start_module, wait_
 from models.checkpoints import listed_checkpoints
 from launcher import process
 from test_follow import FOLLOW, write_day
-from throttling import Throttle
+from throttling import Throttle, frozen_while
 
 pytestmark = pytest.mark.cluster
 
@@ -107,9 +107,10 @@ def test_deltas_keep_a_late_follower_fresh_through_a_slowed_worker_and_a_killed_
         written = _deltas_written(log)
         _wait(lambda: _deltas_written(log) >= written + 2, 120, "two deltas while the follower stands")
         deltas = output / "serving" / "deltas"
-        _wait(lambda: any(deltas.glob(".writing-*")) and _served_past_the_last_checkpoint(log), 60,
+        _wait(lambda: any(deltas.glob(".writing-*")) and _served_past_the_last_checkpoint(log)
+              and frozen_while(chief.pid, lambda: any(deltas.glob(".writing-*"))), 60,
               "a delta being written after one that served past the last checkpoint")
-        chief.send_signal(signal.SIGKILL)  # in the middle of a delta
+        chief.send_signal(signal.SIGKILL)  # in the middle of a delta (stopped there)
         chief.wait(timeout=30)
         half = [p.name for p in deltas.glob(".writing-*")]
         follower.send_signal(signal.SIGCONT)

@@ -17,6 +17,7 @@ import pytest
 from clusterkit import derive_cluster, finish, processes_mentioning, start_module, wait_for_line
 from common.proc import proc_stat
 from test_follow import FOLLOW, write_day
+from throttling import frozen_while
 
 pytestmark = pytest.mark.cluster
 
@@ -32,6 +33,16 @@ def wait_for_path(folder, pattern: str, timeout_s: float, process) -> str | None
         if found:
             return found
         time.sleep(0.01)
+    return None
+
+
+def caught_writing(folder, pattern: str, timeout_s: float, process) -> str | None:
+    """wait_for_path, with `process` and what it started stopped while the entry is still there (frozen_while):
+    the kill that follows finds it half written, however long this test took to look; None if none was caught."""
+    deadline = time.monotonic() + timeout_s
+    while (found := wait_for_path(folder, pattern, deadline - time.monotonic(), process)) is not None:
+        if frozen_while(process.pid, lambda: (folder / found).exists()):
+            return found
     return None
 
 
@@ -69,7 +80,7 @@ def test_a_chief_killed_mid_write_leaves_nothing_half_visible_and_the_next_publi
         left = output / "checkpoints" / temp  # gone at the start (a save of that name may have begun again since)
         assert not left.exists() or left.stat().st_ino != killed_save
         assert wait_for_line(logs[1], "day_1: done", 300, chief), logs[1].read_text()[-3000:]
-        writing = wait_for_path(output / "serving", r"\.writing-\d+", 300, chief)  # a version being written
+        writing = caught_writing(output / "serving", r"\.writing-\d+", 300, chief)  # a version being written
         assert writing, logs[1].read_text()[-3000:]
         exporters = [line.split(":")[0] for line in processes_mentioning("online.publish.exporter")
                      if str(output) in line]

@@ -1,4 +1,5 @@
-"""Slowing a running task from outside, as a busy machine would: SIGSTOP and SIGCONT in turn, for any user."""
+"""Slowing a running task from outside, as a busy machine would: SIGSTOP and SIGCONT in turn, for any user; and
+stopping a process tree in the middle of what it writes, for a kill to find it there."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from common.proc import start_ticks
+from common.proc import proc_stat, start_ticks
 
 
 class _StopAndGo:
@@ -127,3 +128,43 @@ def server_pid(mentioned: str, job: str, index: int) -> int:
     if not found:
         raise AssertionError(f"no process serves {job}:{index} for {mentioned}")
     return found[0]
+
+
+def frozen_while(pid: int, there) -> bool:
+    """SIGSTOPs `pid`, then every process under it; True when `there()` still holds after, with them left stopped
+    (a SIGKILL then finds what they were writing half done, however long the test took to look); otherwise they go
+    on (SIGCONT) and False."""
+    frozen = [pid]
+    os.kill(pid, signal.SIGSTOP)  # first: it starts no new process meanwhile
+    for _ in range(3):  # a child forked just before the stop is found at the next pass
+        new = [child for child in _descendants(frozen) if child not in frozen]
+        for child in new:
+            _send(child, signal.SIGSTOP)
+        frozen += new
+    if there():
+        return True
+    for stopped in frozen:
+        _send(stopped, signal.SIGCONT)
+    return False
+
+
+def _send(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:  # ended since it was found
+        pass
+
+
+def _descendants(roots: list[int]) -> list[int]:
+    """The live processes under any of `roots` (/proc's parent ids)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        fields = proc_stat(int(entry.name)) if entry.name.isdigit() else None
+        if fields:
+            parents[int(entry.name)] = int(fields[1])
+    found, frontier = [], list(roots)
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier and pid not in found]
+        found += children
+        frontier = children
+    return found
