@@ -73,7 +73,7 @@ def test_each_kind_of_bad_data_is_counted_and_the_good_files_train_once(shared_s
         (data / "doomed").unlink()  # a retention job, before its piece (behind day_0's) was handed out
         corrupt_in_place(data / "late.gz")  # found by the piece that reads it: that file alone is quarantined
         writer = write_in_place_with_pauses(data / "in_place", criteokit.rows(160, first=3500), chunks=4,
-                                            pause_s=1.5)
+                                            pause_s=1.0)  # twice a look; settle_s 3 outlasts a 2 s stall too
         writer.join()
         code = finish(chief, timeout_s=600)
     finally:
