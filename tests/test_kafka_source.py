@@ -233,7 +233,7 @@ def test_reading_pauses_while_training_lags_and_goes_on_once_ranges_are_trained(
     producer.send([b"x" * 99] * 3000)
     watch = watching(broker, topic, tmp_path, log, batch=20)
     watch.retirement.keep_s = 0  # trained ranges go at once (but the newest SAMPLE_FILES)
-    looks, largest, trained = Looks(watch), 0, set()
+    looks, largest, trained, paused = Looks(watch), 0, set(), False
     try:
         deadline = time.monotonic() + 90
         # until every range landed is trained and retired but the sample (CI, 2026-12-06: the last look found five
@@ -243,9 +243,9 @@ def test_reading_pauses_while_training_lags_and_goes_on_once_ranges_are_trained(
             assert time.monotonic() < deadline, (looks.records(), len(looks.gone), len(trained))
             untrained = {landed.name: landed.size for landed in looks.landed if landed.name not in trained}
             watch.pending(sum(untrained.values()))
-            largest = max(largest, sum(untrained.values()))
-            if untrained:  # slow at first (one range a beat, reading pauses), then all there is
-                trained |= set(untrained) if len(trained) >= 20 else {min(untrained)}
+            largest, paused = max(largest, sum(untrained.values())), paused or watch.lag.paused
+            if untrained:  # slow until reading paused (one range a beat), then all there is
+                trained |= set(untrained) if paused and len(trained) >= 20 else {min(untrained)}
             (tmp_path / "safe_to_delete.json").write_text(json.dumps({"files": sorted(trained)}))
             time.sleep(0.2)
         # the trained end, for lag tools, while the watch still reads safe_to_delete.json (CI, 2026-12-07: its last
