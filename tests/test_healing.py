@@ -15,6 +15,7 @@ import pytest
 from clusterkit import (ROOT, cluster_document, processes_mentioning, wait_for_launcher, wait_for_line,
                         write_cluster)
 from cluster.config import load as load_config
+from cluster.run_files import Phase, RunFiles, read_progress
 from common import net
 from launcher import process
 from throttling import ThrottledWorkers
@@ -132,8 +133,11 @@ def test_a_frozen_chief_is_detected_restarted_and_the_run_completes(tmp_path):
     path, run = _foreground_run(tmp_path, training, stall_timeout_s=6)
     try:
         assert wait_for_line(tmp_path / "logs" / "chief-0.log", "first step done", 240, process=run)
-        time.sleep(2.5)  # a heartbeat with a step has been written
         frozen = process.PidRecord.read(tmp_path / "logs" / "chief-0.pid")
+        deadline = time.monotonic() + 60
+        while not _training_beat(tmp_path / "o", frozen.pid):  # frozen at once: long before the epochs' end
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.05)
         os.kill(frozen.pid, signal.SIGSTOP)
         output = run.communicate(timeout=600)[1]
     finally:
@@ -145,6 +149,12 @@ def test_a_frozen_chief_is_detected_restarted_and_the_run_completes(tmp_path):
     assert "chief:0 finished" in output
     assert not process.is_running(frozen)
     assert processes_mentioning(str(path)) == []
+
+
+def _training_beat(output, pid: int) -> bool:
+    """Whether `pid`'s heartbeat says it trains past a step (what the launcher judges a stall by)."""
+    beat = read_progress(RunFiles(output))
+    return bool(beat and beat.pid == pid and beat.phase == Phase.TRAIN and beat.step >= 1)
 
 
 def _listening(ports: list[int]) -> list[int]:
