@@ -17,10 +17,14 @@ from launcher.log_tail import LogTail
 from launcher.process import start, stop
 from launcher.status import SERVING
 
+# Each line in one write, as a task's logging writes its records: print() under PYTHONUNBUFFERED=1 (which tasks get,
+# and these machines set) writes the text and its newline apart, and a cut between the two left the newline alone at
+# the top of the current file (a fresh-clone run, 2026-12-07): no rotation can join another process's two writes.
 WRITER = """
 import sys, time
 for number in range(1_000_000):
-    print(f"[chief:0] 10:00:00 line {number:07d} " + "x" * 60, flush=True)
+    sys.stdout.write(f"[chief:0] 10:00:00 line {number:07d} " + "x" * 60 + "\\n")
+    sys.stdout.flush()
     time.sleep(0.0005)
 """
 
@@ -51,7 +55,8 @@ def test_a_log_rotates_under_a_task_that_keeps_writing_and_the_current_file_keep
     assert all(b"\0" not in text for text in texts)  # appended at the new end: no hole where the text was
     written = [n for text in texts for n in numbers(text.decode())]
     assert written == sorted(written) and len(set(written)) == len(written)  # in order, none twice
-    assert all(line.startswith("[chief:0] ") for text in texts for line in text.decode().splitlines())  # whole
+    broken = [line for text in texts for line in text.decode().splitlines() if not line.startswith("[chief:0] ")]
+    assert not broken, broken[:3]  # whole lines only
 
     config = cluster_config.load(write_cluster(tmp_path, cluster_document(logs_dir=str(tmp_path / "logs"))))
     (tmp_path / "logs" / "previous").mkdir()
