@@ -86,6 +86,14 @@ class PieceTrainer:
                 self._cancelled_by_data()
         self.abandoned = running
 
+    def settle_abandoned(self, timeout_s: float) -> int:
+        """Waits up to `timeout_s` for the other closures of pieces given twice to end (their steps counted in
+        `steps_again`); returns how many still run (on a frozen or slow worker: their steps, if any, counted by
+        nothing)."""
+        concurrent.futures.wait(self.abandoned, timeout=timeout_s)
+        self._settle_abandoned()
+        return len(self.abandoned)
+
     @property
     def room(self) -> int:
         """Pieces that may be handed out now."""

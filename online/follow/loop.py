@@ -200,14 +200,27 @@ class FollowLoop:
         """SIGTERM: the stop, each step within launcher.stop_grace_s (stopping.py); ends the process."""
         FollowStop(self).run()
 
+    def _settle_abandoned(self) -> None:
+        """The other closures of pieces given twice end before the last checkpoint, for at most stop_when_idle_s
+        (beating meanwhile): the checkpoint holds their steps and the summary counts them."""
+        limit, trainer = self.p.run.options.stop_when_idle_s, self.schedule.trainer
+        deadline = time.monotonic() + limit
+        while trainer.settle_abandoned(BEAT_S) and time.monotonic() < deadline:
+            self.p.report.beat(Phase.WAIT)
+        if trainer.abandoned:
+            self.p.run.log.info("finishing without waiting longer than %s for %d closure%s of pieces given twice, "
+                                "still running on a slow worker: what they train is counted by nothing",
+                                duration(limit), len(trainer.abandoned), "s" * (len(trainer.abandoned) != 1))
+
     def _finish(self):
         """Idle for stop_when_idle_s: the last checkpoint and serving version, and the summary says complete."""
         run = self.p.run
         run.log.info("no new data for %s (stop_when_idle_s): finishing", duration(run.options.stop_when_idle_s))
+        self._settle_abandoned()
         self.publishing.finish()
         self._publish_written_for_version(wait=True)
         self.publishing.finish()
-        if self.schedule.trained_since_save or self.schedule.trained_since_version:
+        if self._moved_since_save() or self.schedule.trained_since_version:  # closures of pieces given twice too
             self._save_and_serve(serve=self.schedule.trained_since_version and not self.publishing.takes_deltas)
         self.publishing.finish()
         self.publishing.write_last_delta()
