@@ -19,7 +19,8 @@ from clusterkit import ROOT, processes_mentioning, wait_for_line, write_cluster
 from throttling import ThrottledWorkers
 
 pytestmark = [pytest.mark.multihost, pytest.mark.cluster]
-FAST = {"launcher": {"backend": "slurm", "restart_backoff_s": 0.5, "poll_s": 0.5},
+FAST = {"launcher": {"backend": "slurm", "restart_backoff_s": 0.5, "poll_s": 0.5,
+                     "ready_timeout_s": 180},  # a step's start under the suite's load: a ps took 39 s of the default 60
         "evaluation": {"poll_s": 0.5, "idle_timeout_s": 120}}
 
 

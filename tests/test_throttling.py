@@ -9,9 +9,16 @@ from pathlib import Path
 
 from clusterkit import PYTHON
 from common.proc import proc_stat, start_ticks
-from throttling import Throttle, ThrottledWorkers, server_pid, server_pids
+from throttling import Throttle, ThrottledWorkers, listens, server_pid, server_pids
 
-SPINNER = "while True:\n    pass\n"
+SPINNER = """import os, socket
+server = None
+while True:  # spins on one core; listens (as a started server does) once its folder holds `listen`
+    if server is None and os.path.exists("listen"):
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+"""
 
 
 def spinning_worker(folder: Path, index: int) -> subprocess.Popen:
@@ -40,10 +47,12 @@ def share_held(pid: int, seconds: float) -> float:
 
 
 def test_the_workers_of_a_folder_are_held_to_their_share_and_run_freely_after(tmp_path):
+    (tmp_path / "listen").touch()
     workers = [spinning_worker(tmp_path, index) for index in range(2)]
     try:
         deadline = time.monotonic() + 30
-        while len(server_pids(str(tmp_path), "worker")) < 2 and time.monotonic() < deadline:
+        while not (len(server_pids(str(tmp_path), "worker")) == 2 and all(listens(w.pid) for w in workers)) \
+                and time.monotonic() < deadline:
             time.sleep(0.1)
         assert server_pid(str(tmp_path), "worker", 1) == workers[1].pid
         with ThrottledWorkers(str(tmp_path), share=0.2, look_every_s=0.2) as throttled:
@@ -63,6 +72,30 @@ def test_the_workers_of_a_folder_are_held_to_their_share_and_run_freely_after(tm
             worker.kill()
             worker.wait(timeout=30)
     assert start_ticks(workers[0].pid) is None  # gone: a pid taken later would not be signalled
+
+
+def test_a_worker_still_starting_runs_freely_and_is_held_once_it_listens(tmp_path):
+    worker = spinning_worker(tmp_path, 0)
+    try:
+        with ThrottledWorkers(str(tmp_path), share=0.2, look_every_s=0.2) as throttled:
+            deadline = time.monotonic() + 30
+            while not server_pids(str(tmp_path), "worker"):
+                assert time.monotonic() < deadline, "the worker never showed"
+                time.sleep(0.05)
+            for _ in range(3):  # three looks of the throttle with the worker there to find
+                looked = throttled.looked
+                while throttled.looked == looked:
+                    assert time.monotonic() < deadline, "the throttle took no look"
+                    time.sleep(0.05)
+            assert throttled.seen == set() and state(worker.pid) != "T"  # found, not listening: let be
+            (tmp_path / "listen").touch()
+            while worker.pid not in throttled.pids:
+                assert time.monotonic() < deadline, throttled.pids
+                time.sleep(0.05)
+            assert throttled.seen == {worker.pid}
+    finally:
+        worker.kill()
+        worker.wait(timeout=30)
 
 
 def test_a_throttled_process_is_held_to_its_share_and_the_throttle_ends_with_it(tmp_path):

@@ -76,9 +76,11 @@ class Throttle(_StopAndGo):
 
 class ThrottledWorkers(_StopAndGo):
     """Every worker server whose command line mentions `mentioned` (a test's directory) held to about `share` of
-    the time, those started later too (restarted, added, in a new job step or pod): looked for again every
-    `look_every_s`. For a test that needs training to outlast what it does, not the steps themselves: an epoch as
-    long in wall time for a fraction of its steps, and of the CPU they cost."""
+    the time once it listens, those started later too (restarted, added, in a new job step or pod): looked for again
+    every `look_every_s`. For a test that needs training to outlast what it does, not the steps themselves: an epoch
+    as long in wall time for a fraction of its steps, and of the CPU they cost. A worker still starting runs freely:
+    held while it imports TensorFlow on a loaded machine, it missed the launcher's ready_timeout_s (CI, a Slurm
+    test's workers, 60 s, where the ps took 39 s unheld)."""
 
     def __init__(self, mentioned: str, share: float, period_s: float = 0.2, look_every_s: float = 1.0):
         super().__init__(share, period_s)
@@ -99,9 +101,21 @@ class ThrottledWorkers(_StopAndGo):
     def _look(self) -> None:
         if time.monotonic() - self.looked >= self.look_every_s:
             self._signal(signal.SIGCONT)  # none stays stopped when it leaves the set
-            found = {pid: start_ticks(pid) for pid in server_pids(self.mentioned, "worker")}
+            found = {pid: start_ticks(pid) for pid in server_pids(self.mentioned, "worker") if listens(pid)}
             self.pids, self.looked = {pid: started for pid, started in found.items() if started}, time.monotonic()
             self.seen |= set(self.pids)
+
+
+def listens(pid: int) -> bool:
+    """Whether process `pid` holds a listening TCP socket (in its own network namespace): a server that is up."""
+    try:
+        sockets = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
+        tables = [Path(f"/proc/{pid}/net/{table}").read_text() for table in ("tcp", "tcp6")]
+    except OSError:  # gone meanwhile (or an fd closed while read): the next look tells
+        return False
+    inodes = {target[len("socket:["):-1] for target in sockets if target.startswith("socket:[")}
+    return any(fields[3] == "0A" and fields[9] in inodes  # 0A: LISTEN
+               for table in tables for fields in (line.split() for line in table.splitlines()[1:]))
 
 
 def server_pids(mentioned: str, job: str, index: int | None = None) -> list[int]:
