@@ -32,8 +32,10 @@ OVER_BUDGET = 1
 # (2026-12-06, 0ee30cf: multihost 1,403 s) plus 40 % for CI's spread on 2 cores (CI's runs have differed by that
 # much within a week: 2,233 and 3,346 s), rounded up. It was 3,900 s before every local task was forked, 3,000 s with
 # two lanes, 2,400 s with three, 2,100 s with four. Lower it as the suite comes down (the aim is 20 minutes); raise it
-# only with the change that has to make the suite slower, saying why.
-LANE_BUDGET_S = 2000
+# only with the change that has to make the suite slower, saying why. Raised from 2,000 to 2,200 s on 2026-12-07
+# (stop 89) for the gauge below, not the suite: it reads only part of a slow machine's slowness, and the slowest lane
+# over its factor reached 1,910 s in a fresh-clone run here (gauge 1.81; CI's own runs 1,513-1,743 s), 4.5 % short.
+LANE_BUDGET_S = 2200
 # That budget is in seconds of a machine as fast as the ones it was measured on. A machine whose host is busy runs
 # slower: on 2026-12-06 (stop 86) the same code took 2,003 s a lane (the machine 4,012 CPU-s busy) where it had taken
 # 1,433 s (2,772) the day before, and a fixed loop of Python took 7.5-14 ms from one second to the next. So a thread
