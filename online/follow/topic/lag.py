@@ -51,20 +51,30 @@ class Lag:
             return  # tried again at the next settled checkpoint's look
         self.committed.update(moved)
 
-    def count_lost(self, log, address, partition: int, start: int, low: int) -> None:
+    def count_lost(self, log, address, partition: int, start: int, low: int, held=None) -> None:
+        """Offsets `start` to `low` deleted before they were read; `held`: the range read and not yet written that
+        goes on past them, which then holds their count until it is written."""
         self.lost += low - start
+        if held is not None:
+            held.lost += low - start
         log.warning("%s: partition %d: offsets %d-%d were deleted (the topic's retention) before they were trained: "
                     "counted lost", address, partition, start, low - 1)
 
-    def count_malformed(self, log, address, partition: int, offset: int, why: str) -> None:
+    def count_malformed(self, log, address, partition: int, offset: int, why: str, held) -> None:
+        """A message skipped; `held`: the range read and not yet written that its offset ends."""
         self.malformed += 1
+        held.malformed += 1
         if self.malformed <= MALFORMED_SAID:
             log.info("%s: partition %d offset %d: skipped, %s (malformed messages are counted in the summary; the "
                      "first %d are said)", address, partition, offset, why, MALFORMED_SAID)
 
-    def counts(self) -> dict[str, int]:
-        """What the stream's record keeps, so a chief started again goes on counting."""
-        return {"lost": self.lost, "malformed": self.malformed}
+    def recorded(self, held: dict, writing: int) -> dict[str, int]:
+        """What the stream's record keeps beside the positions written with partition `writing`'s range, so a
+        chief started again goes on counting: the counts of the other ranges still `held` left out, since a chief
+        started before they are written reads them again and counts them again."""
+        others = [range_ for partition, range_ in held.items() if partition != writing]
+        return {"lost": self.lost - sum(range_.lost for range_ in others),
+                "malformed": self.malformed - sum(range_.malformed for range_ in others)}
 
     def text(self) -> str:
         paused = ", reading paused for training to catch up" if self.paused else ""

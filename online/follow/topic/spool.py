@@ -1,11 +1,13 @@
 """A followed topic's records on the chief's disk (output_dir/stream): one file per offset range of a partition,
-written whole under a hidden name, flushed and renamed into place, so the follow loop trains each as it trains a
-followed folder's file, once. Beside them, two small records: how far each partition was read (`.positions.json`,
-written and flushed after each file's name is on disk, so a host crash never leaves a record past a file) and which
-Kafka cluster and topic the files came from (`.source.json`). Pure Python."""
+written whole under a hidden name and flushed, then recorded, then renamed into place, so the follow loop trains
+each as it trains a followed folder's file, once. Beside them, two small records: how far each partition was read
+and the messages skipped or lost before there (`.positions.json`, naming the file it was written for: a chief
+killed before that file took its name puts it in place at its next start, so record and files never disagree), and
+which Kafka cluster and topic the files came from (`.source.json`). Pure Python."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -49,8 +51,17 @@ class Spool:
     def __init__(self, root: Path, *, tfrecord: bool, write_records=None):
         self.root, self.tfrecord, self.write_records = root, tfrecord, write_records
         root.mkdir(parents=True, exist_ok=True)
+        self._publish_recorded()
         for left in root.glob(".p*.partial"):  # a chief killed while writing a file: read again from the topic
             left.unlink(missing_ok=True)
+
+    def _publish_recorded(self) -> None:
+        """The file the record was written for, put in place if a chief was killed before it took its name (it
+        was whole on disk before the record was written)."""
+        name = _read(self.root / POSITIONS).get("file")
+        hidden = self.root / f".{name}.partial"
+        if name and hidden.exists() and not (self.root / name).exists():
+            durable.rename(hidden, self.root / name)
 
     def segments(self) -> list[tuple[str, Segment]]:
         """The files there now, by partition and offset."""
@@ -58,42 +69,53 @@ class Spool:
         return sorted(((name, segment) for name, segment in found if segment), key=lambda item: item[1].first)
 
     def positions(self) -> dict[int, int]:
-        """Where each partition is read up to: the record written after each file, or a file's end past it (a chief
-        killed between the two)."""
+        """Where each partition is read up to: the record, or a file's end past it (a chief of an earlier version,
+        which wrote the record after the file took its name, killed between the two)."""
         recorded = {int(p): int(offset) for p, offset in _read(self.root / POSITIONS).get("next", {}).items()}
         for _, segment in self.segments():
             recorded[segment.partition] = max(recorded.get(segment.partition, 0), segment.end)
         return recorded
 
     def counts(self) -> dict[str, int]:
-        """Messages the chief never wrote, as the last file's record counted them: `malformed`, `lost`."""
+        """Messages before the recorded positions that no file holds, as the record counts them: skipped as
+        `malformed`, or `lost` to the topic's retention."""
         return {name: int(count) for name, count in _read(self.root / POSITIONS).get("counts", {}).items()}
 
     def write(self, segment: Segment, records: list[bytes], positions: dict[int, int],
               counts: dict[str, int]) -> Path:
-        """The segment's file, whole and flushed before its name appears; its modification time is its oldest
-        record's (what a resume takes as its landing time); then the partitions' positions and `counts`."""
+        """The segment's file, whole and flushed under a hidden name, its modification time its oldest record's
+        (what a resume takes as its landing time); then the record of the partitions' `positions` and `counts`,
+        naming it; then the file under its name. A failure before the record names it leaves nothing (the range is
+        cut again); after, the hidden file stays, whole, for the next try or the next start."""
         path = self.root / segment.name(self.tfrecord)
         hidden = self.root / f".{path.name}.partial"
+        if not hidden.exists():  # else left whole by a try whose record named it and whose rename failed
+            self._write_whole(hidden, records, segment.oldest)
         try:
-            self._write_hidden(hidden, records)
-            os.utime(hidden, (segment.oldest, segment.oldest))
-            durable.publish(hidden, path)  # its name on disk before the record that counts it read, power loss too
-        finally:
-            hidden.unlink(missing_ok=True)  # a write that failed (a full disk) leaves nothing; the range is cut again
-        try:  # once the file is there, the range is written: positions() reads a stale record's ends off the names
             write_json_atomically(self.root / POSITIONS, {"next": {str(p): o for p, o in sorted(positions.items())},
-                                                          "counts": counts}, durable=True)
+                                                          "counts": counts, "file": path.name}, durable=True)
         except OSError:
-            pass
+            with contextlib.suppress(OSError):  # a record that cannot be read: the hidden file stays
+                if _read(self.root / POSITIONS).get("file") != path.name:
+                    hidden.unlink(missing_ok=True)
+            raise
+        durable.rename(hidden, path)
         return path
 
-    def _write_hidden(self, hidden: Path, records: list[bytes]) -> None:
-        if self.tfrecord:
-            self.write_records(str(hidden), records)
-            return
-        with open(hidden, "wb") as handle:
-            handle.writelines(_line(record) for record in records)
+    def _write_whole(self, hidden: Path, records: list[bytes], oldest: float) -> None:
+        """`records` in file `hidden`, flushed to disk (power loss too) before any record counts them; none left
+        by a write that failed (a full disk)."""
+        try:
+            if self.tfrecord:
+                self.write_records(str(hidden), records)
+            else:
+                with open(hidden, "wb") as handle:
+                    handle.writelines(_line(record) for record in records)
+            os.utime(hidden, (oldest, oldest))
+            durable.sync_file(hidden)
+        except BaseException:
+            hidden.unlink(missing_ok=True)
+            raise
 
     def landed(self, name: str, segment: Segment) -> Landed:
         """File `name` of `segment` as the follow loop takes a landed file: landed when its oldest record was made."""
@@ -136,6 +158,7 @@ class HeldRange:
         self.first, self.end, self.since = first, first, since
         self.records: list[bytes] = []
         self.bytes, self.oldest = 0, 0.0
+        self.malformed = self.lost = 0  # messages of the range skipped, or deleted before they were read
 
     def add(self, value: bytes, offset: int, timestamp) -> None:
         self.records.append(value)

@@ -204,7 +204,8 @@ class TopicWatch:
             self._assigned.update(new)
             for partition in new:
                 if oldest[partition] > starts[partition]:
-                    self.lag.count_lost(self.log, self.address, partition, starts[partition], oldest[partition])
+                    self.lag.count_lost(self.log, self.address, partition, starts[partition], oldest[partition],
+                                        self._held.get(partition))
                 if partition not in self._held:  # a held range goes on at its end, the gap counted lost
                     self._positions[partition] = max(starts[partition], oldest[partition])
             self.log.info("%s: reading partition%s %s from offset%s %s", self.address, "s" * (len(assign) > 1),
@@ -223,7 +224,7 @@ class TopicWatch:
             value, why = self.prepare(value) if self.prepare else (value, "")
             if why:
                 held.end = message.offset() + 1
-                self.lag.count_malformed(self.log, self.address, partition, message.offset(), why)
+                self.lag.count_malformed(self.log, self.address, partition, message.offset(), why, held)
             else:
                 held.add(value, message.offset(), message.timestamp())
             self._reached()
@@ -239,7 +240,8 @@ class TopicWatch:
             self._went_back(partition, high, position)
             return
         if low > position:
-            self.lag.count_lost(self.log, self.address, partition, position, low)
+            self.lag.count_lost(self.log, self.address, partition, position, low,
+                                self._held.get(partition))
             if partition not in self._held:
                 self._positions[partition] = low
         consumer.seek(kafka.TopicPartition(self.address.topic, partition, max(low, position)))  # fetching again
@@ -259,8 +261,9 @@ class TopicWatch:
             if held.bytes < self.piece_bytes and now - held.since < self.cut_after_s:
                 continue
             segment = Segment(partition, held.first, held.end, len(held.records), held.oldest or time.time())
-            self._positions[partition] = held.end
-            path = self.spool.write(segment, held.records, self._positions, self.lag.counts())
+            counts = self.lag.recorded(self._held, partition)
+            path = self.spool.write(segment, held.records, {**self._positions, partition: held.end}, counts)
+            self._positions[partition] = held.end  # only once written: other ranges' records never pass it
             self.pacing.cut(held.bytes)
             del self._held[partition]
             self._put(Look(landed=[self.spool.landed(path.name, segment)]))
