@@ -35,7 +35,10 @@ OVER_BUDGET = 1
 # only with the change that has to make the suite slower, saying why. Raised from 2,000 to 2,200 s on 2026-12-07
 # (stop 89) for the gauge below, not the suite: it reads only part of a slow machine's slowness, and the slowest lane
 # over its factor reached 1,910 s in a fresh-clone run here (gauge 1.81; CI's own runs 1,513-1,743 s), 4.5 % short.
-LANE_BUDGET_S = 2200
+# Raised to 2,500 s on 2026-12-07 (stop 91), again for the gauge: a fresh-clone run beside a busy loop of Python (a
+# neighbour taking some half a core) passed every test, but its main lane took 3,136 s against 3,131 (gauge 1.42):
+# 2,208 s over its factor, where the same code's plain runs were 1,901-1,956 s. The budget stays 13 % over that.
+LANE_BUDGET_S = 2500
 # That budget is in seconds of a machine as fast as the ones it was measured on. A machine whose host is busy runs
 # slower: on 2026-12-06 (stop 86) the same code took 2,003 s a lane (the machine 4,012 CPU-s busy) where it had taken
 # 1,433 s (2,772) the day before, and a fixed loop of Python took 7.5-14 ms from one second to the next. So a thread
