@@ -408,8 +408,9 @@ def test_a_run_started_again_after_an_idle_stop_is_evaluated_and_files_removed_a
 
     write_day(data, "day_1", 300, 300)
     # the second outlasts the steps below: the evaluator's first score of it comes before day_3 is written, and took
-    # over 15 s on a loaded machine (the chief then stopped idle before day_3 landed)
-    document["training"]["stop_when_idle_s"] = 30
+    # over 15 s on a loaded machine, 30 s after day_2 was done in a fresh-clone run (the chief then stopped idle
+    # before day_3 landed, with 30 s here); it waits for nothing else, so the run's end waits this long once
+    document["training"]["stop_when_idle_s"] = 75
     write_cluster(tmp_path, document)
     with open(tmp_path / "second.log", "w") as console:
         second = subprocess.Popen(["sh", str(ROOT / "run.sh"), str(path)], stdin=subprocess.DEVNULL,
