@@ -69,13 +69,14 @@ def _seconds_between(log, first: str, then: str) -> float:
 
 
 def _served_past_the_last_checkpoint(log) -> bool:
-    """The last delta written served steps up to or past the last checkpoint's: a chief killed now resumes from a
-    checkpoint older than what is served (else it rightly publishes that checkpoint first; CI, 2026-12-06: a
-    checkpoint at step 76 written while a delta of steps 48 to 68 was, and the kill during the next delta)."""
+    """The last delta written served steps past the last checkpoint's: a chief killed now resumes from a checkpoint
+    older than what is served (else it rightly publishes that checkpoint first, as a version no older than what was
+    served; CI, 2026-12-06: a checkpoint at step 76 written while a delta of steps 48 to 68 was, and the kill during
+    the next delta; a fresh-clone run, 2026-12-07: a checkpoint at step 76 and a delta of steps 60 to 76)."""
     text = log.read_text()
     checkpoints = re.findall(r"checkpoint ckpt-\S+ \(optimizer step (\d+)\)", text)
     served = re.findall(r"serving \| delta \S+ \| steps \d+ to (\d+)", text)
-    return bool(served) and (not checkpoints or int(served[-1]) >= int(checkpoints[-1]))
+    return bool(served) and (not checkpoints or int(served[-1]) > int(checkpoints[-1]))
 
 
 def _deltas_written(log) -> int:
