@@ -133,7 +133,9 @@ def test_deltas_keep_a_late_follower_fresh_through_a_slowed_worker_and_a_killed_
 
     assert "Traceback" not in (tmp_path / "follower.log").read_text()
     assert "each ps writes its own tables' rows of every checkpoint and delta" in again.read_text()
-    assert _seconds_between(log, "follow mode: training on", "serving | version 1 ") < DELTAS["serving_export_every_s"]
+    # the first version is not held for the interval: timed from the first piece (the set-up before the first look
+    # took 75 s of 117 in a run beside a fresh-clone suite)
+    assert _seconds_between(log, ": started, ", "serving | version 1 ") < DELTAS["serving_export_every_s"]
     assert {f["name"]: f["examples"] for f in last["follow"]["per_file"]} == {
         "day_0": 300, "day_1": 300, "day_2": 300, "day_3": 3000, "day_4": 600}
     assert last["optimizer_steps"] == last["follow"]["steps"]  # resumed from a settled checkpoint: no step twice
