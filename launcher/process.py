@@ -61,7 +61,23 @@ def start(command: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_path
 
 
 def _group_alive(pgid: int) -> bool:
-    """True while any live (non-zombie) process still belongs to process group `pgid`."""
+    """True while any live (non-zombie) process still belongs to process group `pgid`. Asked of every task at each
+    poll: a group with no process at all, or whose leader lives, is told without reading all of /proc."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False  # no process of the group is left, not even a zombie
+    except PermissionError:
+        pass  # another user's process holds the group: /proc tells whether it lives
+    leader = proc_stat(pgid)
+    if leader and int(leader[2]) == pgid and has_live_thread(pgid):
+        return True
+    return any_live_member(pgid)
+
+
+def any_live_member(pgid: int) -> bool:
+    """Whether /proc lists a live process of group `pgid`: a read of every process's stat (4 ms with 67 processes,
+    30 ms with 367, on a 2-core machine: bench/workload/watch.py)."""
     for entry in Path("/proc").iterdir():
         fields = proc_stat(int(entry.name)) if entry.name.isdigit() else None
         if fields and int(fields[2]) == pgid and has_live_thread(int(entry.name)):
