@@ -14,17 +14,16 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
-
-import fire
 
 from cluster import config as cluster_config
 from cluster import taskspec
 from cluster.config import PROJECT_ROOT, ClusterConfig, Task
 from cluster.run_files import RUN_VARIABLE, Phase, RunFiles, TrainingProgress, read_progress
 from common.exit_file import EXIT_FILE_VARIABLE
-from launcher import firewall, previous_run, process, process_search, run_outputs, task_forks
+from launcher import agent_cli, firewall, previous_run, process, process_search, run_outputs
 from launcher.host_checks import preflight_report, task_file
 from launcher.log_rotation import rotate_if_large
 from launcher.backends.base import FirewallReport, StopOutcome, StopResult, TaskStatus, as_json
@@ -65,6 +64,8 @@ def start(config: ClusterConfig, task: Task, fork: bool = False) -> TaskStatus:
     env = {**taskspec.task_environment(config, task, os.environ), EXIT_FILE_VARIABLE: str(exit_file)}
     command, files = taskspec.task_command(config, task), {"log_path": task_file(config, task, "log"),
                                                              "pid_path": task_file(config, task, "pid")}
+    from launcher import task_forks  # a start's alone: every status look runs the agent, and pays its imports
+
     if not (fork and task_forks.start(command, cwd=PROJECT_ROOT, env=env, **files)):
         process.start(command, cwd=PROJECT_ROOT, env=env, **files)
     return status(config, task)
@@ -218,4 +219,4 @@ def _split(name: str) -> tuple[str, int]:
 
 
 if __name__ == "__main__":
-    fire.Fire(HostControl)
+    agent_cli.call(HostControl(), sys.argv[1:])
