@@ -117,6 +117,16 @@ def read_scalars(event_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return scalars
 
 
+def wait_until(condition, timeout_s: float, poll_s: float = 0.1) -> bool:
+    """Polls `condition` until it holds (True) or `timeout_s` passes (False)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
 def wait_for_line(path: Path, text: str, timeout_s: float, process=None) -> bool:
     """Polls a log file until a line holds `text`; stops early if `process` exits. Reads only the lines added since
     the last look (a chief's log can be megabytes, looked at ten times a second)."""

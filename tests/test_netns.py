@@ -6,12 +6,11 @@ import json
 import shlex
 import socket
 import subprocess
-import time
 
 import pytest
 
 import netns
-from clusterkit import ROOT
+from clusterkit import ROOT, wait_until
 from common.proc import start_ticks
 from launcher.process import has_live_thread
 
@@ -41,15 +40,6 @@ def answers_host(hosts: netns.NamespaceHosts, host_index: int, address: str, por
 def read_on(hosts: netns.NamespaceHosts, host_index: int, path) -> str:
     """The text of file `path` as host `host_index` sees it ('' while it does not exist)."""
     return hosts.exec_in(host_index, ["cat", str(path)]).stdout
-
-
-def wait_until(condition, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
 
 
 def test_ssh_in_batch_mode_reaches_each_host_at_its_own_address(three_hosts):

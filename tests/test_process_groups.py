@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
+from clusterkit import wait_until
 from common.proc import start_ticks
 from launcher import process
 from launcher.process import PidRecord
@@ -42,13 +42,8 @@ def proc_unread(monkeypatch):
     monkeypatch.setattr(process, "Path", guarded)
 
 
-def wait_for(condition, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+def is_zombie(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def test_a_group_whose_leader_lives_is_alive_without_reading_all_of_proc(proc_unread):
@@ -72,11 +67,11 @@ def test_a_member_outlives_its_leader_and_the_group_lives_until_it_ends():
     record = record_of(leader)
     member = int(leader.stdout.readline())
     try:
-        assert wait_for(lambda: leader.poll() is not None)  # reaped: only the member is left
+        assert wait_until(lambda: leader.poll() is not None, 10, 0.02)  # reaped: only the member is left
         assert process.group_alive(record)
     finally:
         os.kill(member, 9)
-    assert wait_for(lambda: not process.group_alive(record))
+    assert wait_until(lambda: not process.group_alive(record), 10, 0.02)
 
 
 def test_a_zombie_leader_alone_is_no_live_group_but_one_with_a_live_member_is():
@@ -86,7 +81,7 @@ def test_a_zombie_leader_alone_is_no_live_group_but_one_with_a_live_member_is():
     record_with_member = record_of(with_member)
     member = int(with_member.stdout.readline())
     try:  # neither leader is reaped: each stays a zombie while this test looks
-        assert wait_for(lambda: Path(f"/proc/{alone.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z")
+        assert wait_until(lambda: is_zombie(alone.pid) and is_zombie(with_member.pid), 10, 0.02)
         assert not process.group_alive(record)
         assert process.group_alive(record_with_member)
     finally:

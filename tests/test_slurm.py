@@ -15,7 +15,7 @@ import time
 import pytest
 
 import slurmkit
-from clusterkit import ROOT, processes_mentioning, wait_for_line, write_cluster
+from clusterkit import ROOT, processes_mentioning, wait_for_line, wait_until, write_cluster
 from throttling import ThrottledWorkers
 
 pytestmark = [pytest.mark.multihost, pytest.mark.cluster]
@@ -132,15 +132,6 @@ def test_killed_worker_and_ps_steps_are_relaunched_on_their_nodes_and_the_chief_
     assert "every ps answer again: starting chief:0 again" in log, log
     assert_trained_and_evaluated(tmp_path / "output")
     assert_nothing_left(slurm, tmp_path)
-
-
-def wait_until(condition, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def test_kill_sh_stops_every_step_and_cancels_the_job(slurm, tmp_path):

@@ -6,13 +6,12 @@ import contextlib
 import re
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 import slurmkit
-from clusterkit import ROOT, processes_mentioning
+from clusterkit import ROOT, processes_mentioning, wait_until
 from launcher.process import has_live_thread
 
 pytestmark = pytest.mark.multihost
@@ -49,15 +48,6 @@ def answers(address: str, port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def wait_until(condition, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def test_sinfo_shows_every_node_idle(slurm):
