@@ -3,7 +3,7 @@
 At each poll (launcher.poll_s) the launcher asks whether each task's process group lives. Until 2026-12-07 every
 answer read the stat of every process in /proc (`launcher.process.any_live_member`); now a group whose leader lives,
 or that has no process left, is told from the leader alone (`launcher.process.group_alive`). This times both with
-`extra` sleeping processes beside, and writes bench/RESULTS-watch.md (machine, date and load average in it).
+`extra` sleeping processes beside, and writes bench/RESULTS-watch.md (machine, date, load average; notes kept).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import fire
 
-from bench.__main__ import machine
+from bench.__main__ import machine, write_keeping_notes
 from common.proc import start_ticks
 from launcher import process
 
@@ -54,7 +54,7 @@ def main(extras: tuple = (0, 300, 1000), repeats: int = 200) -> None:
              f"{setting['load_before']:.2f} before; `python -m bench.workload.watch`, {repeats} checks each.", "",
              "| processes in /proc | every stat read (before) | the leader's (now) |", "| ---: | ---: | ---: |"]
     lines += [f"| {row['processes']} | {row['scan_ms']:.2f} ms | {row['leader_ms']:.3f} ms |" for row in rows]
-    (HERE / "RESULTS-watch.md").write_text("\n".join(lines) + "\n")
+    write_keeping_notes(HERE / "RESULTS-watch.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
