@@ -152,7 +152,9 @@ def test_plan_measures_a_shaped_link_between_hosts(tmp_path):
     saved = json.loads((tmp_path / "logs" / "capacity-plan.json").read_text())
     (link,) = saved["links"]
     assert link["source"] == "measured"
-    assert 60 <= link["bytes_per_s"] * 8 / 1e6 <= 110, link  # a behaviour check of the probe, not a timing of ours
+    # the probe measured the shaped link (100 Mbit/s), not loopback (Gbit/s): its Python sender and receiver share
+    # a busy host's cores, so the figure is bounded loosely
+    assert 30 <= link["bytes_per_s"] * 8 / 1e6 <= 150, link
     assert saved["predictions"][0]["bound"] in ("ps links", "worker links")
     # one worker: its step timed again through a link of the measured rate, and the part it shows of its transfer
     line = re.search(r"step on 1 worker \+ 1 ps here through a 0\.\d+ Gbit/s link: ([\d.]+) ms measured = the step on "

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.cluster
 
 # a version every 90 s: the first comes once something is trained, the resumed chief's run ends before its second
 # (so the run ends on deltas)
-DELTAS = {**FOLLOW, "serving_delta_every_s": 1, "serving_export_every_s": 90, "keep_checkpoints": 1000}
+DELTAS = {**FOLLOW, "serving_delta_every_s": 1, "serving_export_every_s": 300, "keep_checkpoints": 1000}
 
 
 

@@ -24,7 +24,7 @@ from clusterkit import ROOT, free_ports, processes_mentioning, write_cluster
 pytestmark = [pytest.mark.multihost, pytest.mark.cluster]
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
 PS_HOST, WORKER_HOST = 0, 2
-LOST_WITHIN_S = 25  # about 9 s here (6 s silent, the port probe, the status pass), on machines twice as slow
+LOST_WITHIN_S = 60  # about 9 s here (6 s silent, the port probe, the status pass): a bound on a hang, not a timing
 
 
 class Run:

@@ -173,13 +173,13 @@ def _served_soon(log, name: str, chief) -> str:
     """The version line that first serves `name` (its file trained, the next version due at once, not 600 s later)."""
     assert wait_for_line(log, f"{name}: done", 300, chief), log.read_text()[-3000:]
     pattern = r"serving \| version \d+ \| \S+ \| [1-9]\d* files? newly served .*"
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 300  # two versions may be written back to back on a busy host
     while time.monotonic() < deadline and chief.poll() is None:
         found = re.search(pattern, log.read_text())
         if found:
             return found.group(0)
         time.sleep(0.2)
-    raise AssertionError(f"{name} not served within 90 s of being trained: {log.read_text()[-3000:]}")
+    raise AssertionError(f"{name} not served within 300 s of being trained: {log.read_text()[-3000:]}")
 
 
 def test_the_first_file_trained_is_served_soon_in_a_fresh_run_and_after_a_crash(shared_servers, tmp_path):

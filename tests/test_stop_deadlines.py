@@ -19,7 +19,8 @@ from test_follow import FOLLOW, wait_for_pattern, write_day
 
 pytestmark = pytest.mark.cluster
 
-GRACE_S = 15.0  # launcher.stop_grace_s: the stop's deadline is 12 s after SIGTERM (3 s kept for the exit)
+GRACE_S = 30.0  # launcher.stop_grace_s: the stop's deadline is 24 s after SIGTERM (6 s kept for the exit: at 15 s
+# the 3 s kept could be short for a busy host)
 
 
 def test_a_stop_whose_checkpoint_cannot_finish_exits_4_inside_the_grace_and_the_next_start_resumes(
@@ -46,8 +47,8 @@ def test_a_stop_whose_checkpoint_cannot_finish_exits_4_inside_the_grace_and_the_
         assert took_s < GRACE_S, took_s
         text = log.read_text()
         (line,) = [line for line in text.splitlines() if "stop: " in line and "SIGTERM" in line]
-        before = re.search(r"the stop's checkpoint not done [\d.]+ s after SIGTERM \(launcher.stop_grace_s 15 s, less "
-                           r"3 s for the exit\): abandoned, nothing of it made visible; the next start resumes from "
+        before = re.search(r"the stop's checkpoint not done [\d.]+ s after SIGTERM \(launcher.stop_grace_s 30 s, less "
+                           r"6 s for the exit\): abandoned, nothing of it made visible; the next start resumes from "
                            r"(ckpt-0-\d+) and trains again", line)
         assert before and "stopped as asked" not in text, line
         resumed = start_module("coordinator.train", "--cluster", str(cluster), "--stop_when_idle_s", "4",
