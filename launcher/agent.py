@@ -158,7 +158,8 @@ def drop_connections(peers: list[str]) -> int:
 
 
 class HostControl:
-    """What the launcher asks of one host; every command prints one line of JSON on stdout."""
+    """What the launcher asks of one host; every command prints one line of JSON on stdout (status_lines: one
+    for each line asked)."""
 
     def _tasks(self, cluster: str, tasks: str):
         config = cluster_config.load(cluster)
@@ -183,6 +184,16 @@ class HostControl:
     def status(self, cluster: str, tasks: str):
         config, selected = self._tasks(cluster, tasks)
         _print([as_json(status(config, t)) for t in selected])
+
+    def status_lines(self, cluster: str):
+        """Answers each line of task names on stdin (`ps:0,worker:1`) with their status, one line of JSON each, until
+        stdin ends: the launcher keeps one such agent per ssh host for its looks (launcher/backends/ssh/session.py)."""
+        for line in sys.stdin:
+            try:
+                self.status(cluster, line.strip())
+            except Exception as error:  # noqa: BLE001  the launcher ends the run on it, as on a failed status
+                _print({"error": f"{type(error).__name__}: {error}"})
+            sys.stdout.flush()
 
     def firewall_on(self, cluster: str, tasks: str):
         config, selected = self._tasks(cluster, tasks)

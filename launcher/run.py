@@ -108,6 +108,7 @@ def run_job(config: ClusterConfig, *, fresh: bool = False) -> int:
         supervisor.fetch_logs(wait=True)
         follower.echo_new_lines()
         status_written(config, supervisor, started, finished=True)
+        supervisor.close()
     if preflight_failed:
         return code
     report = final_report(config, supervisor, time.monotonic() - started)

@@ -271,6 +271,11 @@ class Supervisor:
         """Stops every task, evaluator and chief first, on every host that answers; returns one line each."""
         return stopping.stop_everything(self.config, self.hosts, self.records)
 
+    def close(self) -> None:
+        """Ends what the backends keep open to their hosts between looks (an ssh host's status session)."""
+        for host in self.hosts.values():
+            host.close()
+
     def fetch_logs(self, wait: bool = False) -> None:
         """Copies remote logs here in the background (or now, with `wait`, at the end of a run)."""
         for name, host in self.hosts.items():

@@ -178,6 +178,10 @@ class Backend(abc.ABC):
         """Brings the task logs into the launcher's logs directory (nothing when they are already there)."""
         return None
 
+    def close(self) -> None:
+        """Ends what this backend keeps open to its place between calls (an ssh host's status session)."""
+        return None
+
     def ending(self) -> str | None:
         """Why this place's time is nearly up (a scheduler warned of the allocation's time limit), or None: a lead
         stopped then is not started again there, since the end would kill it before its next checkpoint."""

@@ -15,6 +15,7 @@ from cluster.run_files import this_run
 from cluster.taskspec import task_command
 from common import net
 from launcher.backends.ssh import commands as ssh_commands
+from launcher.backends.ssh.session import AgentSession
 from launcher.backends.base import (AgentFailed, Backend, BootstrapFailed, FirewallReport, HostUnreachable,
                                     PreflightReport, RunOutputs, StopResult, TaskStatus)
 
@@ -35,11 +36,24 @@ class SshHost(Backend):
         self.workdir = self.settings.workdir or str(PROJECT_ROOT)
         self.shares_logs_dir = False  # known after prepare
         Path("~/.ssh").expanduser().mkdir(mode=0o700, exist_ok=True)  # for the shared connection's socket
+        self.session = self._status_session()
+
+    def _status_session(self) -> AgentSession:
+        """The agent kept running on the host for the launcher's looks at its tasks."""
+        argv = [self.settings.python, "-m", "launcher.agent", "status_lines", "--cluster", REMOTE_CLUSTER_FILE]
+        return AgentSession(self.name, self._ssh_command(ssh_commands.in_workdir(self.workdir, argv)),
+                            timeout_s=self._quick_timeout_s())
+
+    def _quick_timeout_s(self) -> float:
+        return 2 * self.config.launcher.ssh_connect_timeout_s + 20
+
+    def _ssh_command(self, remote_shell: str) -> list[str]:
+        return ssh_commands.ssh_command(self.name, self.settings, self.config.launcher, remote_shell)
 
     def _call(self, remote_shell: str, timeout_s: float | None = None) -> subprocess.CompletedProcess:
         """Runs one remote shell string; a quick timeout by default, so a cut-off host cannot stall the launcher."""
-        timeout_s = timeout_s or 2 * self.config.launcher.ssh_connect_timeout_s + 20
-        command = ssh_commands.ssh_command(self.name, self.settings, self.config.launcher, remote_shell)
+        timeout_s = timeout_s or self._quick_timeout_s()
+        command = self._ssh_command(remote_shell)
         try:
             result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
                                     stdin=subprocess.DEVNULL)
@@ -93,6 +107,8 @@ class SshHost(Backend):
 
     def take_new_config(self, config: ClusterConfig) -> None:
         self.config = config
+        self.session.close()  # the next look starts one with the new file's settings
+        self.session = self._status_session()
         self._run_local(ssh_commands.rsync_file(str(config.source), self.name, self.settings, config.launcher,
                                                 f"{self.workdir}/{REMOTE_CLUSTER_FILE}"), "copy of cluster.json")
 
@@ -126,7 +142,13 @@ class SshHost(Backend):
         return [StopResult.from_json(row) for row in self._agent("stop", tasks, *(["--quick"] if quick else []))]
 
     def status(self, tasks: list[Task]) -> list[TaskStatus]:
-        return [TaskStatus.from_json(row) for row in self._agent("status", tasks)]
+        answer = json.loads(self.session.ask(",".join(t.name for t in tasks)))
+        if isinstance(answer, dict):
+            raise AgentFailed(f"{self.name}: the agent's status failed: {answer['error']}")
+        return [TaskStatus.from_json(row) for row in answer]
+
+    def close(self) -> None:
+        self.session.close()
 
     def preflight(self, tasks: list[Task]) -> PreflightReport:
         slow = user_model.CHECK_TIMEOUT_S + 2 * self.config.launcher.ssh_connect_timeout_s + 20  # a user model
