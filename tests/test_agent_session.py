@@ -1,7 +1,7 @@
 """The agent kept running for a launcher's looks at a host (launcher/backends/ssh/session.py), run here through a shell
 as ssh runs it there: one process answers every look, a silent one makes the host unreachable within the timeout and
-is killed, ssh's own failure is the host's, an agent that ends is the agent's, and one ended between looks is
-started again."""
+is killed, ssh's own failure is the host's, an agent that ends is the agent's, one ended between looks is started
+again, and a host a reload drops keeps none."""
 
 from __future__ import annotations
 
@@ -90,3 +90,29 @@ def test_ssh_failing_is_the_hosts_failure_and_an_agent_that_ends_is_the_agents(t
     with pytest.raises(AgentFailed, match=r"^far: the agent's status session ended with exit code 1: "
                                           r"ModuleNotFoundError: no launcher$"):
         broken.ask("ps:0")
+
+
+def test_a_host_that_leaves_at_a_reload_keeps_no_agent(tmp_path):
+    """The reload's host bookkeeping (launcher/reload.py) with a real agent session: the one of a host the new file
+    no longer names ends with the reload, not with the launcher."""
+    from cluster import config as cluster_config
+    from launcher import reload
+    from launcher.backends import backends_for
+
+    far = "10.200.0.9"  # never reached: its session runs the agent here
+    before = cluster_document(workers=1, ps=1, evaluator=False, logs_dir=str(tmp_path / "logs"))
+    before["cluster"]["ps"] = [f"{far}:2222"]
+    before["hosts"] = {far: {"ssh_user": "nobody", "workdir": str(tmp_path), "python": PYTHON}}
+    old = cluster_config.load(write_cluster(tmp_path, before, "old.json"))
+    after = cluster_document(workers=1, ps=1, evaluator=False, logs_dir=str(tmp_path / "logs"))
+    new = cluster_config.load(write_cluster(tmp_path, after, "new.json"))
+
+    class Watching:  # what _take_hosts reads of the supervisor
+        config, hosts, say = old, backends_for(old), print
+
+    watching = Watching()
+    watching.hosts[far].session = _agents(tmp_path)
+    watching.hosts[far].session.ask("ps:0")
+    assert len(_agent_pids(tmp_path)) == 1
+    reload._take_hosts(watching, new)
+    assert far not in watching.hosts and _agent_pids(tmp_path) == []
