@@ -283,8 +283,8 @@ def test_reading_pauses_while_training_lags_and_goes_on_once_ranges_are_trained(
             untrained = {landed.name: landed.size for landed in looks.landed if landed.name not in trained}
             watch.pending(sum(untrained.values()))
             largest, paused = max(largest, sum(untrained.values())), paused or watch.lag.paused
-            if untrained:  # slow until reading paused (one range a beat), then all there is
-                trained |= set(untrained) if paused and len(trained) >= 20 else {min(untrained)}
+            if paused:  # nothing until reading paused at the bound, then all there is (a trainer of a range a beat
+                trained |= set(untrained)  # could fall behind a watch slowed by a busy disk and never see it pause)
             (tmp_path / "safe_to_delete.json").write_text(json.dumps({"files": sorted(trained)}))
             time.sleep(0.2)
         # the trained end, for lag tools, while the watch still reads safe_to_delete.json (CI, 2026-12-07: its last
@@ -296,8 +296,8 @@ def test_reading_pauses_while_training_lags_and_goes_on_once_ranges_are_trained(
     finally:
         watch.stop(wait_s=30)
     assert lines.wait_for("read and not yet trained: reading pauses", 1)
-    # bounded: a batch and a beat of ranges past it, never all 300 KB; and it reached the bound, less the range a
-    # beat of this trainer may have trained after the watch last counted (CI once saw 126,000 here)
+    # bounded: a batch and a beat of ranges past it, never all 300 KB; and it reached the bound (128 KB), less what
+    # the last look had not seen yet
     assert 124_000 <= largest < 170_000
     kept = {path.name for path in (tmp_path / "stream").glob("p*")}
     assert len(kept) == SAMPLE_FILES and kept <= trained and set(looks.gone) <= trained  # the newest kept: a sample
