@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit import (ROOT, cluster_document, processes_mentioning, wait_for_launcher, wait_for_line,
+from clusterkit import (ROOT, cluster_document, processes_mentioning, wait_for_launcher, wait_for_line, wait_until,
                         write_cluster)
 from cluster.config import load as load_config
 from cluster.run_files import Phase, RunFiles, read_progress
@@ -164,9 +164,15 @@ def _listening(ports: list[int]) -> list[int]:
 def test_sigkill_of_the_pid_status_shows_heals_and_leaves_no_orphan(detached_run, tmp_path):
     path, logs = detached_run
     assert wait_for_line(logs / "chief-0.log", f"train | epoch 1/{EPOCHS}", 240)
-    time.sleep(1.5)  # one more status write
-    status = subprocess.run(["sh", str(ROOT / "run.sh"), "status", str(path)], capture_output=True, text=True,
-                            timeout=120).stdout
+    seen = [""]
+
+    def shows_every_task_and_the_rate() -> bool:  # once the launcher wrote a status since the epoch's first line
+        seen[0] = subprocess.run(["sh", str(ROOT / "run.sh"), "status", str(path)], capture_output=True, text=True,
+                                 timeout=120).stdout
+        return bool(re.search(rf"^epoch \d+/{EPOCHS} \| step \d+/{EPOCHS * 100} \| steps per s", seen[0], re.M))
+
+    wait_until(shows_every_task_and_the_rate, 60, poll_s=1)
+    status = seen[0]
     assert status.startswith("running for "), status
     for name in ("chief:0", "worker:0", "worker:1", "ps:0", "ps:1", "evaluator:0"):
         assert any(line.startswith(name) and " running " in line for line in status.splitlines()), status
