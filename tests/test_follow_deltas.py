@@ -275,7 +275,9 @@ def test_deltas_read_while_steps_run_lose_no_update_of_a_hashed_table(shared_ser
     assert line, run.stderr[-4000:]
     found = json.loads(line.removeprefix("RESULT "))
     assert found["differences"] == []  # rows, Adagrad slots and stamps: bit for bit
-    assert all(steps > 0 for steps in found["steps_during_reads"][:4])  # the workers trained while deltas were read
+    # the workers trained while deltas were read (in some of the four reads: on a busy host a read can end before a
+    # step does, or the steps before it starts)
+    assert sum(found["steps_during_reads"][:4]) > 0, found["steps_during_reads"]
     assert 0 < max(found["rows"]) < found["table_rows"]  # the rows changed, not the table
 
 
