@@ -47,6 +47,9 @@ class FakeSupervisor:
     def fetch_logs(self, wait=False):
         pass
 
+    def close(self):
+        pass
+
 
 def ended(monkeypatch, config, ending, *, trained: bool = True, preflight: list[str] | None = None) -> int:
     """run_job's exit code when the supervised run ends with `ending` (a code, or an exception it raises)."""
