@@ -193,10 +193,10 @@ def _take_hosts(supervisor, new: ClusterConfig) -> list[str]:
         for name in supervisor.hosts.keys() - hosts.keys():
             if supervisor.hosts[name].firewall_off():
                 lines.append(f"firewall on {name} removed")
-    for name in supervisor.hosts.keys() - hosts.keys():
-        supervisor.hosts[name].close()  # a host that left keeps no agent for the looks
         for name, host in hosts.items():
             rules = host.firewall_on([t for t in new.tasks() if t.address.host == name])
             lines.append(f"firewall on {name}: table {rules.table} guards ports {rules.ports}")
+    for name in supervisor.hosts.keys() - hosts.keys():
+        supervisor.hosts[name].close()  # a host that left keeps no agent for the looks
     supervisor.config, supervisor.hosts = new, hosts
     return lines
