@@ -199,9 +199,11 @@ def fit(run: TrainingRun, model, dataset_fn, callback_list: list, start: Positio
             if first >= last:
                 continue
             step, metrics_first = int(model.optimizer.iterations.numpy()), MetricsBeforeTheFirstStep()
-            history = model.fit(tf_keras.utils.experimental.DatasetCreator(metrics_first.recording(dataset_fn(step))),
-                                epochs=last, initial_epoch=first, steps_per_epoch=steps, verbose=0,
-                                callbacks=[metrics_first, *callback_list]).history or history
+            fitted = model.fit(tf_keras.utils.experimental.DatasetCreator(metrics_first.recording(dataset_fn(step))),
+                               epochs=last, initial_epoch=first, steps_per_epoch=steps, verbose=0,
+                               callbacks=[metrics_first, *callback_list])
+            history = fitted.history or history
+            _ran_every_epoch(fitted.epoch, first, last)
     except EpochEndedEarly as short:
         run.log.error("%s (TensorFlow ended it without an error, e.g. after losing a worker); exiting so the "
                       "run resumes from the last checkpoint", short)
@@ -217,6 +219,14 @@ def fit(run: TrainingRun, model, dataset_fn, callback_list: list, start: Positio
             exit_preempted()
     final = {k: float(v[-1]) for k, v in history.items()} if history else {}
     return final, time.monotonic() - started
+
+
+def _ran_every_epoch(epochs_run: list[int], first: int, last: int) -> None:
+    """EpochEndedEarly when Keras ended fit before epoch `last` without an error: its input ran out (a worker's
+    iterator, once the worker came back from a cut, said its data had ended), the epochs before whole."""
+    ended = epochs_run[-1] + 1 if epochs_run else first
+    if ended < last:
+        raise EpochEndedEarly(f"fit ended after epoch {ended} of {last}, its input said to have run out")
 
 
 def finish(run: TrainingRun, model, *, final_metrics: dict, train_seconds: float, checkpoint: str,
