@@ -45,6 +45,7 @@ class SshHost(Backend):
                             timeout_s=self._quick_timeout_s())
 
     def _quick_timeout_s(self) -> float:
+        """How long a quick call may take: twice ssh's connect timeout and 20 s, so a cut-off host cannot stall."""
         return 2 * self.config.launcher.ssh_connect_timeout_s + 20
 
     def _ssh_command(self, remote_shell: str) -> list[str]:
@@ -107,7 +108,7 @@ class SshHost(Backend):
 
     def take_new_config(self, config: ClusterConfig) -> None:
         self.config = config
-        self.session.close()  # the next look starts one with the new file's settings
+        self.session.close()  # the next look starts one with the new file's launcher settings (ssh options)
         self.session = self._status_session()
         self._run_local(ssh_commands.rsync_file(str(config.source), self.name, self.settings, config.launcher,
                                                 f"{self.workdir}/{REMOTE_CLUSTER_FILE}"), "copy of cluster.json")
@@ -151,7 +152,7 @@ class SshHost(Backend):
         self.session.close()
 
     def preflight(self, tasks: list[Task]) -> PreflightReport:
-        slow = user_model.CHECK_TIMEOUT_S + 2 * self.config.launcher.ssh_connect_timeout_s + 20  # a user model
+        slow = user_model.CHECK_TIMEOUT_S + self._quick_timeout_s()  # a user model
         return PreflightReport.from_json(self._agent("preflight", tasks, timeout_s=slow))
 
     def set_aside_previous_run(self) -> str | None:
@@ -183,7 +184,7 @@ class SshHost(Backend):
                                           patterns)
         try:
             subprocess.run(command, capture_output=True, stdin=subprocess.DEVNULL,
-                           timeout=2 * self.config.launcher.ssh_connect_timeout_s + 20)
+                           timeout=self._quick_timeout_s())
         except subprocess.TimeoutExpired:
             pass  # best effort: the files stay on the host until the next try
 

@@ -1,6 +1,6 @@
 """One agent kept running on an ssh host for the launcher's looks at its tasks: a line of task names asked, a line
-of JSON answered, through one ssh session that lives as long as it answers (docs/performance.md: a look by a new
-ssh session and a new Python cost 430-460 ms of CPU on each side)."""
+of JSON answered, through one ssh session that lives as long as it answers, instead of a new ssh session and a new
+Python at each look (what each costs: docs/performance.md, "The launcher's watch")."""
 
 from __future__ import annotations
 
