@@ -5,8 +5,12 @@
 # (`sh tests/run.sh tests/test_config.py`).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-sh "$root/roles/bootstrap.sh" test
-sh "$root/tests/system_packages.sh"  # sshd, rsync, nftables for the multi-host tests (root only)
+# The Debian packages (sshd, rsync, nftables, Slurm for the multi-host tests; root only) install beside .venv's:
+# on a fresh machine apt's some 20 s and pip's some 50 s of mostly one core each then overlap.
+sh "$root/tests/system_packages.sh" &
+packages=$!
+sh "$root/roles/bootstrap.sh" test || { status=$?; wait "$packages" || true; exit "$status"; }
+wait "$packages"
 cd "$root"
 # Python keeps the project's compiled modules (__pycache__, never committed nor synced to hosts): with
 # PYTHONDONTWRITEBYTECODE=1, as these machines set it, each of the suite's thousands of Python processes that does
