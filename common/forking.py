@@ -1,5 +1,5 @@
 """What a process that imported TensorFlow once and forks tasks from it shares with its callers: a forked child's
-/proc identity written over, its module run as `python -m` would, its ending, its exit status, and the caller's
+/proc identity written over, its command run as the interpreter would, its ending, its exit status, and the caller's
 handle on a child it did not fork itself (`launcher/fork_server.py`, `online/publish/export_forks.py`)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import traceback
+import types
 from pathlib import Path
 from typing import Callable
 
@@ -54,10 +55,27 @@ def command_fits(argv: list[str]) -> bool:
     return len(packed(argv)) <= end - start
 
 
-def run_module(argv: list[str]) -> int:
-    """Runs `python -m MODULE ARGS`'s module as __main__; its exit code as the interpreter would give it."""
-    sys.argv = [argv[0], *argv[3:]]  # runpy sets argv[0] to the module's file, as -m does
-    return exit_code_of(lambda: runpy.run_module(argv[2], run_name="__main__", alter_sys=True))
+def run_command(argv: list[str]) -> int:
+    """Runs `python -m MODULE ARGS`, `python -c CODE ARGS` or `python SCRIPT ARGS` as the interpreter would, as
+    __main__ (a script with its folder first on sys.path, code with the current directory, then PYTHONPATH's
+    folders); its exit code."""
+    if argv[1] == "-m":
+        sys.argv = [argv[0], *argv[3:]]  # runpy sets argv[0] to the module's file, as -m does
+        return exit_code_of(lambda: runpy.run_module(argv[2], run_name="__main__", alter_sys=True))
+    if argv[1] == "-c":
+        sys.argv = ["-c", *argv[3:]]
+        _start_path("")
+        main = sys.modules["__main__"] = types.ModuleType("__main__")
+        return exit_code_of(lambda: exec(compile(argv[2], "<string>", "exec"), main.__dict__))
+    sys.argv = argv[1:]
+    _start_path(os.path.dirname(os.path.abspath(argv[1])))
+    return exit_code_of(lambda: runpy.run_path(argv[1], run_name="__main__"))
+
+
+def _start_path(first: str) -> None:
+    """sys.path as the interpreter starts it for a script or code: `first` (in place of this process's own first
+    folder), then the folders of this environment's PYTHONPATH, then the rest."""
+    sys.path[:1] = [first, *(folder for folder in os.environ.get("PYTHONPATH", "").split(os.pathsep) if folder)]
 
 
 def exit_code_of(body: Callable[[], object]) -> int:

@@ -1,11 +1,12 @@
 """A process that imports TensorFlow once and forks tasks from it, each one as its own command would have started it.
 
 Started by `launcher/task_forks.py` (`python -m launcher.fork_server ROOM`), it reads one JSON request a line on
-its standard input ({"argv", "cwd", "env", "log"}: a `python -m MODULE ARGS` task) and answers one JSON line on its
+its standard input ({"argv", "cwd", "env", "log"}: a `python -m MODULE ARGS` task, or a `python -c CODE ARGS` or
+`python SCRIPT ARGS` command, as the test suite forks its helpers) and answers one JSON line on its
 standard output: {"pid": N} once the task runs in a session of its own with its log as stdout and stderr, or
 {"error": "..."}, after which the launcher starts that task the usual way. A request that also names a "status"
 file has the task's exit status written there once it ends, for a client that is not its parent. A forked task
-runs MODULE as `python -m` would, in the task's directory and environment. Its /proc cmdline and environ are
+runs its command as the interpreter would, in the task's directory and environment. Its /proc cmdline and environ are
 written over the room this process was started with (a long argument and variable), so `ps`, `sh kill.sh` and the
 exit-file search find it as if it had been started alone. The server ends when its standard input closes (its
 launcher ended) or after IDLE_S with no request and no task of its own running. Started with a socket path as well
@@ -27,7 +28,7 @@ import sys
 import time
 import traceback
 
-from common.forking import leave, packed, proc_areas, reap, run_module, write_area
+from common.forking import leave, packed, proc_areas, reap, run_command, write_area
 
 ROOM_VARIABLE = "PSCLUSTER_FORK_ROOM"  # its value is the room a task's environment is written into
 IDLE_S = 120.0
@@ -81,7 +82,7 @@ def fork_task(request: dict, private_fds: list[int]) -> dict:
         except BaseException:
             traceback.print_exc()  # to the task's log once it is fd 2
             os._exit(1)
-        leave(run_module(request["argv"]))
+        leave(run_command(request["argv"]))
     os.close(ready_w)
     became = os.read(ready, 1) if select.select([ready], [], [], READY_S)[0] else b""
     os.close(ready)

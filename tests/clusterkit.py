@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import forkedkit
+from cluster import taskspec
 from launcher.process import has_live_thread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,16 +73,35 @@ def run_module(module: str, *args: str, timeout_s: float = 120, env: dict | None
                           timeout=timeout_s, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
 
 
+def run_python(*args: str, env_changes: dict[str, str] | None = None, cwd: Path = ROOT,
+               timeout_s: float = 300) -> subprocess.CompletedProcess:
+    """Runs `python ARGS` (a helper script of tests/, or `-c` code, that imports TensorFlow) to its end with the
+    project's venv and the variables `env_changes` sets. It is forked from the session's fork server when it can
+    be (tests/forkedkit.py), with that server's task environment: its output, stdout and stderr together, is then
+    both; else started with this process's environment less its proxies (they break gRPC), its output apart."""
+    forked = forkedkit.run_python(PYTHON, list(args), cwd=cwd, env_changes=env_changes or {}, timeout_s=timeout_s)
+    if forked is not None:
+        return forked
+    env = {key: value for key, value in os.environ.items() if key not in taskspec.PROXY_VARIABLES}
+    return subprocess.run([PYTHON, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
+                          env={**env, **(env_changes or {})}, stdin=subprocess.DEVNULL)
+
+
+def last_line_starting(output: str, prefix: str) -> str | None:
+    """The last line of `output` that starts with `prefix` (a helper's result line among its log lines)."""
+    return next((line for line in reversed(output.splitlines()) if line.startswith(prefix)), None)
+
+
 def served_predictions(saved_model: Path, kind: str, path: Path, count: int | None):
     """Predictions of an exported SavedModel for the first `count` raw rows of `path` (kind "criteo" or
     "examples"), or for the JSON request in `path` (kind "features"), made by tests/serving_client.py in a process
     of its own that imports no toolkit code."""
     import numpy as np
 
-    served = subprocess.run([PYTHON, str(ROOT / "tests" / "serving_client.py"), str(saved_model), kind, str(path),
-                             str(count or "-")], capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    served = run_python(str(ROOT / "tests" / "serving_client.py"), str(saved_model), kind, str(path),
+                        str(count or "-"), timeout_s=180)
     assert served.returncode == 0, served.stderr[-2000:]
-    return np.array(json.loads(served.stdout.strip().splitlines()[-1]))
+    return np.array(json.loads(last_line_starting(served.stdout, "[")))
 
 
 def processes_mentioning(text: str) -> list[str]:

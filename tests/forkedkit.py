@@ -1,9 +1,12 @@
 """A chief, evaluator or server a test starts itself, forked from the session's fork server when it can be (as the
-launcher's own tasks are, launcher/task_forks.py), behind the part of subprocess.Popen the tests use."""
+launcher's own tasks are, launcher/task_forks.py), behind the part of subprocess.Popen the tests use; and a test's
+own TensorFlow helper (a script of tests/ or `-c` code) run to its end the same way."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import tempfile
 from pathlib import Path
 
 from cluster import config as cluster_config, taskspec
@@ -46,3 +49,38 @@ def _task(module: str, args: list[str]):
         return config, config.task(options["--role"], int(options["--index"]))
     except Exception:  # noqa: BLE001  whatever the module would say of it, it says as a started process
         return None
+
+
+def run_python(python: str, args: list[str], *, cwd: Path, env_changes: dict[str, str],
+               timeout_s: float) -> subprocess.CompletedProcess | None:
+    """`python ARGS` (a script, or `-c` code) run to its end, forked from the session's shared fork server with
+    that server's environment and `env_changes` (variables the helper reads after TensorFlow's import, such as
+    TF_CONFIG): its output, stdout and stderr together as a task's log, is then both. None when it cannot be
+    forked (start it instead); a helper that times out is killed and raises as subprocess.run does."""
+    if task_forks.SHARED_VARIABLE not in os.environ:
+        return None
+    server = task_forks.SharedForkServer(os.environ[task_forks.SHARED_VARIABLE])
+    try:
+        if not server.alive():
+            return None
+        own = {key: value for key, value in os.environ.items()
+               if key in task_forks.PER_TASK_VARIABLES or key.startswith(task_forks.PER_TASK_PREFIX)}
+        env = {**dict(server.key[2]), **own, **env_changes}
+        with tempfile.TemporaryDirectory(prefix="pscluster-helper-") as folder:
+            log, status = Path(folder) / "output.log", Path(folder) / "status"
+            command = [python, *args]
+            reply = server.fork({"argv": command, "cwd": str(cwd), "env": env, "log": str(log),
+                                 "status": str(status)})
+            if "pid" not in reply:
+                return None
+            child = ForkedChild(reply["pid"], status, command)
+            try:
+                code = child.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+                raise
+            output = log.read_text(errors="replace")
+            return subprocess.CompletedProcess(command, code, output, output)
+    finally:
+        server.stop()

@@ -4,7 +4,6 @@ the two halves hold every training line exactly once."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import criteokit
-from clusterkit import PYTHON, ROOT, free_ports, processes_mentioning
+from clusterkit import free_ports, processes_mentioning, run_python
 
 pytestmark = pytest.mark.cluster
 
@@ -89,13 +88,10 @@ def test_each_worker_reads_its_byte_range_and_all_lines_come_once(shared_servers
     assert sorted(pids) == [0, 1]
     tracers = {k: _traced(pid, tmp_path / f"strace-{k}") for k, pid in pids.items()}
     time.sleep(2)  # strace attached to every thread
-    env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "GRPC_FAIL_FAST": "use_caller",
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
-    log = tmp_path / "chief.log"
-    with open(log, "w") as out:
-        chief = subprocess.run([PYTHON, "-c", CHIEF, str(data)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=out, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert chief.returncode == 0, log.read_text()[-3000:]
+    env = {"TF_CONFIG": json.dumps(tf_config), "GRPC_FAIL_FAST": "use_caller", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    chief = run_python("-c", CHIEF, str(data), env_changes=env, timeout_s=120)
+    (tmp_path / "chief.log").write_text(chief.stderr)
+    assert chief.returncode == 0, chief.stderr[-3000:]
     assert "sharded by byte range" in chief.stdout
     for tracer in tracers.values():
         tracer.terminate()

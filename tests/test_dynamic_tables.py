@@ -4,13 +4,11 @@ ids seen once, and a checkpoint that a new chief (over the cluster) and a single
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import numpy as np
 import pytest
 
-from clusterkit import PYTHON, ROOT
+from clusterkit import ROOT, last_line_starting, run_python
 
 pytestmark = pytest.mark.cluster
 
@@ -20,11 +18,10 @@ def chief(cluster, *args: str) -> dict:
     spec = json.loads(cluster.read_text())["cluster"]
     tf_config = {"cluster": {job: spec[job] for job in ("chief", "worker", "ps")},
                  "task": {"type": "chief", "index": 0}}
-    env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": str(ROOT),
+    env = {"TF_CONFIG": json.dumps(tf_config), "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": str(ROOT),
            "GRPC_FAIL_FAST": "use_caller", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    run = subprocess.run([PYTHON, str(ROOT / "tests" / "dynamic_chief.py"), *args], capture_output=True, text=True,
-                         env=env, cwd=ROOT, timeout=600, stdin=subprocess.DEVNULL)
-    line = next((line for line in run.stdout.splitlines() if line.startswith("RESULT ")), None)
+    run = run_python(str(ROOT / "tests" / "dynamic_chief.py"), *args, env_changes=env, timeout_s=600)
+    line = last_line_starting(run.stdout, "RESULT ")
     assert line, run.stderr[-4000:]
     return json.loads(line.removeprefix("RESULT "))
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import criteokit
-from clusterkit import (PYTHON, ROOT, cluster_document, derive_cluster, finish, read_scalars, served_predictions,
-                        start_module, wait_for_launcher, wait_for_line, write_cluster)
+from clusterkit import (ROOT, cluster_document, derive_cluster, finish, last_line_starting, read_scalars,
+                        run_python, served_predictions, start_module, wait_for_launcher, wait_for_line, write_cluster)
 from cluster import config as cluster_config
 from launcher import process
 from launcher.supervisor import Supervisor
@@ -74,10 +74,10 @@ def elsewhere(mount, days, data):
 
 
 def load_in_another_process(version_dir) -> dict:
-    loaded = subprocess.run([PYTHON, "-c", LOAD_VERSION, str(version_dir)], capture_output=True, text=True,
-                            timeout=120, stdin=subprocess.DEVNULL, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
+    loaded = run_python("-c", LOAD_VERSION, str(version_dir), env_changes={"CUDA_VISIBLE_DEVICES": "-1"},
+                        timeout_s=120)
     assert loaded.returncode == 0, loaded.stderr[-2000:]
-    return json.loads(loaded.stdout.strip().splitlines()[-1])
+    return json.loads(last_line_starting(loaded.stdout, '{"largest"'))
 
 
 def test_files_landing_in_a_run_train_once_each_and_reach_serving_versions(shared_servers, tmp_path):

@@ -17,7 +17,7 @@ import time
 import pytest
 
 import deltakit
-from clusterkit import PYTHON, ROOT, derive_cluster, finish, start_module, wait_for_line
+from clusterkit import PYTHON, ROOT, derive_cluster, finish, last_line_starting, run_python, start_module, wait_for_line
 from models.checkpoints import listed_checkpoints
 from launcher import process
 from test_follow import FOLLOW, write_day
@@ -264,14 +264,14 @@ def test_deltas_read_while_steps_run_lose_no_update_of_a_hashed_table(shared_ser
     tf_config = {"cluster": {job: spec[job] for job in ("chief", "worker", "ps")},
                  "task": {"type": "chief", "index": 0}}
     stalled = process.PidRecord.read(shared_servers.parent / document["launcher"]["logs_dir"] / "ps-0.pid").pid
-    env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": str(ROOT),
+    env = {"TF_CONFIG": json.dumps(tf_config), "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": str(ROOT),
            "GRPC_FAIL_FAST": "use_caller", "TF_CPP_MIN_LOG_LEVEL": "2", "DELTA_CHIEF_STALLED_PS": str(stalled)}
     try:
-        run = subprocess.run([PYTHON, str(ROOT / "tests" / "delta_chief.py"), "check", str(tmp_path)],
-                             capture_output=True, text=True, env=env, cwd=ROOT, timeout=600, stdin=subprocess.DEVNULL)
+        run = run_python(str(ROOT / "tests" / "delta_chief.py"), "check", str(tmp_path), env_changes=env,
+                         timeout_s=600)
     finally:
         os.kill(stalled, signal.SIGCONT)  # whatever became of the chief's timer: the next tests share this ps
-    line = next((line for line in run.stdout.splitlines() if line.startswith("RESULT ")), None)
+    line = last_line_starting(run.stdout, "RESULT ")
     assert line, run.stderr[-4000:]
     found = json.loads(line.removeprefix("RESULT "))
     assert found["differences"] == []  # rows, Adagrad slots and stamps: bit for bit

@@ -4,12 +4,11 @@ epoch-end and within-epoch checkpoints: model, both optimizers and every slot, p
 from __future__ import annotations
 
 import json
-import subprocess
 
 import numpy as np
 import pytest
 
-from clusterkit import PYTHON, ROOT, write_cluster
+from clusterkit import ROOT, run_python, write_cluster
 from test_recommender_cluster import TINY
 
 pytestmark = pytest.mark.cluster
@@ -32,9 +31,8 @@ def cases(ps: int, output) -> list[dict]:
 def run_phase(phase: str, ps: int, cluster, directory, listed: list[dict]) -> None:
     """Runs `phase` of tests/roundtrip_chief.py, one chief at a time: two coordinators at once on the shared ps
     is no pattern of ours, and a ps crashed (segfault) once when they were tried."""
-    done = subprocess.run([PYTHON, str(ROOT / "tests" / "roundtrip_chief.py"), phase, str(cluster), str(directory),
-                           json.dumps(listed)], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          stdin=subprocess.DEVNULL)
+    done = run_python(str(ROOT / "tests" / "roundtrip_chief.py"), phase, str(cluster), str(directory),
+                      json.dumps(listed), timeout_s=600)
     assert done.returncode == 0, f"{phase} with {ps} ps:\n{done.stderr[-4000:]}"
 
 

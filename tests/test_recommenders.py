@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
 
-from clusterkit import PYTHON, ROOT
+from clusterkit import ROOT, last_line_starting, run_python
 from models import recommenders
 from tables.sparse import check_tables_sparse, make_embedding_optimizer
 from data import synthetic_criteo
@@ -99,11 +97,10 @@ def test_fused_table_splits_evenly_over_two_ps_with_a_report(shared_servers, tmp
     spec = json.loads(shared_servers.read_text())["cluster"]
     tf_config = {"cluster": {job: spec[job] for job in ("chief", "worker", "ps")},
                  "task": {"type": "chief", "index": 0}}
-    env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": str(ROOT),
+    env = {"TF_CONFIG": json.dumps(tf_config), "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": str(ROOT),
            "GRPC_FAIL_FAST": "use_caller", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    run = subprocess.run([PYTHON, "-c", CHIEF, str(tmp_path / "ckpt")], capture_output=True, text=True, env=env,
-                         cwd=ROOT, timeout=300)
-    line = next((l for l in run.stdout.splitlines() if l.startswith("RESULT ")), None)
+    run = run_python("-c", CHIEF, str(tmp_path / "ckpt"), env_changes=env)
+    line = last_line_starting(run.stdout, "RESULT ")
     assert line, run.stderr[-3000:]
     result = json.loads(line[len("RESULT "):])
     assert [shape for _, shape in result["shards"]] == [[260_163, 8], [260_162, 8]]  # 520,325 rows halved

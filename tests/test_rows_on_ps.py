@@ -14,14 +14,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from clusterkit import PYTHON, ROOT, cluster_document, finish, run_module, write_cluster
+from clusterkit import PYTHON, ROOT, cluster_document, finish, run_module, run_python, write_cluster
 
 pytestmark = pytest.mark.cluster
 
 
 def test_each_ps_writes_its_own_rows_into_the_same_checkpoint_the_chief_would(shared_servers, tmp_path):
-    done = subprocess.run([PYTHON, str(ROOT / "tests" / "rows_on_ps_chief.py"), str(shared_servers), str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    done = run_python(str(ROOT / "tests" / "rows_on_ps_chief.py"), str(shared_servers), str(tmp_path))
     assert done.returncode == 0, done.stderr[-4000:]
     assert "each ps writes its own tables' rows of every checkpoint" in done.stderr
     assert "checkpoints and deltas are written through the chief" in done.stderr
@@ -106,9 +105,8 @@ def test_a_ps_killed_mid_write_leaves_nothing_listed_nor_half_merged(what, tmp_p
     cluster = write_cluster(tmp_path, document)
     servers = start_servers(cluster, tmp_path, document)
     try:
-        done = subprocess.run([PYTHON, str(ROOT / "tests" / "rows_on_ps_chief.py"), str(cluster), str(tmp_path),
-                               str(servers[1].pid), what], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                              stdin=subprocess.DEVNULL)
+        done = run_python(str(ROOT / "tests" / "rows_on_ps_chief.py"), str(cluster), str(tmp_path),
+                          str(servers[1].pid), what)
     finally:
         stop_servers(servers)
     assert done.returncode == 0, done.stderr[-4000:]

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from clusterkit import PYTHON, ROOT, assert_no_traceback, cluster_document, write_cluster
+from clusterkit import ROOT, assert_no_traceback, cluster_document, run_python, write_cluster
 from cluster import config as cluster_config
 from cluster import taskspec
 from common import net
@@ -59,9 +59,8 @@ def servers(tmp_path):
 def test_servers_train_a_tiny_model_and_stop_on_sigterm(servers, tmp_path):
     config, children = servers
     chief = config.task("chief", 0)
-    env = {**taskspec.task_environment(config, chief, os.environ), "PYTHONPATH": str(ROOT)}
-    fit = subprocess.run([PYTHON, "-c", TINY_FIT], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=300)
+    env = {**taskspec.task_variables(config, chief), "PYTHONPATH": str(ROOT)}
+    fit = run_python("-c", TINY_FIT, env_changes=env, cwd=tmp_path)
     assert fit.returncode == 0, fit.stderr[-3000:]
     iterations = int(fit.stdout.split("ITERATIONS")[1].split()[0])
     assert 12 <= iterations <= 12 + 2  # at-least-once closures may add up to steps_per_execution

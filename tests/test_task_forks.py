@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import forkedkit
-from clusterkit import PYTHON, ROOT, cluster_document, start_module, wait_for_line, write_cluster
+from clusterkit import (PYTHON, ROOT, cluster_document, last_line_starting, run_python, start_module, wait_for_line,
+                        write_cluster)
 from cluster import config as cluster_config
 from common import net
 from common.proc import has_live_thread, proc_stat
@@ -153,3 +155,34 @@ def test_a_module_a_test_starts_is_forked_by_the_shared_server_and_ends_with_a_s
     finally:
         serving.kill()
     assert serving.wait(timeout=30) == -9  # as subprocess gives a killed process's
+
+
+HELPER = """
+import json, os, sys
+from pathlib import Path
+print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "path": sys.path[:2], "tf": "tensorflow" in sys.modules,
+                  "config": os.environ.get("TF_CONFIG"), "parent": os.getppid(), "main": __name__}))
+sys.exit(int(sys.argv[-1]))
+"""
+
+
+def test_a_tests_helper_script_or_code_runs_forked_as_the_interpreter_runs_it(tmp_path, one_fork_server):
+    """clusterkit.run_python forks a test's TensorFlow helper from the shared server: a script sees its folder
+    first on sys.path, `-c` code the current directory (then PYTHONPATH's), both their arguments, cwd, variables
+    and exit code."""
+    script = tmp_path / "helper" / "script.py"
+    script.parent.mkdir()
+    script.write_text(HELPER)
+    ran = {}
+    for name, args in (("script", [str(script)]), ("code", ["-c", HELPER])):
+        done = run_python(*args, "a b", "3", env_changes={"TF_CONFIG": "{}", "PYTHONPATH": "/lib/x"},
+                          cwd=tmp_path)
+        assert done.returncode == 3, done.stdout[-2000:]
+        ran[name] = json.loads(last_line_starting(done.stdout, "{"))
+    for found in ran.values():
+        assert found["tf"] and found["parent"] == one_fork_server.process.pid  # forked: TensorFlow imported
+        assert found["argv"] == ["a b", "3"] and found["cwd"] == str(tmp_path) and found["config"] == "{}"
+        assert found["main"] == "__main__"
+    assert ran["script"]["path"] == [str(script.parent), "/lib/x"] and ran["code"]["path"] == ["", "/lib/x"]
+    failing = run_python("-c", "raise ValueError('the helper failed')", cwd=tmp_path)
+    assert failing.returncode == 1 and "ValueError: the helper failed" in failing.stderr
