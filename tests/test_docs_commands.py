@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import docskit
-from clusterkit import PYTHON
+from clusterkit import run_python
 
 HELP_TIMEOUT_S = 180
 COMMAND = re.compile(r"^(?:[A-Z_]+=\S+\s+)*(?:sudo\s+)?(?P<program>(?:\.venv/bin/)?python|sh)\s+(?P<words>.+)$")
@@ -104,8 +104,8 @@ def script_words(script: Path) -> set[str]:
 
 
 def help_of(module: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-m", module, "--help"], cwd=docskit.ROOT, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=HELP_TIMEOUT_S)
+    """`python -m module --help`, forked from the session's fork server (several modules import TensorFlow)."""
+    return run_python("-m", module, "--help", cwd=docskit.ROOT, timeout_s=HELP_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
