@@ -8,7 +8,7 @@ import importlib.util
 import shutil
 import subprocess
 
-from clusterkit import PYTHON, ROOT
+from clusterkit import PYTHON, ROOT, run_python
 
 
 def test_the_old_imports_give_the_moved_objects():
@@ -21,9 +21,10 @@ def test_the_old_imports_give_the_moved_objects():
 
 def test_the_followers_old_command_runs_and_a_copy_of_its_old_file_runs_alone(tmp_path):
     shutil.copy(ROOT / "coordinator" / "publish" / "follower.py", tmp_path / "follower.py")  # as 0.5 said to
-    for command, cwd in (([PYTHON, "-m", "coordinator.publish.follower", "--help"], ROOT),
-                         ([PYTHON, "follower.py", "--help"], tmp_path)):
-        shown = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    module = run_python("-m", "coordinator.publish.follower", "--help", timeout_s=120)  # forked: it imports TensorFlow
+    alone = subprocess.run([PYTHON, "follower.py", "--help"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=120, stdin=subprocess.DEVNULL)  # a process of its own: nothing else imported
+    for shown in (module, alone):
         assert shown.returncode == 0 and "--serving" in shown.stdout, shown.stderr[-2000:]
 
 
