@@ -65,6 +65,14 @@ def pytest_sessionfinish(session):
                                                           OWN_CPU.most_common()}, indent=2))
 
 
+def pytest_ignore_collect(collection_path, config):
+    """Under tests/lanes.py, a test module none of this lane's tests can be in is not collected (nor imported)."""
+    lane = os.environ.get(lanes.LANE_VARIABLE)
+    if lane and collection_path.is_file() and collection_path.name.startswith("test_"):
+        return None if lanes.may_hold_tests_of(lane, collection_path.name) else True
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     """The modules run in tests/lanes.py's `run_order` (those that mostly wait first, those on the shared servers
     last); under tests/lanes.py (PSCLUSTER_TEST_LANE set) only this lane's tests are kept."""

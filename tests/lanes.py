@@ -105,6 +105,17 @@ def in_lane(lane: str, has_multihost_marker: bool, module: str) -> bool:
     return lane_of(has_multihost_marker, module) == lane
 
 
+def may_hold_tests_of(lane: str, module: str) -> bool:
+    """Whether `lane` must collect test module `module` (a file name) to find its tests: the online and healing
+    lanes only their own modules, main all but theirs, multihost every module (its tests are told by marker).
+    Collecting a module imports it, and several import TensorFlow: some 6 CPU-s a lane."""
+    if lane == "multihost":
+        return True
+    if lane in ("online", "healing"):
+        return module in (ONLINE_LANE if lane == "online" else HEALING_LANE)
+    return module not in ONLINE_LANE | HEALING_LANE
+
+
 def over_budget(seconds: dict[str, float], budget_s: float = LANE_BUDGET_S) -> list[str]:
     """One line per lane of a whole suite that took longer than `budget_s`."""
     return [f"[lanes] the {lane} lane took {taken:.0f} s, over its budget of {budget_s:.0f} s (tests/lanes.py "

@@ -22,6 +22,18 @@ def test_the_multihost_tests_have_a_lane_of_their_own_and_every_test_has_exactly
     assert not lanes.ONLINE_LANE & lanes.HEALING_LANE  # no module named twice
 
 
+def test_a_lane_collects_every_module_its_tests_can_be_in_and_the_online_and_healing_lanes_only_those():
+    modules = [path.name for path in (ROOT / "tests").glob("test_*.py")]
+    for lane in lanes.LANES:
+        for module in modules:
+            if lanes.in_lane(lane, False, module) or lanes.in_lane(lane, True, module):
+                assert lanes.may_hold_tests_of(lane, module), (lane, module)
+    assert not lanes.may_hold_tests_of("online", "test_config.py") and not lanes.may_hold_tests_of("healing",
+                                                                                                  "test_follow.py")
+    assert not lanes.may_hold_tests_of("main", "test_healing.py") and lanes.may_hold_tests_of("multihost",
+                                                                                             "test_config.py")
+
+
 def test_the_multihost_lane_and_what_it_starts_run_at_its_niceness_and_the_others_as_they_are(tmp_path):
     shown = {}
     for lane in ("multihost", "main"):
