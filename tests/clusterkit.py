@@ -61,14 +61,7 @@ def run_module(module: str, *args: str, timeout_s: float = 120, env: dict | None
             log = Path(folder) / "task.log"
             forked = forkedkit.fork_module(PYTHON, ROOT, module, list(args), log)
             if forked is not None:
-                try:
-                    code = forked.wait(timeout=timeout_s)
-                except subprocess.TimeoutExpired:
-                    forked.kill()
-                    forked.wait()
-                    raise
-                output = log.read_text(errors="replace")
-                return subprocess.CompletedProcess(forked.args, code, output, output)
+                return forkedkit.completed(forked, log, timeout_s)
     return subprocess.run([PYTHON, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout_s, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
 

@@ -73,14 +73,19 @@ def run_python(python: str, args: list[str], *, cwd: Path, env_changes: dict[str
                                  "status": str(status)})
             if "pid" not in reply:
                 return None
-            child = ForkedChild(reply["pid"], status, command)
-            try:
-                code = child.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-                raise
-            output = log.read_text(errors="replace")
-            return subprocess.CompletedProcess(command, code, output, output)
+            return completed(ForkedChild(reply["pid"], status, command), log, timeout_s)
     finally:
         server.stop()
+
+
+def completed(child: ForkedChild, log: Path, timeout_s: float) -> subprocess.CompletedProcess:
+    """A forked child waited for to its end, as subprocess.run gives it, its log as both stdout and stderr; one
+    still running after `timeout_s` is killed and raises as subprocess.run does."""
+    try:
+        code = child.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        raise
+    output = log.read_text(errors="replace")
+    return subprocess.CompletedProcess(child.args, code, output, output)
