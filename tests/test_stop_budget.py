@@ -99,7 +99,8 @@ def test_sigterm_during_training_starts_the_budget_and_without_a_grace_nothing_i
     held.training = True
     held._on_sigterm(15, None)
     try:
-        assert held.budget is not None and held.budget.deadline - held.requested_at == 590.0
+        # the monotonic clock's seconds since boot: a sum of two floats, exact to a rounding (16091.225286011 + 590)
+        assert held.budget is not None and held.budget.deadline - held.requested_at == pytest.approx(590.0)
         assert held.wait_s(20.0, 0.4) == 20.0 and held.step("the stop's checkpoint", "resumes")
         assert lines == ["asked to stop (SIGTERM): writing a checkpoint at the next step (the stop ends within 590 s: "
                          "launcher.stop_grace_s less 10 s for the exit)"]
