@@ -381,7 +381,10 @@ def wait_after(path, first: str, then: str, timeout_s: float = 240, process=None
     """Waits until `then` appears in the log after the first `first`; returns the text after `first`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        text = path.read_text(errors="replace") if path.exists() else ""
+        try:  # a new run's launcher moves the last run's log to logs/previous/, between a look and a read too
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:
+            text = ""
         if first in text and then in text.split(first, 1)[1]:
             return text.split(first, 1)[1]
         assert process is None or process.poll() is None, f"the run ended: {text[-3000:]}"
