@@ -87,14 +87,16 @@ def last_line_starting(output: str, prefix: str) -> str | None:
 
 def served_predictions(saved_model: Path, kind: str, path: Path, count: int | None):
     """Predictions of an exported SavedModel for the first `count` raw rows of `path` (kind "criteo" or
-    "examples"), or for the JSON request in `path` (kind "features"), made by tests/serving_client.py in a process
-    of its own that imports no toolkit code."""
+    "examples"), or for the JSON request in `path` (kind "features"), made by tests/serving_client.py, which
+    imports no toolkit code, in a process of its own (forked from the session's fork server: TensorFlow alone
+    imported, run_python)."""
     import numpy as np
 
     served = run_python(str(ROOT / "tests" / "serving_client.py"), str(saved_model), kind, str(path),
                         str(count or "-"), timeout_s=180)
-    assert served.returncode == 0, served.stderr[-2000:]
-    return np.array(json.loads(last_line_starting(served.stdout, "[")))
+    predictions = last_line_starting(served.stdout, "[")
+    assert served.returncode == 0 and predictions, served.stderr[-2000:]
+    return np.array(json.loads(predictions))
 
 
 def processes_mentioning(text: str) -> list[str]:
