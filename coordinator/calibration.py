@@ -3,10 +3,11 @@ with each process's CPU counted, so `plan` can price what a step costs beside it
 
 Run as the chief of a loopback cluster of one worker and one or more ps (the launcher starts them, see
 launcher/calibration_run.py) with the job's own model, optimizers and steps_per_execution, and the job's global
-batch as the one worker's batch. A first short epoch traces and connects, a second of PROBE_CHUNKS chunks sizes
-the TIMED_EPOCHS after it to about TARGET_S in all: wall seconds per step of the fastest of them (a neighbour's
-burst lengthens an epoch, never shortens one), and CPU seconds per step over all of them of the chief (this
-process), the worker and the ps together (read from /proc by pid). Prints one JSON line.
+batch as the one worker's batch. A first epoch of one chunk traces and connects, a second of one chunk sizes the
+TIMED_EPOCHS after it to about TARGET_S in all (a chunk under PROBE_MIN_S is too short to size them by: then
+PROBE_CHUNKS chunks do): wall seconds per step of the fastest of them (a neighbour's burst lengthens an epoch,
+never shortens one), and CPU seconds per step over all of them of the chief (this process), the worker and the ps
+together (read from /proc by pid). Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from common.proc import proc_stat
 
 TARGET_S = 3.0  # the timed epochs' length in all
 TIMED_EPOCHS = 3
-WARM_UP_CHUNKS = 2  # of steps_per_execution steps: tracing, connecting, the first reads of every variable
-PROBE_CHUNKS = 5
+PROBE_MIN_S = 0.1  # a timed chunk at least this long sizes the timed epochs alone (a slow step: no longer probe)
+PROBE_CHUNKS = 5  # of steps_per_execution steps, for a chunk under PROBE_MIN_S
 MAX_STEPS = 5_000
 
 
@@ -53,6 +54,12 @@ def _fit(model, dataset_fn, steps: int, epochs: int = 1) -> list[float]:
     return [end - start for start, end in zip(ends[:-1], ends[1:], strict=True)]
 
 
+def _probe_s(model, dataset_fn, chunk: int) -> float:
+    """Wall seconds per step over PROBE_CHUNKS chunks: a chunk too short to size the timed epochs by alone."""
+    (probe_s,) = _fit(model, dataset_fn, PROBE_CHUNKS * chunk)
+    return probe_s / (PROBE_CHUNKS * chunk)
+
+
 def cpu_of(pids: dict[str, list[int]]) -> dict[str, float]:
     """CPU seconds used so far by each role's processes together."""
     return {role: sum(cpu_seconds(pid) for pid in group) for role, group in pids.items()}
@@ -72,9 +79,8 @@ def measure(config, pids: dict[str, list[int]], log) -> dict:
         model = build_compiled(options, source, steps_per_execution=options.steps_per_execution)
     dataset_fn = source.train_dataset_fn(global_batch, options.seed, workers=1)
     chunk = options.steps_per_execution
-    (warm_s,) = _fit(model, dataset_fn, WARM_UP_CHUNKS * chunk)
-    (probe_s,) = _fit(model, dataset_fn, PROBE_CHUNKS * chunk)
-    per_step_s = max(probe_s / (PROBE_CHUNKS * chunk), 1e-4)
+    warm_s, chunk_s = _fit(model, dataset_fn, chunk, epochs=2)  # tracing, connecting, the first reads; one chunk
+    per_step_s = max(chunk_s / chunk if chunk_s >= PROBE_MIN_S else _probe_s(model, dataset_fn, chunk), 1e-4)
     steps = max(chunk, min(MAX_STEPS, round(TARGET_S / TIMED_EPOCHS / per_step_s / chunk) * chunk))
     pids = {"chief": [os.getpid()], **pids}
     before = cpu_of(pids)
