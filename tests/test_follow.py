@@ -253,10 +253,11 @@ def test_a_frozen_worker_holds_up_no_checkpoint_or_version_and_its_piece_goes_to
     stopped in the other closure of a piece given twice and done holds nothing to give again.)"""
     data, output, log = tmp_path / "data", tmp_path / "output", tmp_path / "chief.log"
     data.mkdir()
-    rows = {**{f"day_{i}.gz": 3000 for i in range(4)}, "day_4": 800}  # whole pieces of 94 steps; 7 pieces of 30 KB
-    for i, name in enumerate(list(rows)[:4]):
+    rows = {f"day_{i}.gz": 3000 for i in range(4)}  # whole pieces of 94 steps
+    for i, name in enumerate(rows):
         write_day(data, name, 3000, 3000 * i)
-    hidden = write_hidden(data, "day_4", 800, 12000)  # now: written later, on a loaded CI machine it took 5 s
+    # written now, landed later (on a loaded CI machine one took 5 s to write): 7 pieces of 30 KB each
+    late = {name: write_hidden(data, name, 800, 12000 + 800 * i) for i, name in enumerate(LATE_DAYS)}
     cluster = derive_cluster(shared_servers, tmp_path, evaluator=False, training={
         **FOLLOW, "data_dir": str(data), "output_dir": str(output), "straggler_after_s": 2, "stop_when_idle_s": 30,
         "checkpoint_every_s": 2, "serving_export_every_s": 10})
@@ -265,30 +266,47 @@ def test_a_frozen_worker_holds_up_no_checkpoint_or_version_and_its_piece_goes_to
     try:
         assert wait_for_pattern(log, r"files 4/4 done", 300), log.read_text()[-3000:]
         wait_until_still(output, lambda: 94 * (4 + log.read_text().count("given to another worker as well")))
-        with Frozen(worker):
-            before = len(log.read_text())
-            hidden.rename(data / "day_4")  # its first four pieces go out at once: worker 1 takes one, worker 0 the rest
-            assert wait_for_pattern(log, r"files 5/5 done", 300), log.read_text()[-3000:]
-            assert wait_for_pattern(log, r"serving \| version", 120, after=before)  # one while worker 1 is slow
-            progress = json.loads((output / "progress.json").read_text())
-            eased_at, while_slow = time.time(), log.read_text()[before:]
+        for name in LATE_DAYS:
+            rows[name] = 800
+            progress, eased_at, while_slow = _land_while_frozen(worker, data, late[name], log, output, len(rows))
+            if re.search(STUCK.format(name=name), while_slow):
+                break
+            wait_until_still(output, None)  # worker 1 took none of its pieces: the next file is the try again
         code = finish(chief, timeout_s=120)[0]
     finally:
         finish(chief, timeout_s=1)
     assert code == 0, log.read_text()[-3000:]
-    stuck = re.search(r"day_4: a piece \(bytes \d+-\d+\) still runs after .* another worker", while_slow)
-    assert stuck, while_slow[-3000:]
+    assert re.search(STUCK.format(name=name), while_slow), while_slow[-3000:]
     held = [(int(step), int(done)) for step, done in re.findall(
         r"checkpoint (?:\S+) \(optimizer step (\d+)\): (\d+) files done.*\n.*written without waiting longer for \d+ "
         r"pieces? still running", while_slow)]
     assert held and all(done < len(rows) for _, done in held), while_slow[-3000:]
-    # day_4 is not done in them, but the steps of its pieces that are done are: each follows a piece's end
+    # the late file is not done in them, but the steps of its pieces that are done are: each follows a piece's end
     assert any(step > done * 94 for step, done in held), held
     assert while_slow.count("follow | files") >= 2 and "serving | version" in while_slow
     assert progress["time"] > eased_at - 10  # the heartbeat went on
     summary = json.loads((output / "summary.json").read_text())
     assert {f["name"]: f["examples"] for f in summary["follow"]["per_file"]} == rows  # each file's examples once
     assert summary["status"] == "complete" and summary["follow"]["pieces_given_twice"] >= 1
+
+
+# Worker 1's chief-side thread can still be in its last closure's end when the worker is stopped; it then takes no
+# piece of the file that lands (all go to worker 0, rightly), and the next late file is the test again (seen once,
+# in a fresh-clone run of 2026-12-07: "pieces w0:9 w1:2", no straggler; the first file was enough in the others).
+LATE_DAYS = ("day_4", "day_5", "day_6")
+STUCK = r"{name}: a piece \(bytes \d+-\d+\) still runs after .* another worker"
+
+
+def _land_while_frozen(worker: int, data: Path, hidden: Path, log: Path, output: Path, files: int):
+    """Lands `hidden` while worker 1 is stopped and waits for it to be done and for a serving version meanwhile; the
+    heartbeat then, when worker 1 goes on, and the log written while it was stopped."""
+    with Frozen(worker):
+        before = len(log.read_text())
+        hidden.rename(data / hidden.name.removeprefix(".").removesuffix(".tmp"))  # its first pieces go out at once
+        assert wait_for_pattern(log, rf"files {files}/{files} done", 300), log.read_text()[-3000:]
+        assert wait_for_pattern(log, r"serving \| version", 120, after=before)  # one while worker 1 is slow
+        progress = json.loads((output / "progress.json").read_text())
+        return progress, time.time(), log.read_text()[before:]
 
 
 def test_a_chief_that_stops_on_a_lost_ps_is_gone_at_once_while_a_long_piece_runs(tmp_path):
@@ -351,8 +369,9 @@ def wait_for_steps(output, steps: int, timeout_s: float = 240) -> None:
 
 def wait_until_still(output, step, timeout_s: float = 120) -> None:
     """Waits until two heartbeats in a row (progress.json, every 2 s) find the chief waiting at the optimizer step
-    `step()` says every closure handed out sums to: no closure runs, not even the other closure of a piece given
-    twice (the heartbeat's phase counts only pieces not done; a checkpoint's write can hold the steps for seconds)."""
+    `step()` says every closure handed out sums to (None: at one step): no closure runs, not even the other closure
+    of a piece given twice (the heartbeat's phase counts only pieces not done; a checkpoint's write can hold the
+    steps for seconds)."""
     deadline, last = time.monotonic() + timeout_s, None
     while time.monotonic() < deadline:
         try:
@@ -360,11 +379,12 @@ def wait_until_still(output, step, timeout_s: float = 120) -> None:
         except (OSError, ValueError):
             beat = None
         if beat is not None and beat["time"] != (last or {}).get("time"):
-            if last is not None and beat["phase"] == last["phase"] == "wait" and beat["step"] == last["step"] == step():
+            if last is not None and beat["phase"] == last["phase"] == "wait" and beat["step"] == last["step"] and (
+                    step is None or beat["step"] == step()):
                 return
             last = beat
         time.sleep(0.1)
-    raise AssertionError(f"the chief did not stand still at step {step()} within {timeout_s} s: {last}")
+    raise AssertionError(f"the chief did not stand still at step {step and step()} within {timeout_s} s: {last}")
 
 
 def wait_for_pattern(path, pattern: str, timeout_s: float = 120, *, after: int = 0) -> bool:
