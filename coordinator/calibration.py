@@ -54,7 +54,7 @@ def _fit(model, dataset_fn, steps: int, epochs: int = 1) -> list[float]:
     return [end - start for start, end in zip(ends[:-1], ends[1:], strict=True)]
 
 
-def _probe_s(model, dataset_fn, chunk: int) -> float:
+def _step_s_over_probe(model, dataset_fn, chunk: int) -> float:
     """Wall seconds per step over PROBE_CHUNKS chunks: a chunk too short to size the timed epochs by alone."""
     (probe_s,) = _fit(model, dataset_fn, PROBE_CHUNKS * chunk)
     return probe_s / (PROBE_CHUNKS * chunk)
@@ -80,7 +80,7 @@ def measure(config, pids: dict[str, list[int]], log) -> dict:
     dataset_fn = source.train_dataset_fn(global_batch, options.seed, workers=1)
     chunk = options.steps_per_execution
     warm_s, chunk_s = _fit(model, dataset_fn, chunk, epochs=2)  # tracing, connecting, the first reads; one chunk
-    per_step_s = max(chunk_s / chunk if chunk_s >= PROBE_MIN_S else _probe_s(model, dataset_fn, chunk), 1e-4)
+    per_step_s = max(chunk_s / chunk if chunk_s >= PROBE_MIN_S else _step_s_over_probe(model, dataset_fn, chunk), 1e-4)
     steps = max(chunk, min(MAX_STEPS, round(TARGET_S / TIMED_EPOCHS / per_step_s / chunk) * chunk))
     pids = {"chief": [os.getpid()], **pids}
     before = cpu_of(pids)
